@@ -1,0 +1,316 @@
+"""Typed run configuration: one pydantic model per section, loaded from YAML presets.
+
+A run is configured by three layers, applied in order:
+  1. a run preset            `data/presets/<preset>.yaml`        (model, task, budget)
+  2. an algorithm overlay    `data/presets/algorithms/<name>.yaml` (SPEC §4: grpo, thinking_seeds, ...)
+  3. dotted overrides        `--set prefix.ratio_max=0.5`
+The algorithm is read after the overrides, so `--set algorithm=grpo` picks the grpo overlay; the
+overrides are applied again on top of it so they always win.
+
+Every field has a help text (shown by `ts config --help-keys`) and a validated range; a mistake is
+reported with the dotted key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, with the dotted key and how to fix it in the message."""
+
+
+class _Section(BaseModel):
+    # Unknown keys are errors: a typo like `prefix.ratio_mx` must not be silently ignored.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    path: str = Field("builtin:tiny", description="Local HF checkpoint dir, or builtin:tiny / builtin:smollm2.")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights dtype for rollout and update.")
+
+
+class DataConfig(_Section):
+    source: Literal["chain_sum", "parquet"] = Field("chain_sum", description="Built-in reasoning-gym task or a user's verl Parquet.")
+    train_path: str | None = Field(None, description="verl-schema Parquet for training prompts (source=parquet).")
+    val_path: str | None = Field(None, description="verl-schema Parquet for held-out evaluation (source=parquet).")
+    train_size: int = Field(2000, ge=1, description="Training prompts generated for the built-in task.")
+    val_size: int = Field(128, ge=1, description="Held-out validation prompts.")
+    test_size: int = Field(256, ge=1, description="Held-out test prompts.")
+    min_terms: int = Field(3, ge=2, le=10, description="chain_sum: fewest terms per expression.")
+    max_terms: int = Field(5, ge=2, le=10, description="chain_sum: most terms per expression.")
+    min_digits: int = Field(1, ge=1, le=6, description="chain_sum: fewest digits per term.")
+    max_digits: int = Field(2, ge=1, le=6, description="chain_sum: most digits per term.")
+    seed: int = Field(1234, description="Seed of the data set generator (fixed: splits are reproducible).")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "DataConfig":
+        if self.min_terms > self.max_terms:
+            raise ValueError(f"data.min_terms={self.min_terms} must be <= data.max_terms={self.max_terms}")
+        if self.min_digits > self.max_digits:
+            raise ValueError(f"data.min_digits={self.min_digits} must be <= data.max_digits={self.max_digits}")
+        if self.source == "parquet" and not (self.train_path and self.val_path):
+            raise ValueError("data.source=parquet needs data.train_path and data.val_path")
+        return self
+
+
+class PoolConfig(_Section):
+    size: int = Field(4, ge=1, le=1000, description="Historical snapshots kept in the pool H.")
+    include_initial: bool = Field(True, description="Keep the initial model (step 0) in H forever.")
+    pick: Literal["uniform", "recent", "oldest"] = Field("uniform", description="How a seed's source checkpoint is drawn from H.")
+    snapshot_every: int = Field(1, ge=1, description="Save the policy into H every this many iterations.")
+
+
+class PrefixConfig(_Section):
+    ratio_min: float = Field(0.2, ge=0.0, le=1.0, description="Lower end of the prefix fraction λ ~ U[min, max].")
+    ratio_max: float = Field(0.6, ge=0.0, le=1.0, description="Upper end of the prefix fraction λ.")
+    cut: Literal["token", "line"] = Field("token", description="Cut the draft at a token, or back to the last step boundary.")
+    loss: Literal["clip", "shaped", "capped", "context"] = Field("clip", description="Loss on prefix tokens (SPEC §3).")
+    shaped_gamma: float = Field(0.1, gt=0.0, description="LUFFY policy shaping f(p)=p/(p+γ).")
+    cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")
+    source: Literal["historical", "dataset"] = Field("historical", description="Who writes prefixes: pool checkpoints, or the data set's solutions (luffy).")
+    reuse: bool = Field(False, description="Draw stored seeds for (prompt, checkpoint) from the corpus instead of regenerating.")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "PrefixConfig":
+        if self.ratio_min > self.ratio_max:
+            raise ValueError(f"prefix.ratio_min={self.ratio_min} must be <= prefix.ratio_max={self.ratio_max}")
+        return self
+
+
+class RolloutConfig(_Section):
+    engine: Literal["hf", "vllm"] = Field("hf", description="Generation engine.")
+    prompts_per_iteration: int = Field(16, ge=1, description="Prompts drawn per iteration.")
+    group_size: int = Field(8, ge=1, description="Samples per prompt (seeded + on-policy).")
+    seeds_per_group: int = Field(4, ge=0, description="How many of the group's samples start from a historical seed.")
+    temperature: float = Field(1.0, gt=0.0, le=5.0, description="Sampling temperature (also used for training log-probs).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(96, ge=1, description="Longest response (prefix + continuation), in tokens.")
+    batch_size: int = Field(128, ge=1, description="Sequences generated together.")
+
+    @model_validator(mode="after")
+    def _seeds(self) -> "RolloutConfig":
+        if self.seeds_per_group > self.group_size:
+            raise ValueError(
+                f"rollout.seeds_per_group={self.seeds_per_group} must be in [0, rollout.group_size={self.group_size}]"
+            )
+        return self
+
+
+class AdvantageConfig(_Section):
+    estimator: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group-relative advantage estimator.")
+    baseline: Literal["group", "on_policy"] = Field("group", description="Baseline statistics over the whole group or on-policy samples only.")
+
+
+class LossConfig(_Section):
+    clip_ratio_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low.")
+    clip_ratio_high: float = Field(0.28, ge=0.0, description="PPO ε_high (clip-higher).")
+    clip_ratio_c: float | None = Field(None, gt=1.0, description="Dual-clip constant c for negative advantages (None: off).")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+        "token-mean", description="How token losses become one number (verl names)."
+    )
+    entropy_coeff: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
+    kl_coef: float = Field(0.0, ge=0.0, description="KL-to-reference penalty weight (reference = initial model).")
+    kl_type: Literal["k1", "k3"] = Field("k3", description="KL estimator.")
+
+
+class UpdateConfig(_Section):
+    lr: float = Field(1e-4, gt=0.0, lt=1.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    grad_clip: float = Field(1.0, gt=0.0, description="Max global grad norm.")
+    epochs: int = Field(1, ge=1, description="Passes over the iteration's rollouts.")
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass (the batch split in this many parts).")
+    micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward (gradient accumulation).")
+    recompute_old_logprobs: bool = Field(False, description="Recompute π_old with the trainer instead of trusting the engine (needed for vLLM/bf16).")
+    launcher: Literal["in_process", "accelerate"] = Field("in_process", description="Run the update in this process or via `accelerate launch`.")
+    num_processes: int = Field(1, ge=1, description="Processes for the accelerate launcher.")
+
+
+class EvalConfig(_Section):
+    every: int = Field(5, ge=1, description="Evaluate every this many iterations (and at the end).")
+    prompts: int = Field(64, ge=1, description="Held-out prompts per evaluation.")
+    samples: int = Field(16, ge=1, description="Samples per prompt (pass@k for k up to this).")
+    temperature: float = Field(1.0, gt=0.0, description="Evaluation sampling temperature.")
+    split: Literal["validation", "test"] = Field("validation", description="Held-out split.")
+    seeded: bool = Field(True, description="Also sample from historical seeds (prefix ratio U[prefix.ratio_min, ratio_max] or [0.2, 0.6]) for the explorable-space pass@k.")
+
+
+ALGORITHMS = ("grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
+
+
+class RunConfig(_Section):
+    algorithm: Literal["grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds"] = Field(
+        "thinking_seeds", description="Method preset (SPEC §4)."
+    )
+    iterations: int = Field(10, ge=1, description="Training iterations.")
+    seed: int = Field(0, description="Seed for sampling and data order.")
+    reward: Literal["math_verify", "reasoning_gym"] = Field("math_verify", description="Verifier backend.")
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    pool: PoolConfig = PoolConfig()
+    prefix: PrefixConfig = PrefixConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    loss: LossConfig = LossConfig()
+    update: UpdateConfig = UpdateConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _algorithm_consistent(self) -> "RunConfig":
+        # The presets set these; an override that contradicts the method would silently run
+        # another method under this one's name.
+        seeds = self.rollout.seeds_per_group
+        if self.algorithm in ("grpo", "dr_grpo") and seeds != 0:
+            raise ValueError(f"algorithm={self.algorithm} is on-policy: rollout.seeds_per_group must be 0, got {seeds}")
+        if self.algorithm not in ("grpo", "dr_grpo") and seeds == 0:
+            raise ValueError(f"algorithm={self.algorithm} needs seeded samples: rollout.seeds_per_group must be in [1, {self.rollout.group_size}]")
+        full = self.prefix.ratio_min == 1.0 and self.prefix.ratio_max == 1.0
+        if self.algorithm in ("seq_mix", "luffy") and not full:
+            raise ValueError(f"algorithm={self.algorithm} mixes whole trajectories: prefix.ratio_min and ratio_max must be 1.0")
+        if self.algorithm in ("thinking_seeds", "prefix_context") and self.prefix.ratio_max >= 1.0:
+            raise ValueError(f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)")
+        if self.prefix.source == "dataset" and self.algorithm != "luffy":
+            raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")
+        if self.pool.size < 1 and not self.pool.include_initial and seeds > 0:
+            raise ValueError("pool is empty: set pool.size >= 1 or pool.include_initial=true")
+        return self
+
+    @property
+    def seeded(self) -> bool:
+        """Whether iterations draw samples that start from someone else's tokens."""
+        return self.rollout.seeds_per_group > 0
+
+    def config_hash(self) -> str:
+        """Stable hash of every setting: part of each stage's cache key."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of config sections, got {type(data).__name__}")
+    return data
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def _preset_path(preset: str) -> Path:
+    p = Path(preset)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    path = PRESETS_DIR / f"{preset}.yaml"
+    if not path.exists():
+        raise ConfigError(
+            f"unknown preset {preset!r}: no file {path}. Known presets: {', '.join(available_presets())} "
+            "(or pass a path to a YAML file)"
+        )
+    return path
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """`["prefix.ratio_max=0.5", "algorithm=grpo"]` -> nested dict; values parsed as YAML scalars."""
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value (e.g. prefix.ratio_max=0.5)")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key")
+        value = yaml.safe_load(raw) if raw.strip() else None
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is set twice, once as a value")
+        node[parts[-1]] = value
+    return nested
+
+
+def _explain(err: ValidationError, origin: str) -> ConfigError:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(x) for x in e["loc"]) or "(root)"
+        if e["type"] == "extra_forbidden":
+            section = _section_for(e["loc"][:-1])
+            known = ", ".join(sorted(section.model_fields)) if section else "?"
+            lines.append(f"unknown config key {key!r}; known keys here: {known}")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            # A section-level check already names its keys and values; a field check gets both added.
+            if isinstance(e.get("input"), dict):
+                lines.append(msg)
+            else:
+                lines.append(f"{key}: {msg} (got {e.get('input')!r})")
+    return ConfigError(f"invalid configuration ({origin}):\n  " + "\n  ".join(lines))
+
+
+def _section_for(loc: tuple) -> type[BaseModel] | None:
+    model: type[BaseModel] = RunConfig
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return None
+        model = field.annotation
+    return model
+
+
+def load_config(preset: str = "tiny", overrides: list[str] | None = None) -> RunConfig:
+    """Build a validated RunConfig from a preset name (or YAML path), its algorithm overlay and overrides."""
+    path = _preset_path(preset)
+    base = _read_yaml(path)
+    over = parse_overrides(overrides or [])
+    algorithm = over.get("algorithm", base.get("algorithm", RunConfig.model_fields["algorithm"].default))
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm: unknown method {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    overlay = _read_yaml(PRESETS_DIR / "algorithms" / f"{algorithm}.yaml")
+    merged = _deep_merge(_deep_merge(base, overlay), over)
+    merged["algorithm"] = algorithm
+    try:
+        return RunConfig.model_validate(merged)
+    except ValidationError as e:
+        raise _explain(e, f"preset {path}, algorithm overlay {algorithm}, overrides {overrides or []}") from None
+
+
+def config_from_dict(data: dict[str, Any], origin: str = "dict") -> RunConfig:
+    """Validate a full config (e.g. a run directory's config.yaml) with the same error messages."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise _explain(e, origin) from None
+
+
+def save_config(cfg: RunConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def load_saved_config(path: Path) -> RunConfig:
+    return config_from_dict(_read_yaml(path), origin=str(path))

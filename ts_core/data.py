@@ -1,0 +1,265 @@
+"""Data sets: chain_sum splits in verl's Parquet layout, the warm-up corpus, and a loader.
+
+`build_chain_sum_splits` draws from ONE reasoning-gym stream and fills test, then validation,
+then train, skipping every compact expression already used: the splits are disjoint (and free
+of duplicates), and the held-out splits do not change when only `train_size` changes.
+
+`load_dataset` reads any verl-schema Parquet file (ours or a user's) into `Prompt`s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from ts_core.chain_sum import compact, question, solution
+from ts_core.parquet_io import DataError, read_table, write_table_atomic
+from ts_core.schemas import DATASET_OPTIONAL_COLUMNS, DATASET_SCHEMA
+
+__all__ = [
+    "SPLITS",
+    "Message",
+    "Prompt",
+    "build_chain_sum_splits",
+    "expressions_of",
+    "load_dataset",
+    "warmup_corpus",
+]
+
+# Split name -> file name; the fill order puts held-out splits first (see module docstring).
+SPLITS: dict[str, str] = {"test": "test.parquet", "validation": "validation.parquet", "train": "train.parquet"}
+DATA_SOURCE = "chain_sum"
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One RL prompt.
+
+    prompt_id:    stable id, '<split>-<index>' from extra_info, else '<file stem>-<row>'
+    messages:     the chat prompt (use `chat()` for the list-of-dicts chat templates expect)
+    ground_truth: reward_model.ground_truth (the answer text the verifier compares with)
+    data_source:  e.g. 'chain_sum'; selects reasoning-gym's checker for that backend
+    rg_entry:     the reasoning-gym entry as JSON, or None for rows not made by reasoning-gym
+    target:       a worked solution, or None
+    """
+
+    prompt_id: str
+    messages: tuple[Message, ...]
+    ground_truth: str
+    data_source: str
+    rg_entry: str | None = None
+    target: str | None = None
+
+    def chat(self) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
+    @property
+    def user_text(self) -> str:
+        """Content of the last user message (the question, for single-turn prompts)."""
+        for m in reversed(self.messages):
+            if m.role == "user":
+                return m.content
+        raise ValueError(f"prompt {self.prompt_id} has no user message")
+
+
+def _derived_seed(seed: int, stream: str) -> int:
+    # reasoning-gym seeds item i with Random(seed + i): user seeds 0 and 1 would give the same
+    # items shifted by one. Hashing spreads user seeds (and our streams) far apart.
+    digest = hashlib.sha256(f"thinking-seeds/{stream}/{seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _entries(
+    seed: int, stream: str, min_terms: int, max_terms: int, min_digits: int, max_digits: int, limit: int
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(index, entry) for the first `limit` items of a deterministic reasoning-gym stream."""
+    import reasoning_gym  # heavy import (~0.8 s): only the builders need it
+
+    ds = reasoning_gym.create_dataset(
+        DATA_SOURCE,
+        size=limit,
+        seed=_derived_seed(seed, stream),
+        min_terms=min_terms,
+        max_terms=max_terms,
+        min_digits=min_digits,
+        max_digits=max_digits,
+    )
+    for i in range(limit):
+        yield i, ds[i]
+
+
+def _row(entry: dict[str, Any], split: str, index: int) -> dict[str, Any]:
+    expr = compact(entry["metadata"]["expression"])
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": question(expr)}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": entry["answer"]},
+        "extra_info": {"split": split, "index": index, "rg_entry": json.dumps(entry, sort_keys=True)},
+        "target": solution(expr, "a"),
+    }
+
+
+def build_chain_sum_splits(
+    out_dir: str | os.PathLike[str],
+    train_size: int,
+    val_size: int,
+    test_size: int,
+    seed: int,
+    min_terms: int = 3,
+    max_terms: int = 5,
+    min_digits: int = 1,
+    max_digits: int = 2,
+) -> dict[str, Path]:
+    """Write train/validation/test Parquet files (DATASET_SCHEMA) and return {split: path}.
+
+    No compact expression appears twice anywhere in the three files. Same arguments -> same
+    bytes. Raises ValueError when the expression space of the given term/digit ranges is too
+    small to supply that many distinct expressions.
+    """
+    sizes = {"test": test_size, "validation": val_size, "train": train_size}
+    for split, n in sizes.items():
+        if n < 0:
+            raise ValueError(f"{split} size must be >= 0, got {n}")
+    total = sum(sizes.values())
+    # Collisions are rare for the default ranges (~3% of 10k draws); 4x + 1000 draws is ample,
+    # and running out means the space itself is too small, which we report.
+    limit = 4 * total + 1000
+    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    seen: set[str] = set()
+    order = [s for s in SPLITS for _ in range(sizes[s])]
+    stream = _entries(seed, "splits", min_terms, max_terms, min_digits, max_digits, limit)
+    for split in order:
+        for _, entry in stream:
+            expr = compact(entry["metadata"]["expression"])
+            if expr not in seen:
+                seen.add(expr)
+                rows[split].append(_row(entry, split, len(rows[split])))
+                break
+        else:
+            raise ValueError(
+                f"chain_sum: found only {len(seen)} distinct expressions in {limit} draws, but "
+                f"{total} were asked for (train {train_size}, validation {val_size}, test {test_size}) "
+                f"with terms {min_terms}-{max_terms}, digits {min_digits}-{max_digits}; lower the "
+                "sizes or widen the term/digit ranges"
+            )
+    out = Path(out_dir)
+    paths: dict[str, Path] = {}
+    for split, name in SPLITS.items():
+        table = pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA)
+        paths[split] = write_table_atomic(table, out / name, schema=DATASET_SCHEMA)
+    return {s: paths[s] for s in ("train", "validation", "test")}
+
+
+def expressions_of(path: str | os.PathLike[str]) -> set[str]:
+    """Compact expressions of a chain_sum split file (to pass as `exclude` to warmup_corpus)."""
+    out: set[str] = set()
+    for p in load_dataset(path):
+        if p.rg_entry is None:
+            raise DataError(f"{path}: row {p.prompt_id} has no extra_info.rg_entry; not a chain_sum split")
+        out.add(compact(json.loads(p.rg_entry)["metadata"]["expression"]))
+    return out
+
+
+def warmup_corpus(
+    n: int,
+    seed: int,
+    exclude: set[str],
+    mix: float = 0.5,
+    *,
+    min_terms: int = 3,
+    max_terms: int = 5,
+    min_digits: int = 1,
+    max_digits: int = 2,
+) -> list[tuple[str, str]]:
+    """n (question, worked solution) pairs for the supervised warm-up.
+
+    Expressions in `exclude` (compact form, e.g. from `expressions_of` on the held-out splits)
+    are skipped; repeats among the n are allowed, as in any sampled corpus. Exactly
+    round(n * mix) solutions use strategy 'b', the rest 'a', at seeded random positions.
+    """
+    if not 0.0 <= mix <= 1.0:
+        raise ValueError(f"mix is the share of strategy 'b' and must be in [0, 1], got {mix}")
+    pick = random.Random(_derived_seed(seed, "warmup-strategy"))
+    b_positions = set(pick.sample(range(n), round(n * mix)))
+    limit = 4 * n + 1000
+    out: list[tuple[str, str]] = []
+    for _, entry in _entries(seed, "warmup", min_terms, max_terms, min_digits, max_digits, limit):
+        if len(out) == n:
+            break
+        expr = compact(entry["metadata"]["expression"])
+        if expr in exclude:
+            continue
+        out.append((question(expr), solution(expr, "b" if len(out) in b_positions else "a")))
+    if len(out) < n:
+        raise ValueError(
+            f"warmup_corpus: only {len(out)} of {n} expressions in {limit} draws are outside "
+            f"`exclude` ({len(exclude)} expressions); widen the term/digit ranges or exclude fewer"
+        )
+    return out
+
+
+def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
+    """Read a verl-schema Parquet file (DATASET_SCHEMA; `ability`, `extra_info`, `target` may be
+    absent) into Prompts. DataError names the file and the column or row that is wrong."""
+    path = Path(path)
+    table = read_table(path, schema=DATASET_SCHEMA, optional=DATASET_OPTIONAL_COLUMNS)
+    extra_info = table.column("extra_info").to_pylist() if "extra_info" in table.column_names else None
+    targets = table.column("target").to_pylist() if "target" in table.column_names else None
+    prompts: list[Prompt] = []
+    seen_ids: dict[str, int] = {}
+    for row, (source, messages, reward_model) in enumerate(
+        zip(
+            table.column("data_source").to_pylist(),
+            table.column("prompt").to_pylist(),
+            table.column("reward_model").to_pylist(),
+        )
+    ):
+        ground_truth = (reward_model or {}).get("ground_truth")
+        if ground_truth is None or str(ground_truth).strip() == "":
+            raise DataError(
+                f"{path}: row {row} has an empty reward_model.ground_truth; every prompt needs the "
+                "answer its responses are verified against (fix or drop that row)"
+            )
+        if not messages or any(not isinstance(m, dict) or m.get("content") is None for m in messages):
+            raise DataError(
+                f"{path}: row {row} has an empty 'prompt' column or a message without content; "
+                "expected a list of {role, content}"
+            )
+        if not source:
+            raise DataError(f"{path}: row {row} has an empty 'data_source'")
+        info = (extra_info[row] if extra_info is not None else None) or {}
+        if info.get("split") is not None and info.get("index") is not None:
+            prompt_id = f"{info['split']}-{info['index']}"
+        else:
+            prompt_id = f"{path.stem}-{row}"
+        if prompt_id in seen_ids:
+            raise DataError(
+                f"{path}: rows {seen_ids[prompt_id]} and {row} share the prompt id {prompt_id!r} "
+                "(from extra_info.split/index); make (split, index) unique per row"
+            )
+        seen_ids[prompt_id] = row
+        prompts.append(
+            Prompt(
+                prompt_id=prompt_id,
+                messages=tuple(Message(role=m.get("role") or "user", content=m["content"]) for m in messages),
+                ground_truth=str(ground_truth),
+                data_source=source,
+                rg_entry=info.get("rg_entry"),
+                target=targets[row] if targets is not None else None,
+            )
+        )
+    return prompts

@@ -1,0 +1,101 @@
+"""Held-out evaluation: sample n answers per prompt, verify them, report avg@n and pass@k.
+
+Also used for the *explorable solution space* (SPEC §5): the same prompts sampled plainly and
+from historical seeds (prefix + current continuation) give two pass@k curves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .chain_sum import strategy_of
+from .metrics import pass_at_k_curve
+from .models import encode_prompt
+from .rollout import SamplingParams
+
+
+@dataclass
+class EvalResult:
+    n: int
+    accuracy: float  # avg@n: mean reward over all samples
+    pass_at_k: dict[int, float]
+    correct_counts: list[int]
+    status_counts: dict[str, int]
+    strategy_share: dict[str, float]
+    distinct_correct_answers: float  # mean number of distinct correct *solutions* per prompt
+    mean_response_len: float
+    samples: list[dict] = field(default_factory=list, repr=False)
+
+    def flat(self, prefix: str = "eval") -> dict[str, float]:
+        out = {f"{prefix}/accuracy": self.accuracy, f"{prefix}/mean_response_len": self.mean_response_len,
+               f"{prefix}/distinct_correct_solutions": self.distinct_correct_answers}
+        out.update({f"{prefix}/pass@{k}": v for k, v in self.pass_at_k.items()})
+        out.update({f"{prefix}/strategy_{s}": v for s, v in self.strategy_share.items()})
+        out.update({f"{prefix}/status_{s}": float(c) for s, c in self.status_counts.items()})
+        return out
+
+
+def powers_of_two_upto(n: int) -> list[int]:
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+def evaluate_prompts(
+    engine,
+    tokenizer,
+    prompts: Sequence,
+    verifier,
+    *,
+    n: int,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    keep_samples: bool = False,
+) -> EvalResult:
+    """Sample n responses per prompt (optionally each continuing `prefixes[i*n + j]`) and score them."""
+    contexts, owners = [], []
+    for i, p in enumerate(prompts):
+        ids = encode_prompt(tokenizer, p.chat())
+        for j in range(n):
+            pre = list(prefixes[i * n + j]) if prefixes is not None else []
+            contexts.append(ids + pre)
+            owners.append((i, pre))
+    # A seeded response is prefix + continuation, capped at max_new_tokens in total.
+    caps = [max(0, max_new_tokens - len(pre)) for _, pre in owners]
+    gens = engine.generate(contexts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed), max_new=caps)
+    texts = [tokenizer.decode(pre + g.token_ids, skip_special_tokens=True) for (i, pre), g in zip(owners, gens)]
+    verdicts = verifier.score_batch(texts, [prompts[i] for i, _ in owners])
+
+    correct = [0] * len(prompts)
+    solutions: list[set[str]] = [set() for _ in prompts]
+    for (i, _), v, t in zip(owners, verdicts, texts):
+        if v.reward > 0:
+            correct[i] += 1
+            solutions[i].add(t.strip())
+    strategies = Counter(strategy_of(t) for t in texts)
+    total = max(1, len(texts))
+    samples = []
+    if keep_samples:
+        samples = [
+            {"prompt_id": prompts[i].prompt_id, "text": t, "reward": v.reward, "status": v.status}
+            for (i, _), t, v in zip(owners, texts, verdicts)
+        ]
+    return EvalResult(
+        n=n,
+        accuracy=sum(v.reward for v in verdicts) / total,
+        pass_at_k=pass_at_k_curve(correct, n, powers_of_two_upto(n)),
+        correct_counts=correct,
+        status_counts=dict(Counter(v.status for v in verdicts)),
+        strategy_share={s: strategies.get(s, 0) / total for s in ("a", "b", "other")},
+        distinct_correct_answers=sum(len(s) for s in solutions) / max(1, len(prompts)),
+        mean_response_len=sum(len(pre) + len(g.token_ids) for (_, pre), g in zip(owners, gens)) / total,
+        samples=samples,
+    )

@@ -1,0 +1,106 @@
+"""A plain-Python training loop over the stages (no Prefect): the algorithm box, runnable anywhere.
+
+    for k in 0 .. iterations-1:
+        snapshot(k); seeds(k); continuation(k); verify(k); update(k); evaluate(k)
+
+`run_stage` is the one place that turns a stage function's Manifest into files (metrics Parquet,
+manifest JSON) and skips a stage whose outputs are already complete; the Prefect tasks call it too.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .config import RunConfig
+from .run_dir import Manifest, RunDir
+from .stages import STAGE_FUNCS, STAGES, Session, evaluate, prepare, upstream_of
+
+
+def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
+    """Prepare the run directory unless that is already done (the manifest is then left untouched)."""
+    done = run.completed(0, "prepare", cfg.config_hash(), upstream={})
+    if done is not None:
+        return done
+    m = prepare(run, cfg)
+    run.write_manifest(m)
+    return m
+
+
+def run_stage(s: Session, stage: str, k: int, fn: Callable[[Session, int], Manifest] | None = None) -> Manifest:
+    """Run one stage unless its completed outputs are already there (then return their manifest).
+
+    "Completed" means: manifest present, same config hash, output files hashing as recorded, and
+    computed from the current manifests of its upstream stages (`upstream_of`).
+    """
+    upstream = s.run.upstream_digests(upstream_of(stage, k))
+    done = s.run.completed(k, stage, s.cfg.config_hash(), upstream)
+    if done is not None:
+        return done
+    m = (fn or STAGE_FUNCS[stage])(s, k)
+    m.upstream = upstream
+    metrics = dict(m.metrics)
+    metrics.update({f"time/{stage}/{part}": sec for part, sec in m.seconds.items()})
+    if metrics and stage != "evaluate":  # evaluate writes its own file, labelled by policy step
+        path = s.run.write_metrics(k, stage, metrics)
+        m.outputs["metrics"], m.hashes["metrics"] = s.run.rel(path), s.run.file_hash(path)
+    s.run.write_manifest(m)
+    return m
+
+
+def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], None] | None = None) -> RunDir:
+    """Run (or resume) all iterations of `cfg` in `run`, in this process."""
+    run.acquire_lock()
+    try:
+        run_prepare(run, cfg)
+        s = Session(run, cfg)
+        try:
+            m = run_stage(s, "evaluate", -1, evaluate)  # θ_0, the curves' starting point
+            if on_stage:
+                on_stage(-1, "evaluate", m)
+            for k in range(cfg.iterations):
+                for stage in STAGES:
+                    m = run_stage(s, stage, k)
+                    if on_stage:
+                        on_stage(k, stage, m)
+        finally:
+            s.close()
+    finally:
+        run.release_lock()
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m ts_core.loop --preset tiny --run-id X [--runs-dir D] [--set k=v ...]`: one run, no Prefect.
+
+    The entry point `ts_core.compare.run_all` starts once per run of a comparison; it prints one
+    line per stage (flushed), which is what lands in `runs/<id>/train.log`.
+    """
+    import argparse
+    import time
+    from pathlib import Path
+
+    from .config import load_config
+
+    ap = argparse.ArgumentParser(description="Train (or resume) one run with the plain loop (no Prefect).")
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--runs-dir", type=Path, default=None, help="folder of run directories (default: $TS_RUNS_DIR or ./runs)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    a = ap.parse_args(argv)
+    cfg = load_config(a.preset, a.overrides)
+    run = RunDir.for_run(a.run_id, a.runs_dir.resolve() if a.runs_dir else None)
+    t0 = time.perf_counter()
+    print(f"run {run.run_id}: {cfg.algorithm}, seed {cfg.seed}, {cfg.iterations} iterations, config {cfg.config_hash()}", flush=True)
+
+    def on_stage(k: int, stage: str, m: Manifest) -> None:
+        keys = ("eval/accuracy", "reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all")
+        shown = ", ".join(f"{n} {m.metrics[n]:.4f}" for n in keys if n in m.metrics)
+        secs = sum(m.seconds.values())
+        print(f"iteration {k}/{cfg.iterations - 1} {stage} {secs:.2f}s" + (f" | {shown}" if shown else ""), flush=True)
+
+    train(run, cfg, on_stage=on_stage)
+    print(f"done {run.root} in {time.perf_counter() - t0:.1f}s", flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through compare.run_all's subprocesses
+    main()

@@ -1,0 +1,343 @@
+"""The Thinking Seeds policy loss (SPEC §3), as pure functions over typed tensors.
+
+One response is `prefix + continuation`. The prefix was written by a historical checkpoint h, the
+continuation by the rollout policy θ_old. Each token gets the importance ratio against *the policy
+that actually wrote it*:
+
+    continuation / on-policy token:  r = π_θ / π_θold,  ψ = min(r·A, clip(r, 1-ε_low, 1+ε_high)·A)
+    prefix token, `prefix_loss`:
+        clip     r = π_θ / π_h, the same clipped surrogate       (token-level importance ratio)
+        shaped   ψ = f(π_θ)·A,  f(p) = p / (p + γ), no clip        (LUFFY policy shaping)
+        capped   ψ = min(r, c_max)·A with the weight held fixed    (truncated importance weight)
+        context  no gradient: the prefix is only context          (PrefixRL / QuestA)
+
+The loss is −ψ aggregated with verl's `loss_agg_mode`, plus optional entropy bonus and KL penalty.
+The trainer never sees rewards, only `advantages` (prime-rl's split).
+
+Shapes: B sequences, T response positions (right-padded). All per-token tensors are (B, T).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import torch
+
+PrefixLoss = Literal["clip", "shaped", "capped", "context"]
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+POPULATIONS = ("on_policy", "continuation", "prefix")
+
+
+@dataclass
+class LossInputs:
+    """Everything the loss needs for one (micro-)batch.
+
+    logprobs            (B, T) log π_θ(token) with grad, at the rollout temperature
+    old_logprobs        (B, T) log π_θold(token): the rollout policy (meaningful off the prefix)
+    behaviour_logprobs  (B, T) log π_h(token): the historical policy (meaningful on the prefix)
+    advantages          (B,) or (B, T)
+    response_mask       (B, T) bool: generated tokens (prefix and continuation), not padding
+    prefix_mask         (B, T) bool: tokens written by a historical checkpoint (⊆ response_mask)
+    seeded              (B,) bool: the sample started from someone else's tokens
+    entropy             (B, T) token entropy under π_θ (with grad if entropy_coeff > 0), optional
+    ref_logprobs        (B, T) log π_ref(token), needed only when kl_coef > 0
+    """
+
+    logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    behaviour_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    response_mask: torch.Tensor
+    prefix_mask: torch.Tensor
+    seeded: torch.Tensor
+    entropy: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    clip_ratio_c: float | None = None
+    prefix_loss: PrefixLoss = "clip"
+    shaped_gamma: float = 0.1
+    cap: float = 2.0
+    loss_agg_mode: LossAggMode = "token-mean"
+    entropy_coeff: float = 0.0
+    kl_coef: float = 0.0
+    kl_type: Literal["k1", "k3"] = "k3"
+    # Normalisers for the *global* batch. Micro-batches and processes then each contribute their
+    # share of one global mean, so 1 process and N processes give the same gradient.
+    #   token-mean: total loss tokens;  seq-mean-*: total sequences;  None: this batch's own count.
+    global_tokens: float | None = None
+    global_seqs: float | None = None
+    # seq-mean-token-sum-norm divides each sequence's sum by this constant (Dr. GRPO: max length).
+    seq_norm_len: float | None = None
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor
+    # Sums and counts, not means, so micro-batches and ranks can be reduced exactly: see `Stats`.
+    stats: "Stats"
+
+
+# ---------------------------------------------------------------------------------------------
+# Surrogates: each returns (per-token loss, per-token "gradient lost to clipping" mask).
+# ---------------------------------------------------------------------------------------------
+
+SURROGATES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def register_surrogate(name: str):
+    def deco(fn):
+        SURROGATES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_surrogate(name: str):
+    if name not in SURROGATES:
+        raise KeyError(f"unknown prefix loss {name!r}; known: {', '.join(sorted(SURROGATES))}")
+    return SURROGATES[name]
+
+
+@register_surrogate("clip")
+def clipped_surrogate(
+    logprobs: torch.Tensor, denom_logprobs: torch.Tensor, adv: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clip (with clip-higher and optional dual clip) on r = exp(logprobs - denom_logprobs).
+
+    Returns the per-token loss −ψ and a bool mask of tokens whose gradient the clip zeroes.
+    """
+    log_ratio = (logprobs - denom_logprobs).clamp(-20.0, 20.0)  # exp overflow guard only
+    ratio = torch.exp(log_ratio)
+    loss1 = -adv * ratio
+    loss2 = -adv * ratio.clamp(1.0 - s.clip_ratio_low, 1.0 + s.clip_ratio_high)
+    loss = torch.maximum(loss1, loss2)
+    # The clipped branch is active (gradient 0) where it is strictly larger.
+    clipped = loss2 > loss1
+    if s.clip_ratio_c is not None:
+        # Dual clip: with A < 0 a huge ratio would give an unbounded loss; cap it at -A·c.
+        loss3 = -adv * s.clip_ratio_c
+        dual = (adv < 0) & (loss3 < loss)
+        loss = torch.where(dual, loss3, loss)
+        clipped = clipped | dual
+    return loss, clipped
+
+
+@register_surrogate("shaped")
+def shaped_surrogate(
+    logprobs: torch.Tensor, denom_logprobs: torch.Tensor, adv: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """LUFFY policy shaping: ψ = f(π_θ)·A with f(p) = p / (p + γ); no ratio, no clip.
+
+    f'(p) = γ / (p + γ)², so low-probability tokens of the guide get a larger push than under
+    log π_θ, which keeps the policy from collapsing onto the guide's likely tokens.
+    """
+    p = torch.exp(logprobs)
+    loss = -adv * p / (p + s.shaped_gamma)
+    return loss, torch.zeros_like(loss, dtype=torch.bool)
+
+
+@register_surrogate("capped")
+def capped_surrogate(
+    logprobs: torch.Tensor, denom_logprobs: torch.Tensor, adv: torch.Tensor, s: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance weight: ψ = min(r, c)·A with the weight treated as a constant.
+
+    The gradient is min(r, c)·A·∇log π_θ: a large ratio is bounded, never zeroed, so no gradient
+    is lost to clipping (the value of the loss is min(r, c)·A, as written).
+    """
+    ratio = torch.exp((logprobs - denom_logprobs).clamp(-20.0, 20.0))
+    weight = ratio.clamp(max=s.cap).detach()
+    # exp(lp - sg(lp)) == 1 in value, ∇ = ∇lp: value w·A, gradient w·A·∇log π_θ.
+    loss = -adv * weight * torch.exp(logprobs - logprobs.detach())
+    return loss, torch.zeros_like(loss, dtype=torch.bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation (verl's names)
+# ---------------------------------------------------------------------------------------------
+
+
+def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, s: LossSettings) -> torch.Tensor:
+    """Reduce a (B, T) token loss over `mask` to a scalar.
+
+    token-mean               Σ_bt l·m / Σ_bt m                  (every token weighs the same)
+    seq-mean-token-mean      mean_b (Σ_t l·m / Σ_t m)            (every sequence weighs the same)
+    seq-mean-token-sum-norm  mean_b (Σ_t l·m / L)                (Dr. GRPO: L a constant, no length bias)
+    The denominators use the global batch counts of `s` when given.
+    """
+    m = mask.to(loss_mat.dtype)
+    mode = s.loss_agg_mode
+    if mode == "token-mean":
+        denom = s.global_tokens if s.global_tokens is not None else m.sum().clamp(min=1.0)
+        return (loss_mat * m).sum() / denom
+    seq_tokens = m.sum(-1)
+    has_tokens = (seq_tokens > 0).to(loss_mat.dtype)
+    if mode == "seq-mean-token-mean":
+        seq_loss = (loss_mat * m).sum(-1) / seq_tokens.clamp(min=1.0)
+    elif mode == "seq-mean-token-sum-norm":
+        norm = s.seq_norm_len if s.seq_norm_len is not None else float(loss_mat.shape[-1])
+        seq_loss = (loss_mat * m).sum(-1) / norm
+    else:
+        raise KeyError(f"unknown loss_agg_mode {mode!r}; known: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm")
+    denom = s.global_seqs if s.global_seqs is not None else has_tokens.sum().clamp(min=1.0)
+    return (seq_loss * has_tokens).sum() / denom
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-token KL(π_θ || π_ref) estimate: k1 = log r, k3 = r⁻¹ − 1 + log r with r = π_θ/π_ref."""
+    log_ratio = logprobs - ref_logprobs
+    if kind == "k1":
+        return log_ratio
+    if kind == "k3":
+        neg = (-log_ratio).clamp(-20.0, 20.0)
+        return torch.exp(neg) - 1.0 - neg
+    raise KeyError(f"unknown kl_type {kind!r}; known: k1, k3")
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics by population
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stats:
+    """Additive statistics: `sums[name] / counts[name]` is the metric, `maxes` are maxima.
+
+    Keeping numerators and denominators lets micro-batches and processes combine exactly.
+    """
+
+    sums: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, float] = field(default_factory=dict)
+    maxes: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, total: torch.Tensor | float, count: torch.Tensor | float) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + float(total)
+        self.counts[name] = self.counts.get(name, 0.0) + float(count)
+
+    def add_max(self, name: str, value: float) -> None:
+        self.maxes[name] = max(self.maxes.get(name, float("-inf")), value)
+
+    def merge(self, other: "Stats") -> "Stats":
+        for k in other.sums:
+            self.add(k, other.sums[k], other.counts[k])
+        for k, v in other.maxes.items():
+            self.add_max(k, v)
+        return self
+
+    def means(self) -> dict[str, float]:
+        out = {k: self.sums[k] / self.counts[k] for k in self.sums if self.counts[k] > 0}
+        out.update(self.maxes)
+        return out
+
+
+def population_masks(inp: LossInputs) -> dict[str, torch.Tensor]:
+    """(B, T) masks of the three token populations of SPEC §5."""
+    resp = inp.response_mask.bool()
+    prefix = inp.prefix_mask.bool() & resp
+    seeded = inp.seeded.bool()[:, None]
+    return {
+        "on_policy": resp & ~seeded,
+        "continuation": resp & seeded & ~prefix,
+        "prefix": prefix,
+    }
+
+
+@torch.no_grad()
+def _population_stats(
+    stats: Stats,
+    inp: LossInputs,
+    s: LossSettings,
+    adv: torch.Tensor,
+    ratio: torch.Tensor,
+    clipped: torch.Tensor,
+    grad_mask: torch.Tensor,
+) -> None:
+    pops = population_masks(inp)
+    abs_adv = adv.abs()
+    above = ratio > 1.0 + s.clip_ratio_high
+    for name, m in list(pops.items()) + [("all", inp.response_mask.bool())]:
+        n = m.sum()
+        if n == 0:
+            continue
+        suffix = f"/{name}"
+        # Gradient lost to clipping: share of tokens, and of |A|-weighted mass, that the clip zeroes.
+        stats.add("actor/pg_clipfrac" + suffix, (clipped & m).sum(), n)
+        stats.add("actor/pg_clipfrac_adv" + suffix, (abs_adv * (clipped & m)).sum(), (abs_adv * m).sum())
+        stats.add("actor/ratio_mean" + suffix, (ratio * m).sum(), n)
+        stats.add("actor/ratio_above_frac" + suffix, (above & m).sum(), n)
+        stats.add_max("actor/ratio_max" + suffix, float(ratio[m].max()))
+        stats.add("actor/grad_tokens" + suffix, (grad_mask & m).sum(), n)
+        if inp.entropy is not None:
+            ent = inp.entropy.detach()
+            stats.add("actor/entropy" + suffix, (ent * m).sum(), n)
+            # Effective entropy: entropy of the tokens that actually carry gradient.
+            g = grad_mask & m
+            stats.add("actor/effective_entropy" + suffix, (ent * g).sum(), g.sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# The loss
+# ---------------------------------------------------------------------------------------------
+
+
+def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
+    """Token-level mix-policy loss.
+
+    Returns the scalar loss to minimise and additive statistics (SPEC §5 names, verl style):
+    actor/pg_loss, actor/pg_clipfrac/<pop>, actor/pg_clipfrac_adv/<pop>, actor/ratio_mean/<pop>,
+    actor/ratio_max/<pop>, actor/ratio_above_frac/<pop>, actor/entropy/<pop>,
+    actor/effective_entropy/<pop>, actor/kl (when kl_coef > 0), with <pop> in
+    on_policy | continuation | prefix | all.
+    """
+    resp = inp.response_mask.bool()
+    prefix = inp.prefix_mask.bool() & resp
+    adv = inp.advantages if inp.advantages.dim() == 2 else inp.advantages[:, None].expand_as(inp.logprobs)
+    adv = adv.to(inp.logprobs.dtype)
+
+    # Continuation and on-policy tokens: the rollout policy wrote them.
+    own_loss, own_clipped = clipped_surrogate(inp.logprobs, inp.old_logprobs, adv, s)
+    own_ratio = torch.exp((inp.logprobs - inp.old_logprobs).detach().clamp(-20.0, 20.0))
+
+    if s.prefix_loss == "context":
+        # Context only: the prefix leaves the loss altogether (no gradient, not in the mean).
+        loss_mask = resp & ~prefix
+        pre_loss, pre_clipped = torch.zeros_like(own_loss), torch.zeros_like(own_clipped)
+    else:
+        loss_mask = resp
+        pre_loss, pre_clipped = get_surrogate(s.prefix_loss)(inp.logprobs, inp.behaviour_logprobs, adv, s)
+    pre_ratio = torch.exp((inp.logprobs - inp.behaviour_logprobs).detach().clamp(-20.0, 20.0))
+
+    token_loss = torch.where(prefix, pre_loss, own_loss)
+    clipped = torch.where(prefix, pre_clipped, own_clipped) & loss_mask
+    ratio = torch.where(prefix, pre_ratio, own_ratio)
+
+    pg_loss = aggregate(token_loss, loss_mask, s)
+    loss = pg_loss
+
+    stats = Stats()
+    n_tok = loss_mask.sum()
+    # Token mean of −ψ whatever the aggregation: additive across micro-batches and ranks.
+    stats.add("actor/pg_loss", (token_loss.detach() * loss_mask).sum(), n_tok)
+    stats.add("actor/zero_adv_frac", ((adv == 0) & loss_mask).sum(), n_tok)
+    if s.entropy_coeff > 0:
+        if inp.entropy is None:
+            raise ValueError("entropy_coeff > 0 needs LossInputs.entropy (computed with grad)")
+        loss = loss - s.entropy_coeff * aggregate(inp.entropy, loss_mask, s)
+    if s.kl_coef > 0:
+        if inp.ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs LossInputs.ref_logprobs (log-probs under the reference model)")
+        kl = kl_penalty(inp.logprobs, inp.ref_logprobs, s.kl_type)
+        loss = loss + s.kl_coef * aggregate(kl, loss_mask, s)
+        stats.add("actor/kl", (kl.detach() * loss_mask).sum(), n_tok)
+
+    # SPEC §5: tokens that carry gradient = in the loss and not clipped. (Zero-advantage tokens
+    # are counted in; their share is reported separately as actor/zero_adv_frac.)
+    grad_mask = loss_mask & ~clipped
+    _population_stats(stats, inp, s, adv.detach(), ratio, clipped, grad_mask)
+    return LossOutput(loss=loss, stats=stats)

@@ -1,0 +1,114 @@
+"""Models: load any local Hugging Face causal LM, and build the tiny offline base model.
+
+Nothing here touches a model hub: `local_files_only=True` everywhere. The tiny model is a standard
+`LlamaForCausalLM` (so vLLM can load the same checkpoint) with a character-level tokenizer built
+with the `tokenizers` library: on the arithmetic task every character is a decision, and a 60-token
+vocabulary keeps the model at ~0.8M parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
+
+# Per-file "Loading weights" bars on every checkpoint swap drown our own progress display.
+hf_logging.disable_progress_bar()
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_MODELS = {
+    "tiny": REPO_ROOT / "data" / "models" / "tiny-chainsum",
+    "smollm2": REPO_ROOT / "data" / "models" / "smollm2-135m",
+}
+PAD, EOS = "<pad>", "<eos>"
+# Chat template of the tiny model: the user's text, a newline, then the answer. No role markers:
+# the model only ever sees one turn, and every character costs compute on a CPU.
+TINY_CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+
+
+class ModelError(ValueError):
+    """A model path or file that cannot be used, with what to do about it."""
+
+
+def resolve_model_path(path: str) -> Path:
+    """`builtin:<name>` -> the bundled checkpoint; anything else is a local directory."""
+    if path.startswith("builtin:"):
+        name = path.split(":", 1)[1]
+        if name not in BUILTIN_MODELS:
+            raise ModelError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
+        p = BUILTIN_MODELS[name]
+        if not (p / "config.json").exists():
+            hint = "python -m ts_core.warmup" if name == "tiny" else "ts build-smollm2"
+            raise ModelError(f"builtin model {name!r} is not built at {p}; build it with `{hint}`")
+        return p
+    p = Path(path).expanduser()
+    if not (p / "config.json").exists():
+        raise ModelError(f"no Hugging Face checkpoint at {p} (config.json missing); pass a local model directory")
+    return p
+
+
+def char_tokenizer(charset: str) -> PreTrainedTokenizerFast:
+    """A character-level HF tokenizer over `charset` (+ <pad>, <eos>), built offline."""
+    vocab = {PAD: 0, EOS: 1}
+    for ch in sorted(set(charset)):
+        vocab.setdefault(ch, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
+    # Every character is its own piece; Fuse joins them back without spaces on decode.
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS)
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def tiny_llama(vocab_size: int, pad_id: int, eos_id: int, *, hidden: int = 128, layers: int = 4, heads: int = 4,
+               intermediate: int = 384, max_positions: int = 256, seed: int = 0) -> LlamaForCausalLM:
+    """A small standard Llama (≈0.8M parameters at the defaults), randomly initialised."""
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        bos_token_id=eos_id,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg)
+
+
+def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32):
+    """Load a local HF causal LM and its tokenizer (safetensors only, no hub)."""
+    p = resolve_model_path(str(path))
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    weights = list(p.glob("*.safetensors"))
+    if not weights:
+        raise ModelError(f"{p} has no .safetensors weights; convert it (pickled .bin/.pt weights are never loaded)")
+    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, use_safetensors=True)
+    model.eval()
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return model, tok
+
+
+def count_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of a chat prompt, ready for the answer to follow."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)

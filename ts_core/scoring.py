@@ -1,0 +1,74 @@
+"""Per-token log-probs and entropies of given responses under a model (the trainer's forward).
+
+Layout: contexts are left-padded and responses right-padded, so every response starts at the same
+column and `logits_to_keep` returns exactly the response positions — the (B, L, V) logits of the
+whole sequence are never materialised, which matters for 49k-token vocabularies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+@dataclass
+class ResponseScores:
+    """logprobs, entropy: (B, T) at the given temperature; mask: (B, T) bool, response tokens."""
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None
+    mask: torch.Tensor
+
+
+def pack(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, device=None):
+    """(input_ids, attention_mask, position_ids, response_ids, response_mask) for the layout above."""
+    B = len(contexts)
+    Lc = max(len(c) for c in contexts)
+    T = max(1, max(len(r) for r in responses))
+    ids = torch.full((B, Lc + T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, Lc + T), dtype=torch.long)
+    resp = torch.full((B, T), pad_id, dtype=torch.long)
+    rmask = torch.zeros((B, T), dtype=torch.bool)
+    for i, (c, r) in enumerate(zip(contexts, responses)):
+        ids[i, Lc - len(c) : Lc] = torch.tensor(list(c), dtype=torch.long)
+        attn[i, Lc - len(c) : Lc] = 1
+        if r:
+            ids[i, Lc : Lc + len(r)] = torch.tensor(list(r), dtype=torch.long)
+            attn[i, Lc : Lc + len(r)] = 1
+            resp[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+            rmask[i, : len(r)] = True
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    tensors = (ids, attn, pos, resp, rmask)
+    return tuple(t.to(device) for t in tensors) if device is not None else tensors
+
+
+def score_responses(
+    model,
+    contexts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> ResponseScores:
+    """log π(response_t | context, response_<t) / T-scaled, for every response token.
+
+    Runs with whatever grad mode the caller set: under `torch.no_grad()` for analysis, with grad
+    in the update.
+    """
+    dev = next(model.parameters()).device
+    ids, attn, pos, resp, rmask = pack(contexts, responses, pad_id, dev)
+    T = resp.shape[1]
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
+    # Position j predicts token j+1: logits at columns Lc-1 .. Lc+T-2 score the T response tokens.
+    logits = out.logits[:, :T, :].float() / temperature
+    logz = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, resp[..., None]).squeeze(-1) - logz
+    entropy = None
+    if with_entropy:
+        p = torch.softmax(logits, dim=-1)
+        entropy = logz - (p * logits).sum(-1)
+    logprobs = logprobs.masked_fill(~rmask, 0.0)
+    return ResponseScores(logprobs=logprobs, entropy=entropy, mask=rmask)

@@ -1,0 +1,255 @@
+"""The gradient update: rollouts with advantages in, θ_{k+1} (and its optimizer state) out.
+
+The trainer never sees rewards, only advantages (prime-rl's split). It runs the same code in
+process or under `accelerate launch` with N processes: each process takes every N-th sequence of
+each mini-batch, and the loss is normalised by the *global* mini-batch token (or sequence) count,
+multiplied by N because DDP averages gradients. So N processes compute the same gradient as one,
+up to float summation order (tested).
+
+    accelerate launch --num_processes 1 -m ts_core.trainer --policy P --rollouts R --out O --config C
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpoints import OPTIMIZER_NAME, load_optimizer_state, save_checkpoint
+from .config import RunConfig, load_saved_config
+from .losses import LossInputs, LossSettings, Stats, compute_policy_loss
+from .models import load_model
+from .parquet_io import read_table
+from .schemas import ROLLOUT_SCHEMA
+from .scoring import score_responses
+
+
+@dataclass
+class Batch:
+    """Per-sequence training data, as Python lists (small; tensors are built per micro-batch)."""
+
+    contexts: list[list[int]]
+    responses: list[list[int]]
+    old_logprobs: list[list[float]]
+    behaviour_logprobs: list[list[float]]
+    prefix_len: list[int]
+    seeded: list[bool]
+    advantages: list[float]
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    def select(self, idx: list[int]) -> "Batch":
+        return Batch(*[[getattr(self, f)[i] for i in idx] for f in self.__dataclass_fields__])
+
+
+def load_batch(rollouts_path: Path) -> Batch:
+    t = read_table(rollouts_path, ROLLOUT_SCHEMA).to_pydict()
+    if any(a is None for a in t["advantage"]):
+        raise ValueError(f"{rollouts_path} has rows without an advantage: run the verify stage first")
+    return Batch(
+        contexts=t["prompt_token_ids"],
+        responses=t["token_ids"],
+        old_logprobs=t["old_logprobs"],
+        behaviour_logprobs=t["behaviour_logprobs"],
+        prefix_len=t["prefix_len"],
+        seeded=[k != "on_policy" for k in t["kind"]],
+        advantages=t["advantage"],
+    )
+
+
+def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
+    l, p = cfg.loss, cfg.prefix
+    return LossSettings(
+        clip_ratio_low=l.clip_ratio_low, clip_ratio_high=l.clip_ratio_high, clip_ratio_c=l.clip_ratio_c,
+        prefix_loss=p.loss, shaped_gamma=p.shaped_gamma, cap=p.cap, loss_agg_mode=l.loss_agg_mode,
+        entropy_coeff=l.entropy_coeff, kl_coef=l.kl_coef, kl_type=l.kl_type,
+        seq_norm_len=float(cfg.rollout.max_new_tokens), **global_counts,
+    )
+
+
+def _padded(rows: list[list[float]], T: int, device) -> torch.Tensor:
+    out = torch.zeros((len(rows), T), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        n = min(len(r), T)
+        out[i, :n] = torch.tensor(r[:n], dtype=torch.float32)
+    return out.to(device)
+
+
+def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSettings, ref_model=None):
+    """Forward one micro-batch and return the LossOutput (loss with grad)."""
+    need_entropy = True  # entropy statistics are cheap at these sizes and drive the analysis
+    sc = score_responses(model, mb.contexts, mb.responses, pad_id=pad_id,
+                         temperature=cfg.rollout.temperature, with_entropy=need_entropy)
+    dev = sc.logprobs.device
+    T = sc.logprobs.shape[1]
+    prefix_mask = torch.arange(T, device=dev)[None, :] < torch.tensor(mb.prefix_len, device=dev)[:, None]
+    ref = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref = score_responses(ref_model, mb.contexts, mb.responses, pad_id=pad_id,
+                                  temperature=cfg.rollout.temperature, with_entropy=False).logprobs
+    inp = LossInputs(
+        logprobs=sc.logprobs,
+        old_logprobs=_padded(mb.old_logprobs, T, dev),
+        behaviour_logprobs=_padded(mb.behaviour_logprobs, T, dev),
+        advantages=torch.tensor(mb.advantages, dtype=torch.float32, device=dev),
+        response_mask=sc.mask,
+        prefix_mask=prefix_mask & sc.mask,
+        seeded=torch.tensor(mb.seeded, device=dev),
+        entropy=sc.entropy if cfg.loss.entropy_coeff > 0 else (sc.entropy.detach() if sc.entropy is not None else None),
+        ref_logprobs=ref,
+    )
+    return compute_policy_loss(inp, settings)
+
+
+def _loss_token_count(b: Batch, prefix_loss: str) -> int:
+    # Tokens in the loss: `context` prefixes are not.
+    return sum(len(r) - (p if prefix_loss == "context" else 0) for r, p in zip(b.responses, b.prefix_len))
+
+
+def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int) -> None:
+    """π_old from the trainer itself (on continuation tokens), for engines whose numerics differ."""
+    mbs = cfg.update.micro_batch_size
+    with torch.no_grad():
+        for s in range(0, len(batch), mbs):
+            idx = list(range(s, min(len(batch), s + mbs)))
+            mb = batch.select(idx)
+            sc = score_responses(model, mb.contexts, mb.responses, pad_id=pad_id,
+                                 temperature=cfg.rollout.temperature, with_entropy=False)
+            for j, i in enumerate(idx):
+                n = len(batch.responses[i])
+                batch.old_logprobs[i] = sc.logprobs[j, :n].tolist()
+
+
+def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, accelerator=None, ref_model=None) -> dict:
+    """`update.epochs` passes of `update.mini_batches` optimizer steps over the batch. Returns metrics."""
+    rank = accelerator.process_index if accelerator is not None else 0
+    world = accelerator.num_processes if accelerator is not None else 1
+    u = cfg.update
+    stats = Stats()
+    grad_norms: list[float] = []
+    order = list(range(len(batch)))
+    for epoch in range(u.epochs):
+        # Same shuffle on every rank (seeded by run seed and epoch): shards stay disjoint.
+        random.Random(cfg.seed * 1000 + epoch).shuffle(order)
+        n_mb = min(u.mini_batches, len(order))
+        for m in range(n_mb):
+            mini = order[m * len(order) // n_mb : (m + 1) * len(order) // n_mb]
+            mini_b = batch.select(mini)
+            settings = loss_settings(
+                cfg,
+                global_tokens=float(max(1, _loss_token_count(mini_b, cfg.prefix.loss))),
+                global_seqs=float(max(1, sum(1 for r in mini_b.responses if r))),
+            )
+            shard = mini[rank::world]
+            optimizer.zero_grad(set_to_none=True)
+            for s in range(0, max(1, len(shard)), u.micro_batch_size):
+                idx = shard[s : s + u.micro_batch_size]
+                if not idx:
+                    break
+                out = micro_loss(model, batch.select(idx), cfg, pad_id, settings, ref_model)
+                loss = out.loss * world  # DDP averages over ranks; we want the global sum
+                if accelerator is not None:
+                    accelerator.backward(loss)
+                else:
+                    loss.backward()
+                stats.merge(out.stats)
+            params = [p for p in model.parameters() if p.requires_grad]
+            if accelerator is not None:
+                norm = accelerator.clip_grad_norm_(params, u.grad_clip)
+            else:
+                norm = torch.nn.utils.clip_grad_norm_(params, u.grad_clip)
+            grad_norms.append(float(norm))
+            optimizer.step()
+    metrics = stats.means()
+    metrics["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
+    metrics["actor/lr"] = u.lr
+    metrics["actor/optimizer_steps"] = float(len(grad_norms))
+    metrics["perf/num_processes"] = float(world)
+    return metrics
+
+
+def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
+    u = cfg.update
+    return torch.optim.AdamW(model.parameters(), lr=u.lr, betas=tuple(u.betas), weight_decay=u.weight_decay)
+
+
+def gather_stats_dict(metrics: dict, accelerator) -> dict:
+    """Average metrics over ranks (ranks hold equal shares, so a plain mean is fair enough)."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return metrics
+    keys = sorted(metrics)
+    t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=accelerator.device)
+    t = accelerator.reduce(t, reduction="mean")
+    return dict(zip(keys, t.tolist()))
+
+
+def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int, cfg: RunConfig,
+               ref_dir: Path | None = None, accelerator=None, policy=None) -> dict:
+    """Load θ_k (+ optimizer state), train on the rollouts, save θ_{k+1} as `out_root/step_{step}`.
+
+    `policy` lets an in-process caller pass an already loaded (model, tokenizer) to skip a load.
+    """
+    torch.manual_seed(cfg.seed + step)
+    model, tok = policy if policy is not None else load_model(policy_dir, cfg.model.dtype)
+    model.train()
+    model.config.use_cache = False
+    optimizer = make_optimizer(model, cfg)
+    opt_path = Path(policy_dir) / OPTIMIZER_NAME
+    if opt_path.exists():
+        load_optimizer_state(optimizer, opt_path)
+    ref_model = None
+    if cfg.loss.kl_coef > 0:
+        ref_model, _ = load_model(ref_dir, cfg.model.dtype)
+    batch = load_batch(Path(rollouts_path))
+    if cfg.update.recompute_old_logprobs:
+        recompute_old_logprobs(model, batch, cfg, tok.pad_token_id)
+
+    if accelerator is not None:
+        model, optimizer = accelerator.prepare(model, optimizer)
+    metrics = train_on_batch(model, batch, cfg, tok.pad_token_id, optimizer, accelerator, ref_model)
+    metrics = gather_stats_dict(metrics, accelerator)
+
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+        if not accelerator.is_main_process:
+            return metrics
+        model = accelerator.unwrap_model(model)
+        optimizer = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
+    model.eval()
+    model.config.use_cache = True
+    save_checkpoint(model, tok, Path(out_root), step, extra={"metrics": metrics, "config_hash": cfg.config_hash()},
+                    optimizer=optimizer, overwrite=True)
+    return metrics
+
+
+def main() -> None:
+    """Entry point for `accelerate launch -m ts_core.trainer`."""
+    from accelerate import Accelerator
+
+    ap = argparse.ArgumentParser(description="One Thinking Seeds update step (run under accelerate launch).")
+    ap.add_argument("--policy", type=Path, required=True, help="checkpoint dir of θ_k")
+    ap.add_argument("--rollouts", type=Path, required=True, help="rollouts Parquet with advantages")
+    ap.add_argument("--out-root", type=Path, required=True, help="dir that receives step_XXXXXX of θ_{k+1}")
+    ap.add_argument("--step", type=int, required=True)
+    ap.add_argument("--config", type=Path, required=True, help="the run's config.yaml")
+    ap.add_argument("--ref", type=Path, default=None, help="reference model (for kl_coef > 0)")
+    ap.add_argument("--metrics-out", type=Path, required=True)
+    ap.add_argument("--cpu", action="store_true", help="force CPU (gloo) even if a GPU is visible")
+    a = ap.parse_args()
+    cfg = load_saved_config(a.config)
+    acc = Accelerator(cpu=a.cpu)
+    metrics = run_update(a.policy, a.rollouts, a.out_root, a.step, cfg, ref_dir=a.ref, accelerator=acc)
+    if acc.is_main_process:
+        tmp = a.metrics_out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(metrics))
+        tmp.replace(a.metrics_out)
+
+
+if __name__ == "__main__":
+    main()
