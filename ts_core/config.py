@@ -141,7 +141,7 @@ class EvalConfig(_Section):
     samples: int = Field(16, ge=1, description="Samples per prompt (pass@k for k up to this).")
     temperature: float = Field(1.0, gt=0.0, description="Evaluation sampling temperature.")
     split: Literal["validation", "test"] = Field("validation", description="Held-out split.")
-    seeded: bool = Field(True, description="Also sample from historical seeds (prefix ratio U[prefix.ratio_min, ratio_max] or [0.2, 0.6]) for the explorable-space pass@k.")
+    seeded: bool = Field(True, description="At the final evaluation, also sample continuations of historical seeds (λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) for the explorable-space pass@k.")
 
 
 ALGORITHMS = ("grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")

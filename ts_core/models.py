@@ -21,7 +21,8 @@ hf_logging.disable_progress_bar()
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_MODELS = {
     "tiny": REPO_ROOT / "data" / "models" / "tiny-chainsum",
-    "smollm2": REPO_ROOT / "data" / "models" / "smollm2-135m",
+    "smollm2": REPO_ROOT / "data" / "models" / "smollm2-135m",  # python -m ts_core.smollm2
+    "smollm2-chainsum": REPO_ROOT / "data" / "models" / "smollm2-135m-chainsum",  # ... --warmup
 }
 PAD, EOS = "<pad>", "<eos>"
 # Chat template of the tiny model: the user's text, a newline, then the answer. No role markers:
@@ -41,7 +42,8 @@ def resolve_model_path(path: str) -> Path:
             raise ModelError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
         p = BUILTIN_MODELS[name]
         if not (p / "config.json").exists():
-            hint = "python -m ts_core.warmup" if name == "tiny" else "ts build-smollm2"
+            hint = {"tiny": "python -m ts_core.warmup", "smollm2": "python -m ts_core.smollm2",
+                    "smollm2-chainsum": "python -m ts_core.smollm2 --warmup"}.get(name, "python -m ts_core.smollm2")
             raise ModelError(f"builtin model {name!r} is not built at {p}; build it with `{hint}`")
         return p
     p = Path(path).expanduser()

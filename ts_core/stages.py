@@ -463,6 +463,21 @@ def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, 
     return cmd
 
 
+def _die_with_parent() -> None:
+    """In the launcher child: get SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG).
+
+    Without it a `kill -9` of a run leaves `accelerate launch` and its workers training on, racing
+    the resumed run for the same θ_{k+1}; on SIGTERM the launcher stops its workers too.
+    """
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: no such guard
+
+
 def launch_update(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> dict:
     import json
     import os
@@ -471,7 +486,7 @@ def launch_update(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: 
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("ACCELERATE_DISABLE_RICH", "1")
     cmd = accelerate_command(run, cfg, k, metrics_path, ref)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
         raise RuntimeError(f"accelerate update of iteration {k} failed (exit {proc.returncode}):\n{tail}\ncommand: {' '.join(cmd)}")
@@ -488,7 +503,7 @@ def eval_due(cfg: RunConfig, k: int) -> bool:
     return k == -1 or (k + 1) % cfg.eval.every == 0 or k == cfg.iterations - 1
 
 
-def evaluate_policy(s: Session, step: int, t: Timer | None = None) -> dict[str, float]:
+def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool = False) -> dict[str, float]:
     """Held-out avg@n and pass@k of θ_step (the metrics are labelled with the policy step)."""
     cfg = s.cfg
     t = t or Timer()
@@ -499,7 +514,7 @@ def evaluate_policy(s: Session, step: int, t: Timer | None = None) -> dict[str, 
                                temperature=cfg.eval.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
                                seed=stage_seed(cfg, step, "evaluate"))
     metrics = res.flat("eval")
-    if cfg.eval.seeded:
+    if seeded:
         metrics.update(_seeded_eval(s, step, prompts, t))
     return metrics
 
@@ -539,7 +554,8 @@ def evaluate(s: Session, k: int) -> Manifest:
     m = Manifest("evaluate", k, s.cfg.config_hash())
     t = Timer()
     if eval_due(s.cfg, k):
-        metrics = evaluate_policy(s, k + 1, t)
+        # The seeded (explorable-space) evaluation doubles the cost: only for the final policy.
+        metrics = evaluate_policy(s, k + 1, t, seeded=s.cfg.eval.seeded and k == s.cfg.iterations - 1)
         path = s.run.write_metrics(k + 1, "evaluate", metrics)
         m.outputs["metrics"], m.hashes["metrics"] = s.run.rel(path), s.run.file_hash(path)
         m.metrics = metrics

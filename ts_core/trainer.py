@@ -195,6 +195,9 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
 
     `policy` lets an in-process caller pass an already loaded (model, tokenizer) to skip a load.
     """
+    import time
+
+    t0 = time.perf_counter()
     torch.manual_seed(cfg.seed + step)
     model, tok = policy if policy is not None else load_model(policy_dir, cfg.model.dtype)
     model.train()
@@ -212,7 +215,9 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
 
     if accelerator is not None:
         model, optimizer = accelerator.prepare(model, optimizer)
+    t1 = time.perf_counter()
     metrics = train_on_batch(model, batch, cfg, tok.pad_token_id, optimizer, accelerator, ref_model)
+    t2 = time.perf_counter()
     metrics = gather_stats_dict(metrics, accelerator)
 
     if accelerator is not None:
@@ -223,8 +228,13 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
         optimizer = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
     model.eval()
     model.config.use_cache = True
+    t3 = time.perf_counter()
+    # Timing split for bench/iteration.py: loading, forward/backward + optimizer, saving.
+    metrics["perf/load_s"] = t1 - t0
+    metrics["perf/fwd_bwd_s"] = t2 - t1
     save_checkpoint(model, tok, Path(out_root), step, extra={"metrics": metrics, "config_hash": cfg.config_hash()},
                     optimizer=optimizer, overwrite=True)
+    metrics["perf/save_s"] = time.perf_counter() - t3
     return metrics
 
 

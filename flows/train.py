@@ -1,0 +1,137 @@
+"""The training flow: Thinking Seeds (SPEC §2) as Prefect tasks, one per stage.
+
+    prepare: config, data, θ_0;  evaluate θ_0
+    for k = 0 .. K-1:
+        snapshot      θ_k joins the historical pool H        (every pool.snapshot_every)
+        seeds         h ~ H writes drafts z; cut at λ·|z|     -> prefix corpus
+        continuation  θ_k continues every seed; on-policy samples
+        verify        rewards, statuses, group advantages     -> rollouts
+        update        loss of SPEC §3                         -> θ_{k+1}
+        evaluate      held-out accuracy, pass@k of θ_{k+1}    (every eval.every)
+
+Re-running with the same run id resumes: every stage's cache key is (run id, iteration, stage,
+config hash, upstream manifest digests) with results persisted in `runs/<id>/.prefect-results`,
+and ts_core itself skips stages whose outputs are intact (see `tasks/common.py`).
+
+    python -m flows.train --preset tiny --run-id demo --set iterations=2
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from tasks import (continuation_task, evaluate_task, prepare_task, seeds_task, snapshot_task, update_task,
+                   verify_task)
+from tasks.common import artifact_key, run_task, upstream_from
+from ts_core.config import RunConfig, load_config
+from ts_core.run_dir import RunDir
+from ts_core.stages import STAGES
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+class TrainProgress(AbstractContextManager):
+    """A rich progress bar on stderr over prepare, the θ_0 evaluation and iterations x stages, plus a
+    Prefect progress artifact updated after every iteration."""
+
+    def __init__(self, cfg: RunConfig, run: RunDir):
+        self.total = 2 + cfg.iterations * len(STAGES)  # prepare + evaluate θ_0 + the iterations
+        self.done = 0
+        self.run = run
+        self.bar = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self.task_id = None
+        self.artifact_id = None
+
+    def __enter__(self) -> "TrainProgress":
+        self.bar.start()
+        self.task_id = self.bar.add_task(f"{self.run.run_id}: prepare", total=self.total)
+        self.artifact_id = create_progress_artifact(
+            progress=0.0, key=artifact_key(self.run.run_id, "progress"),
+            description=f"Training progress of run {self.run.run_id} (stages done / all stages)")
+        return self
+
+    def step(self, k: int, stage: str, m: dict) -> None:
+        self.done += 1
+        self.bar.update(self.task_id, advance=1, description=f"{self.run.run_id}: iteration {k} {stage}")
+
+    def iteration_done(self, k: int) -> None:
+        update_progress_artifact(self.artifact_id, progress=100.0 * self.done / self.total,
+                                 description=f"run {self.run.run_id}: iteration {k} done")
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+
+def iteration_table(k: int, manifests: list[dict]) -> list[dict]:
+    """One row per metric of iteration k (stage, name, value), plus each stage's total seconds."""
+    rows = []
+    for m in manifests:
+        for name, value in sorted(m.get("metrics", {}).items()):
+            rows.append({"iteration": k, "stage": m["stage"], "name": name, "value": round(float(value), 6)})
+        rows.append({"iteration": k, "stage": m["stage"], "name": "seconds",
+                     "value": round(sum(m.get("seconds", {}).values()), 3)})
+    return rows
+
+
+@flow(name="train", flow_run_name="train-{run_id}", log_prints=True)
+def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] | None = None) -> str:
+    """Train (or resume) run `run_id` with `preset` and dotted `overrides`; returns the run directory."""
+    log = get_run_logger()
+    cfg = load_config(preset, overrides or [])
+    h = cfg.config_hash()
+    run = RunDir.for_run(run_id)
+    run.acquire_lock()
+    try:
+        log.info("run %s (%s, config %s): %d iterations", run.root, cfg.algorithm, h, cfg.iterations)
+        with TrainProgress(cfg, run) as bar:
+            theta = run_task(prepare_task, run, 0, h, config=cfg.model_dump(mode="json"))  # θ_0
+            bar.step(0, "prepare", theta)
+            ev = run_task(evaluate_task, run, -1, h, upstream_from(theta))  # the curves' starting point
+            bar.step(-1, "evaluate", ev)
+            report_iteration(run, -1, [ev])
+            for k in range(cfg.iterations):
+                snap = run_task(snapshot_task, run, k, h, upstream_from(theta))
+                bar.step(k, "snapshot", snap)
+                seeds = run_task(seeds_task, run, k, h, upstream_from(theta, snap))
+                bar.step(k, "seeds", seeds)
+                gen = run_task(continuation_task, run, k, h, upstream_from(theta, seeds))
+                bar.step(k, "continuation", gen)
+                rollouts = run_task(verify_task, run, k, h, upstream_from(gen))
+                bar.step(k, "verify", rollouts)
+                theta = run_task(update_task, run, k, h, upstream_from(theta, rollouts))  # θ_{k+1}
+                bar.step(k, "update", theta)
+                ev = run_task(evaluate_task, run, k, h, upstream_from(theta))
+                bar.step(k, "evaluate", ev)
+                report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
+                bar.iteration_done(k)
+    finally:
+        run.release_lock()
+    log.info("run %s done: %s", run.run_id, run.root)
+    return str(run.root)
+
+
+def report_iteration(run: RunDir, k: int, manifests: list[dict]) -> None:
+    """A table artifact with iteration k's metrics (k = -1: the evaluation of θ_0)."""
+    rows = iteration_table(k, manifests)
+    if rows:
+        label = "θ_0 evaluation" if k < 0 else f"iteration {k}"
+        create_table_artifact(rows, key=artifact_key(run.run_id, "metrics"),
+                              description=f"run {run.run_id}: metrics of {label}")
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Run the Prefect training flow (the `ts train --prefect` CLI calls it too).")
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--run-id", default="demo")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    a = ap.parse_args()
+    print(train_flow(preset=a.preset, run_id=a.run_id, overrides=a.overrides))

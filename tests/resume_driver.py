@@ -1,0 +1,73 @@
+"""Test helper (not collected): train a run in this process, optionally stopping dead at a stage.
+
+    python tests/resume_driver.py {loop|flow} RUN_ID [--pause-at STAGE:K --marker FILE] [--set KEY=VALUE]...
+
+`loop` runs `ts_core.loop.train`, `flow` runs the Prefect `train_flow` (tasks in this process).
+`--pause-at seeds:K` blocks the seeds stage of iteration K at the atomic rename of its prefixes
+file (the temp file is complete, the final name not yet there); `--pause-at update:K` blocks the
+update at the rename of θ_{K+1}'s checkpoint directory. The driver then writes FILE and sleeps, so
+the test can SIGKILL it mid-stage. The hook lives only here, in test code: ts_core has none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def pause_at_rename(fn_name: str, target: Path, marker: Path) -> None:
+    """Make os.<fn_name>(src, dst) block forever when dst is `target` (after writing `marker`)."""
+    orig = getattr(os, fn_name)
+    target = target.resolve()
+
+    def hooked(src, dst, *args, **kwargs):
+        if Path(dst).resolve() == target:
+            marker.write_text(f"{os.getpid()} {src} -> {dst}\n")
+            while True:
+                time.sleep(60)
+        return orig(src, dst, *args, **kwargs)
+
+    setattr(os, fn_name, hooked)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["loop", "flow"])
+    ap.add_argument("run_id")
+    ap.add_argument("--pause-at", default=None, help="seeds:K or update:K")
+    ap.add_argument("--marker", type=Path, default=None)
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    a = ap.parse_args()
+
+    from ts_core.config import load_config
+    from ts_core.run_dir import RunDir
+
+    run = RunDir.for_run(a.run_id)
+    if a.pause_at:
+        stage, k = a.pause_at.split(":")
+        k = int(k)
+        if stage == "seeds":
+            pause_at_rename("replace", run.prefixes(k), a.marker)  # write_table_atomic's os.replace
+        elif stage == "update":
+            pause_at_rename("rename", run.policy(k + 1), a.marker)  # save_checkpoint's os.rename
+        else:
+            raise SystemExit(f"--pause-at: unsupported stage {stage!r}")
+
+    if a.mode == "loop":
+        from ts_core.loop import train
+
+        train(run, load_config("tiny", a.overrides))
+    else:
+        from flows.train import train_flow
+
+        train_flow(preset="tiny", run_id=a.run_id, overrides=a.overrides)
+    print("DONE", run.root)
+
+
+if __name__ == "__main__":
+    main()

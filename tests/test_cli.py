@@ -1,0 +1,152 @@
+"""The `ts` command line (typer's CliRunner): sql, runs, report, config, and the error handler."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from _synthetic_run import ITERATIONS, make_run
+from typer.testing import CliRunner
+
+from flows.cli import _is_user_error, app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("runs")
+    make_run(base, "syn")
+    return base
+
+
+def ts(runs, *args):
+    return runner.invoke(app, list(args), env={"TS_RUNS_DIR": str(runs), "COLUMNS": "250"})
+
+
+def test_sql_named_query_json(runs):
+    r = ts(runs, "sql", "--query", "prefix_diversity", "--run-id", "syn", "--format", "json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    age1 = [x for x in rows if x["breakdown"] == "source_age" and x["bucket"] == "1"][0]
+    assert (age1["ngrams"], age1["distinct_ngrams"]) == (7, 5)
+
+
+def test_sql_named_query_csv_and_table(runs):
+    r = ts(runs, "sql", "-q", "clip_fraction", "-r", "syn", "-f", "csv")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == "run_id,iteration,population,clipfrac,clipfrac_adv,ratio_above_frac,ratio_max"
+    assert len(lines) == 1 + 4 * ITERATIONS
+    r = ts(runs, "sql", "-q", "entropy_accuracy", "-r", "syn")
+    assert r.exit_code == 0, r.output
+    assert "entropy_on_policy" in r.stdout and "1: 0.3500, 2: 0.4500, 16: 0.6200" in r.stdout
+    assert "4 rows" in r.stdout
+
+
+def test_sql_free_query_and_show(runs):
+    r = ts(runs, "sql", "SELECT kind, count(*) AS n FROM rollouts GROUP BY kind ORDER BY kind", "-f", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == [{"kind": "offpolicy_full", "n": 1}, {"kind": "on_policy", "n": 8}, {"kind": "seeded", "n": 6}]
+    r = ts(runs, "sql", "--query", "runs", "--show")
+    assert r.exit_code == 0 and r.stdout.lstrip().startswith("WITH")
+
+
+def test_sql_list(runs):
+    r = ts(runs, "sql", "--list")
+    assert r.exit_code == 0, r.output
+    for name in ("runs", "prefix_diversity", "seeded_solve_rate", "entropy_accuracy", "clip_fraction"):
+        assert name in r.stdout
+    assert "distinct character 3-grams" in r.stdout
+    assert "prefix_token_ids" in r.stdout  # the views and their columns
+
+
+def test_sql_refuses_writes(runs):
+    target = runs / "syn" / "rollouts" / "iteration=1" / "rollouts.parquet"
+    before = target.read_bytes()
+    r = ts(runs, "sql", f"COPY (SELECT 1) TO '{target}'")
+    assert r.exit_code == 2
+    assert "refused COPY statement" in r.output and "Traceback" not in r.output
+    assert target.read_bytes() == before
+    r = ts(runs, "sql", "DROP VIEW metrics")
+    assert r.exit_code == 2 and "refused DROP" in r.output
+
+
+def test_sql_bad_usage(runs):
+    assert ts(runs, "sql").exit_code == 2  # neither a query nor --query nor --list
+    r = ts(runs, "sql", "-q", "nope")
+    assert r.exit_code == 2 and "unknown named query 'nope'" in r.output
+    r = ts(runs, "sql", "-q", "runs", "-r", "missing")
+    assert r.exit_code == 2 and "no run 'missing'" in r.output
+    r = ts(runs, "sql", "SELEC 1")
+    assert r.exit_code == 2 and "cannot parse" in r.output
+
+
+def test_runs(runs):
+    r = ts(runs, "runs")
+    assert r.exit_code == 0, r.output
+    assert "syn" in r.stdout and "thinking_seeds" in r.stdout and f"{ITERATIONS}/{ITERATIONS}" in r.stdout
+    assert "0.3500 (step 3)" in r.stdout
+    r = ts(runs, "runs", "-f", "json")
+    (row,) = json.loads(r.stdout)
+    assert row["run_id"] == "syn" and row["last_accuracy"] == 0.35
+
+
+def test_runs_empty(tmp_path):
+    r = ts(tmp_path / "none", "runs")
+    assert r.exit_code == 0 and "no runs" in r.stdout
+
+
+def test_report_no_prefect(runs):
+    r = ts(runs, "report", "syn", "--no-prefect")
+    assert r.exit_code == 0, r.output
+    path = runs / "syn" / "reports" / "report.md"
+    assert r.stdout.strip() == str(path) and path.exists()
+
+
+def test_config_keys():
+    r = runner.invoke(app, ["config", "keys"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    for key in ("prefix.ratio_max", "rollout.seeds_per_group", "loss.clip_ratio_c", "algorithm", "eval.samples"):
+        assert key in r.stdout
+    assert "Upper end of the prefix fraction" in r.stdout
+    assert "Lower end of the prefix fraction λ ~ U[min, max]" in r.stdout  # no rich markup eaten
+    r = runner.invoke(app, ["config", "keys", "ratio_max", "-f", "json"])
+    (row,) = json.loads(r.stdout)
+    assert row == {"key": "prefix.ratio_max", "type": "float", "default": "0.6", "allowed": ">= 0.0, <= 1.0",
+                   "help": "Upper end of the prefix fraction λ."}
+
+
+def test_config_show():
+    r = runner.invoke(app, ["config", "show", "--preset", "tiny", "--set", "prefix.ratio_max=0.5", "--set", "iterations=2"])
+    assert r.exit_code == 0, r.output
+    cfg = yaml.safe_load(r.stdout)
+    assert cfg["prefix"]["ratio_max"] == 0.5 and cfg["iterations"] == 2 and cfg["algorithm"] == "thinking_seeds"
+
+
+def test_bad_preset_exits_2_with_a_message():
+    for args in (["config", "show", "--preset", "nope"], ["train", "--preset", "nope", "--run-id", "x", "--no-prefect"],
+                 ["train", "--preset", "nope", "--run-id", "x"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "unknown preset 'nope'" in r.output and "Traceback" not in r.output
+
+
+def test_bad_set_key_names_the_key():
+    r = runner.invoke(app, ["config", "show", "--set", "prefix.ratio_mx=0.5"])
+    assert r.exit_code == 2
+    assert "unknown config key 'prefix.ratio_mx'" in r.output
+    r = runner.invoke(app, ["train", "--run-id", "x", "--set", "rollout.group_size=0"])
+    assert r.exit_code == 2 and "rollout.group_size" in r.output
+
+
+def test_error_classes_handled():
+    from ts_core.config import ConfigError
+    from ts_core.parquet_io import DataError
+    from ts_core.run_dir import RunLockedError
+
+    for e in (ConfigError("x"), DataError("x"), ValueError("x"), RunLockedError("x")):
+        assert _is_user_error(e)
+    assert not _is_user_error(RuntimeError("bug"))
+    assert not _is_user_error(KeyError("bug"))
