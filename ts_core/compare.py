@@ -1,0 +1,503 @@
+"""The comparison experiment: methods x seeds (x ablation sweeps) on one task and one budget.
+
+    specs = plan("tiny", ["grpo", "thinking_seeds"], [0, 1, 2], overrides=["iterations=60"],
+                 sweep={"prefix.ratio_max": ["0.4", "0.8"]}, compare_id="abl")
+    results = run_all(specs, Path("runs"), parallel=2)      # subprocesses, resumable
+    raise_on_failures(results)
+
+`plan` expands (method, sweep point, seed) into RunSpecs whose run ids read
+`<compare_id>-<method>[-<key>=<value>...]-s<seed>` and whose overrides are the shared ones, then the
+sweep point, then `algorithm=<method>` and `seed=<seed>`. It resolves every configuration and refuses
+a comparison whose runs would not see the same task, the same prompts per iteration, the same
+samples per prompt, the same number of iterations and the same evaluation (BUDGET_KEYS): a method
+that is better only because it saw more data is not a result. Ablations are sweeps through the same
+planner (`--sweep pool.size=1,4 --sweep prefix.ratio_max=0.4,0.8`: the cartesian product).
+
+`run_all` starts each run as `python -m ts_core.loop ...` with OMP_NUM_THREADS=1, at most `parallel`
+at once, output in `runs/<id>/train.log`. A run whose last iteration is complete is skipped without
+starting a process; an interrupted one resumes (the loop skips completed stages). Every run
+directory gets a `compare.json` marker (compare id, method, seed, sweep point) that the comparison
+report uses to find and group the runs.
+
+Never imports prefect (flows/compare.py wraps this).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import ALGORITHMS, ConfigError, RunConfig, load_config
+
+__all__ = [
+    "BUDGET_KEYS", "CONTROL_METHOD", "DEFAULT_METHODS", "MARKER", "CompareError", "Job", "JobResult", "RunSpec",
+    "check_same_budget", "compare_members", "is_complete", "parse_list", "parse_sweep", "plan", "raise_on_failures",
+    "report_dir", "run_all", "run_comparison", "run_jobs", "train_seconds", "write_marker",
+]
+
+# The five methods of the headline comparison (SPEC §4; dr_grpo is available too).
+DEFAULT_METHODS = ("grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
+CONTROL_METHOD = "sft_control"
+MARKER = "compare.json"
+# What every run of a comparison must share (dotted keys of RunConfig; a section means all of it).
+BUDGET_KEYS = (
+    "data",  # the task: data set, sizes, generator seed
+    "model.path",  # the same starting point
+    "iterations",
+    "rollout.prompts_per_iteration",
+    "rollout.group_size",  # samples per prompt (seeded + on-policy)
+    "rollout.max_new_tokens",
+    "rollout.temperature",
+    "eval",  # the same evaluation: split, prompts, samples, temperature, seeded pass@k
+)
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
+_RESERVED = ("algorithm", "seed")  # set by the planner, once per run
+
+
+class CompareError(RuntimeError):
+    """Runs of a comparison failed; the message names them and their logs."""
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a comparison: what `ts train` would be called with."""
+
+    run_id: str
+    compare_id: str
+    method: str
+    seed: int
+    preset: str
+    base_overrides: tuple[str, ...] = ()  # shared by every run of the comparison
+    sweep: tuple[tuple[str, str], ...] = ()  # this run's sweep point, (dotted key, value)
+
+    @property
+    def overrides(self) -> list[str]:
+        """--set values in the order they apply: shared, sweep point, method, seed."""
+        return [*self.base_overrides, *(f"{k}={v}" for k, v in self.sweep), f"algorithm={self.method}",
+                f"seed={self.seed}"]
+
+    @property
+    def variant(self) -> str:
+        """Method plus sweep point: what the report groups seeds by."""
+        return " ".join([self.method, *(f"{k}={v}" for k, v in self.sweep)])
+
+    def config(self) -> RunConfig:
+        return load_config(self.preset, self.overrides)
+
+    def marker(self) -> dict[str, Any]:
+        return {"compare_id": self.compare_id, "run_id": self.run_id, "method": self.method, "seed": self.seed,
+                "variant": self.variant, "sweep": dict(self.sweep), "preset": self.preset,
+                "overrides": self.overrides}
+
+
+def parse_list(text: str | Sequence[str], what: str) -> list[str]:
+    """"a,b" or ["a,b", "c"] -> ["a", "b", "c"] (blank items are an error)."""
+    items = [text] if isinstance(text, str) else list(text)
+    out = [x.strip() for item in items for x in str(item).split(",")]
+    if not out or any(not x for x in out):
+        raise ConfigError(f"{what}: {items!r} has an empty item; give a comma-separated list like a,b,c")
+    return out
+
+
+def parse_sweep(items: Sequence[str]) -> dict[str, list[str]]:
+    """["pool.size=1,4", "prefix.ratio_max=0.4,0.8"] -> {"pool.size": ["1", "4"], ...}."""
+    sweep: dict[str, list[str]] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"sweep {item!r} must look like section.key=v1,v2 (e.g. pool.size=1,4)")
+        key, values = item.split("=", 1)
+        key = key.strip()
+        if key in sweep:
+            raise ConfigError(f"sweep key {key!r} is given twice; list all its values once: {key}=v1,v2,...")
+        sweep[key] = parse_list(values, f"sweep {key}")
+    return sweep
+
+
+def _fmt(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _dotted(cfg: dict[str, Any], key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def check_same_budget(configs: dict[str, RunConfig]) -> None:
+    """Raise ConfigError unless every run agrees on BUDGET_KEYS; the message names runs, keys and values."""
+    if not configs:
+        return
+    items = list(configs.items())
+    ref_id, ref = items[0]
+    ref_d = ref.model_dump(mode="json")
+    problems: list[str] = []
+    for run_id, cfg in items[1:]:
+        d = cfg.model_dump(mode="json")
+        for key in BUDGET_KEYS:
+            a, b = _dotted(ref_d, key), _dotted(d, key)
+            if a != b:
+                if isinstance(a, dict) and isinstance(b, dict):
+                    diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+                    for k, (x, y) in diff.items():
+                        problems.append(f"{run_id} has {key}.{k}={y!r} but {ref_id} has {x!r}")
+                else:
+                    problems.append(f"{run_id} has {key}={b!r} but {ref_id} has {a!r}")
+    if problems:
+        shown = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
+        raise ConfigError(
+            "the runs of a comparison must share the task, prompts per iteration, samples per prompt, "
+            "iterations and evaluation, but:\n  " + "\n  ".join(shown)
+            + "\nset these once for all methods (--set), and sweep only method settings (prefix.*, pool.*, "
+              "rollout.seeds_per_group, ...)"
+        )
+
+
+def plan(
+    preset: str,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    overrides: Sequence[str] | None = None,
+    sweep: dict[str, list[Any]] | None = None,
+    compare_id: str = "compare",
+) -> list[RunSpec]:
+    """Every (method, sweep point, seed) of the comparison as a RunSpec, validated (see module doc)."""
+    if not _RUN_ID.match(compare_id or ""):
+        raise ConfigError(f"comparison id {compare_id!r} must be a plain name (letters, digits, . _ = + -)")
+    methods = list(methods)
+    if not methods:
+        raise ConfigError("no methods: give at least one of " + ", ".join(ALGORITHMS))
+    unknown = [m for m in methods if m not in ALGORITHMS]
+    if unknown:
+        raise ConfigError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
+    if len(set(methods)) != len(methods):
+        raise ConfigError(f"methods {methods} name a method twice")
+    try:
+        seeds = [int(s) for s in seeds]
+    except (TypeError, ValueError):
+        raise ConfigError(f"seeds must be integers, got {list(seeds)!r}") from None
+    if not seeds:
+        raise ConfigError("no seeds: give at least one (e.g. 0,1,2)")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds {seeds} name a seed twice")
+    overrides = list(overrides or [])
+    sweep = {k: [_fmt(v) for v in vs] for k, vs in (sweep or {}).items()}
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in _RESERVED:
+            raise ConfigError(f"--set {item}: the comparison sets {key} per run; use --methods / --seeds instead")
+    for key, values in sweep.items():
+        if key in _RESERVED:
+            raise ConfigError(f"sweep over {key!r}: use --methods / --seeds for that")
+        if not values:
+            raise ConfigError(f"sweep {key!r} has no values")
+        if len(set(values)) != len(values):
+            raise ConfigError(f"sweep {key!r} repeats a value: {values}")
+    points = [tuple(zip(sweep, combo)) for combo in itertools.product(*sweep.values())] if sweep else [()]
+
+    specs: list[RunSpec] = []
+    for method in methods:
+        for point in points:
+            for seed in seeds:
+                parts = [compare_id, method, *(f"{k}={v}" for k, v in point), f"s{seed}"]
+                run_id = "-".join(parts)
+                if not _RUN_ID.match(run_id) or "/" in run_id:
+                    raise ConfigError(f"run id {run_id!r} would not be a plain directory name; "
+                                      "sweep values may use letters, digits and . _ = + - only")
+                specs.append(RunSpec(run_id, compare_id, method, seed, preset, tuple(overrides), tuple(point)))
+    if len({s.run_id for s in specs}) != len(specs):
+        raise ConfigError("two runs of the plan got the same run id; make the sweep values distinct")
+
+    configs: dict[str, RunConfig] = {}
+    for spec in specs:
+        try:
+            configs[spec.run_id] = spec.config()
+        except ConfigError as e:
+            raise ConfigError(f"run {spec.run_id} (method {spec.method}, sweep {dict(spec.sweep) or '-'}): {e}") from None
+    check_same_budget(configs)
+    return specs
+
+
+# ---------------------------------------------------------------------------------------------
+# markers and completion
+# ---------------------------------------------------------------------------------------------
+
+
+def write_marker(run_root: Path, marker: dict[str, Any]) -> Path:
+    """Write `<run>/compare.json` atomically (unchanged content is not rewritten)."""
+    run_root.mkdir(parents=True, exist_ok=True)
+    path = run_root / MARKER
+    text = json.dumps(marker, indent=2, sort_keys=True)
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = None
+        if old is not None and old.get("compare_id") != marker.get("compare_id"):
+            raise ConfigError(f"{run_root} belongs to comparison {old.get('compare_id')!r}, not {marker.get('compare_id')!r}; "
+                              "choose another --id")
+        if old == json.loads(text):
+            return path
+    fd, tmp = tempfile.mkstemp(dir=run_root, prefix=f".{MARKER}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def compare_members(compare_id: str, runs_dir: Path) -> list[dict[str, Any]]:
+    """The markers of every run directory under `runs_dir` that belongs to `compare_id`."""
+    out = []
+    base = Path(runs_dir)
+    if not base.is_dir():
+        return out
+    for d in sorted(base.iterdir()):
+        path = d / MARKER
+        if not path.is_file():
+            continue
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if m.get("compare_id") == compare_id:
+            m["run_id"] = d.name
+            out.append(m)
+    return out
+
+
+def is_complete(spec: RunSpec, runs_dir: Path) -> bool:
+    """True when the run's last iteration (update and evaluate) finished with this config."""
+    from .run_dir import RunDir
+
+    cfg = spec.config()
+    run = RunDir.for_run(spec.run_id, runs_dir)
+    k = cfg.iterations - 1
+    h = cfg.config_hash()
+    return all(run.completed(k, stage, h) is not None for stage in ("update", "evaluate"))
+
+
+def train_seconds(run_ids: Sequence[str], runs_dir: Path) -> dict[str, float]:
+    """Training wall time per run: the sum of its stages' `time/*` metrics, evaluation left out.
+
+    Evaluation is the same for every method (and for the SFT control), so the budget compared is
+    the time spent producing the policy. Runs without timings are absent from the result.
+    """
+    if not run_ids:
+        return {}
+    from .sql import connect, query
+
+    con = connect(runs_dir=runs_dir)
+    try:
+        ids = ", ".join("'" + r.replace("'", "''") + "'" for r in run_ids)
+        res = query(con, f"""
+            SELECT run_id, sum(value) AS seconds FROM metrics
+            WHERE run_id IN ({ids}) AND starts_with(name, 'time/') AND stage <> 'evaluate'
+            GROUP BY run_id""")
+    finally:
+        con.close()
+    return {r: float(s) for r, s in res.rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# running
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    """One subprocess of a comparison: a run, or an SFT control."""
+
+    run_id: str
+    cmd: list[str]
+    log: Path
+    done: bool = False  # already complete: not started
+
+
+@dataclass
+class JobResult:
+    run_id: str
+    status: str  # done | skipped | failed
+    returncode: int | None
+    seconds: float
+    log: str
+    tail: str = field(default="", repr=False)
+
+
+def child_env(runs_dir: Path) -> dict[str, str]:
+    """The environment of a run's process: one torch thread, the runs folder, the repo importable."""
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                "TS_RUNS_DIR": str(Path(runs_dir).resolve()), "PYTHONUNBUFFERED": "1"})
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _last_line(path: Path) -> str:
+    t = _tail(path, 1).strip()
+    return t[-90:]
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the process group this module started for `proc` (its leader is proc itself)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_jobs(jobs: Sequence[Job], runs_dir: Path, parallel: int = 2, title: str = "runs",
+             console: Any = None, env: dict[str, str] | None = None, poll: float = 0.5) -> list[JobResult]:
+    """Run `jobs` as subprocesses, at most `parallel` at once, with a rich progress display.
+
+    Output goes to each job's log (appended). A failed job does not stop the others. Interrupting
+    (Ctrl-C) terminates the processes started here, then re-raises.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    if parallel < 1:
+        raise ConfigError(f"parallel must be >= 1, got {parallel}")
+    console = console or Console(stderr=True)
+    env = env or child_env(runs_dir)
+    results: dict[str, JobResult] = {}
+    pending = [j for j in jobs if not j.done]
+    for j in jobs:
+        if j.done:
+            results[j.run_id] = JobResult(j.run_id, "skipped", 0, 0.0, str(j.log))
+    running: dict[str, tuple[Job, subprocess.Popen, float, Any, Any]] = {}
+    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        overall = progress.add_task(f"{title} done", total=len(jobs), completed=len(jobs) - len(pending))
+        for r in results.values():
+            progress.console.print(f"[dim]skip {r.run_id}: already complete[/]")
+        try:
+            while pending or running:
+                while pending and len(running) < parallel:
+                    job = pending.pop(0)
+                    job.log.parent.mkdir(parents=True, exist_ok=True)
+                    fh = open(job.log, "a", buffering=1)
+                    fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(job.cmd)}\n")
+                    # Own session: an interrupt here ends the run's whole process group (its verifier
+                    # workers too), and a terminal's Ctrl-C reaches only this supervisor.
+                    proc = subprocess.Popen(job.cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
+                                            start_new_session=True)
+                    tid = progress.add_task(f"  {job.run_id}", total=None)
+                    running[job.run_id] = (job, proc, time.perf_counter(), fh, tid)
+                time.sleep(poll)
+                for run_id, (job, proc, t0, fh, tid) in list(running.items()):
+                    rc = proc.poll()
+                    if rc is None:
+                        progress.update(tid, description=f"  {run_id}: {_last_line(job.log)}")
+                        continue
+                    fh.close()
+                    progress.remove_task(tid)
+                    del running[run_id]
+                    secs = time.perf_counter() - t0
+                    ok = rc == 0
+                    results[run_id] = JobResult(run_id, "done" if ok else "failed", rc, secs, str(job.log),
+                                                "" if ok else _tail(job.log))
+                    progress.advance(overall)
+                    progress.console.print(f"[green]done[/] {run_id} ({secs:.0f}s)" if ok
+                                           else f"[red]failed[/] {run_id} (exit {rc}), log: {job.log}")
+        except BaseException:
+            for job, proc, _, fh, _ in running.values():
+                _signal_group(proc, signal.SIGTERM)
+            for job, proc, _, fh, _ in running.values():
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+                fh.close()
+            raise
+    return [results[j.run_id] for j in jobs]
+
+
+def run_all(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, console: Any = None) -> list[JobResult]:
+    """Train every spec (resumable; complete runs are skipped) and return one JobResult per spec."""
+    runs_dir = Path(runs_dir).resolve()
+    jobs = []
+    for spec in specs:
+        root = runs_dir / spec.run_id
+        write_marker(root, spec.marker())
+        cmd = [sys.executable, "-m", "ts_core.loop", "--preset", spec.preset, "--run-id", spec.run_id,
+               "--runs-dir", str(runs_dir)]
+        for o in spec.overrides:
+            cmd += ["--set", o]
+        jobs.append(Job(spec.run_id, cmd, root / "train.log", done=is_complete(spec, runs_dir)))
+    return run_jobs(jobs, runs_dir, parallel, title="runs", console=console)
+
+
+def raise_on_failures(results: Sequence[JobResult]) -> None:
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        parts = [f"{r.run_id} (exit {r.returncode}), log {r.log}:\n{r.tail}" for r in failed]
+        raise CompareError(f"{len(failed)} of {len(results)} runs failed; rerun the same command to resume them.\n\n"
+                           + "\n\n".join(parts))
+
+
+def report_dir(out_dir: str | Path, compare_id: str) -> Path:
+    """Where a comparison's report goes: <out_dir>/<compare_id>/."""
+    return Path(out_dir) / compare_id
+
+
+def run_comparison(
+    preset: str = "tiny",
+    methods: Sequence[str] = DEFAULT_METHODS,
+    seeds: Sequence[int] = (0, 1, 2),
+    overrides: Sequence[str] | None = None,
+    sweep: dict[str, list[Any]] | None = None,
+    compare_id: str = "compare",
+    parallel: int = 2,
+    out_dir: str | Path = "docs/results",
+    control: bool = True,
+    control_seconds: float | None = None,
+    command: str | None = None,
+    console: Any = None,
+    control_max_steps: int | None = None,
+    control_corpus_size: int | None = None,
+) -> str:
+    """plan -> run_all -> SFT controls -> report, in this process (`ts compare --no-prefect`).
+
+    The same steps as `flows.compare.compare_flow`; runs go to `runs_root()`. Raises CompareError
+    when a run or control failed (after all the others finished). Returns the report's path.
+    """
+    from .compare_report import write_compare_report
+    from .run_dir import runs_root
+    from .sft_control import run_controls
+
+    specs = plan(preset, list(methods), list(seeds), list(overrides or []), sweep, compare_id)
+    runs_dir = runs_root()
+    raise_on_failures(run_all(specs, runs_dir, parallel=parallel, console=console))
+    if control:
+        _, results = run_controls(specs, runs_dir, parallel=parallel, budget_seconds=control_seconds,
+                                  max_steps=control_max_steps, corpus_size=control_corpus_size, console=console)
+        raise_on_failures(results)
+    return str(write_compare_report(compare_id, runs_dir, report_dir(out_dir, compare_id), command=command))
