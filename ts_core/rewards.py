@@ -370,3 +370,33 @@ class Verifier:
             if broken:
                 self._kill_pool()
         return results
+
+
+# ----------------------------------------------------------------------------- one pool per process
+_SHARED: dict[str, Verifier] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_verifier(backend: Backend = "math_verify") -> Verifier:
+    """The process-wide Verifier of `backend`, started once and reused by every stage.
+
+    Starting a pool spawns interpreters that import math-verify and sympy (~0.6 s, several
+    seconds on a loaded machine); per stage that was most of the verification time. The pool is
+    closed when the process exits.
+    """
+    with _SHARED_LOCK:
+        v = _SHARED.get(backend)
+        if v is None:
+            v = _SHARED[backend] = Verifier(backend=backend)
+            if len(_SHARED) == 1:
+                import atexit
+
+                atexit.register(close_shared_verifiers)
+        return v
+
+
+def close_shared_verifiers() -> None:
+    with _SHARED_LOCK:
+        for v in _SHARED.values():
+            v.close()
+        _SHARED.clear()

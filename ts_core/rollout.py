@@ -80,12 +80,13 @@ class HFEngine:
     def load_weights(self, checkpoint_dir: str | Path) -> None:
         """Swap in another checkpoint's weights (same architecture) without rebuilding the model."""
         checkpoint_dir = Path(checkpoint_dir)
-        if self.loaded_from == str(checkpoint_dir):
+        files = [f for f in sorted(checkpoint_dir.glob("*.safetensors")) if f.name != "optimizer.safetensors"]
+        # Identity of the weights on disk, not just the path: a re-run may rewrite a directory.
+        tag = str(checkpoint_dir) + "|" + ",".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
+        if self.loaded_from == tag:
             return
         state: dict[str, torch.Tensor] = {}
-        for f in sorted(checkpoint_dir.glob("*.safetensors")):
-            if f.name == "optimizer.safetensors":
-                continue
+        for f in files:
             state.update(load_file(str(f), device=str(self.device)))
         if not state:
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
@@ -96,7 +97,7 @@ class HFEngine:
             raise ValueError(
                 f"checkpoint {checkpoint_dir} does not fit the engine's model: missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
-        self.loaded_from = str(checkpoint_dir)
+        self.loaded_from = tag
 
     def set_model(self, model, tag: str | None = None) -> None:
         """Generate with an in-memory model (e.g. the policy right after an update)."""

@@ -36,7 +36,7 @@ from .data import Prompt, build_chain_sum_splits, load_dataset
 from .evaluation import evaluate_prompts
 from .models import encode_prompt, load_model, resolve_model_path
 from .parquet_io import read_table, write_table_atomic
-from .rewards import Verifier, count_statuses
+from .rewards import Verifier, count_statuses, shared_verifier
 from .rollout import HFEngine, SamplingParams
 from .run_dir import Manifest, RunDir
 from .schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
@@ -89,6 +89,9 @@ class Timer:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
 
 
+_ENGINES: dict[tuple, object] = {}
+
+
 class Session:
     """Shared, lazily loaded state for the stages of one process: config, prompts, engine, verifier.
 
@@ -101,7 +104,6 @@ class Session:
         self.cfg = cfg or load_saved_config(run.config_path)
         self._engine: HFEngine | None = None
         self._tokenizer = None
-        self._verifier: Verifier | None = None
         self._prompts: dict[str, list[Prompt]] = {}
 
     # -- lazily built resources -----------------------------------------------------------
@@ -116,15 +118,21 @@ class Session:
 
     def engine(self, timer: Timer | None = None):
         if self._engine is None:
-            with (timer or Timer())("model_load"):
-                if self.cfg.rollout.engine == "vllm":
-                    from .vllm_engine import VLLMEngine  # optional extra
+            # One engine per (run, engine kind, dtype) and process: the stages of a Prefect flow
+            # run as tasks in one process, and each only swaps the weights it needs.
+            key = (str(self.run.root.resolve()), self.cfg.rollout.engine, self.cfg.model.dtype, self.cfg.rollout.batch_size)
+            self._engine = _ENGINES.get(key)
+            if self._engine is None:
+                with (timer or Timer())("model_load"):
+                    if self.cfg.rollout.engine == "vllm":
+                        from .vllm_engine import VLLMEngine  # optional extra
 
-                    self._engine = VLLMEngine(self.run.policy(0), self.cfg)
-                else:
-                    model, tok = load_model(self.run.policy(0), self.cfg.model.dtype)
-                    self._engine = HFEngine(model, tok, batch_size=self.cfg.rollout.batch_size)
-                    self._tokenizer = tok
+                        self._engine = VLLMEngine(self.run.policy(0), self.cfg)
+                    else:
+                        model, tok = load_model(self.run.policy(0), self.cfg.model.dtype)
+                        self._engine = HFEngine(model, tok, batch_size=self.cfg.rollout.batch_size)
+                _ENGINES.clear()  # keep one: a process that moves on to another run frees the last
+                _ENGINES[key] = self._engine
         return self._engine
 
     def use_weights(self, ckpt: Path, timer: Timer | None = None) -> None:
@@ -133,10 +141,9 @@ class Session:
             eng.load_weights(ckpt)
 
     @property
-    def verifier(self) -> Verifier:
-        if self._verifier is None:
-            self._verifier = Verifier(backend=self.cfg.reward)
-        return self._verifier
+    def verifier(self) -> "Verifier":
+        # One pool per process, shared by every stage and session (see shared_verifier).
+        return shared_verifier(self.cfg.reward)
 
     def prompts(self, split: str) -> list[Prompt]:
         if split not in self._prompts:
@@ -151,12 +158,7 @@ class Session:
         return rng.sample(train, n)
 
     def close(self) -> None:
-        if self._verifier is not None:
-            self._verifier.close()
-            self._verifier = None
-        if self._engine is not None and hasattr(self._engine, "close"):
-            self._engine.close()
-        self._engine = None
+        self._engine = None  # the engine stays in the process cache for the next stage
 
 
 # ---------------------------------------------------------------------------------------------
