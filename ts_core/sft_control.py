@@ -163,7 +163,7 @@ def run_sft_control(
             model, tok = load_model(run.policy(0), cfg.model.dtype)
             t_corpus = time.perf_counter()
             pairs = _corpus(run, cfg, corpus_size, seed)
-            ids, labels = encode_corpus(tok, pairs)
+            ids, labels, _ = encode_corpus(tok, pairs)
             answer_tokens = float((labels != -100).sum(-1).float().mean())
             log(f"{run.run_id}: corpus of {len(pairs)} solutions in {time.perf_counter() - t_corpus:.1f}s; "
                 f"budget {budget_seconds:.1f}s, lr {lr_}, batch {bs}")

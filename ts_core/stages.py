@@ -131,7 +131,10 @@ class Session:
                     else:
                         model, tok = load_model(self.run.policy(0), self.cfg.model.dtype)
                         self._engine = HFEngine(model, tok, batch_size=self.cfg.rollout.batch_size)
-                _ENGINES.clear()  # keep one: a process that moves on to another run frees the last
+                for old in _ENGINES.values():  # keep one: a process moving on to another run frees the last
+                    if hasattr(old, "close"):
+                        old.close()  # vLLM holds its KV cache until closed
+                _ENGINES.clear()
                 _ENGINES[key] = self._engine
         return self._engine
 

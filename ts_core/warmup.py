@@ -32,8 +32,12 @@ from .rewards import Verifier
 from .rollout import HFEngine
 
 
-def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded (N, L) input ids and labels; the loss covers the answer and its EOS only."""
+def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (N, L) input ids, labels (the answer and its EOS only) and row lengths.
+
+    Lengths are explicit because "not pad" cannot tell where a row ends when the pad token is
+    also the end-of-turn token (SmolLM2's `<|im_end|>`).
+    """
     rows, labels = [], []
     for q, s in pairs:
         p = encode_prompt(tok, [{"role": "user", "content": q}])
@@ -46,8 +50,7 @@ def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torc
     for i, (r, l) in enumerate(zip(rows, labels)):
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(l)] = torch.tensor(l)
-    return ids, lab
-
+    return ids, lab, torch.tensor([len(r) for r in rows])
 
 
 def sft_optimizer(model: torch.nn.Module, lr: float, warmup_steps: int):
@@ -107,7 +110,7 @@ def build_tiny_model(
 
     tok = char_tokenizer(CHARSET)
     model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed)
-    ids, labels = encode_corpus(tok, pairs)
+    ids, labels, _ = encode_corpus(tok, pairs)
     opt, sched = sft_optimizer(model, lr, steps // 20)
     gen = torch.Generator().manual_seed(seed)
     verifier = Verifier(backend="math_verify")
