@@ -1,0 +1,62 @@
+"""Config: presets + algorithm overlays + dotted overrides; mistakes name the key and the range."""
+
+import pytest
+
+from ts_core.config import ALGORITHMS, ConfigError, load_config, load_saved_config, parse_overrides, save_config
+
+
+def test_tiny_preset_and_overrides():
+    cfg = load_config("tiny", ["prefix.ratio_max=0.5", "rollout.group_size=6", "update.lr=3e-4"])
+    assert cfg.algorithm == "thinking_seeds"
+    assert cfg.prefix.ratio_max == 0.5 and cfg.rollout.group_size == 6 and cfg.update.lr == 3e-4
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_every_algorithm_overlay_is_valid(algo):
+    cfg = load_config("tiny", [f"algorithm={algo}"])
+    assert cfg.algorithm == algo
+    assert cfg.seeded == (algo not in ("grpo", "dr_grpo"))
+
+
+def test_overlays_set_the_method():
+    assert load_config("tiny", ["algorithm=dr_grpo"]).loss.loss_agg_mode == "seq-mean-token-sum-norm"
+    luffy = load_config("tiny", ["algorithm=luffy"])
+    assert (luffy.prefix.loss, luffy.prefix.source, luffy.prefix.ratio_min) == ("shaped", "dataset", 1.0)
+    assert load_config("tiny", ["algorithm=prefix_context"]).prefix.loss == "context"
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["prefix.ratio_mx=0.5"], "unknown config key 'prefix.ratio_mx'"),
+        (["rollout.seeds_per_group=9"], "rollout.seeds_per_group=9 must be in [0, rollout.group_size=8]"),
+        (["prefix.ratio_min=0.7"], "prefix.ratio_min=0.7 must be <= prefix.ratio_max=0.6"),
+        (["update.lr=-1"], "update.lr"),
+        (["rollout.group_size=-2"], "rollout.group_size"),
+        (["algorithm=grpo", "rollout.seeds_per_group=2"], "algorithm=grpo is on-policy"),
+        (["algorithm=seq_mix", "prefix.ratio_min=0.5"], "prefix.ratio_min and ratio_max must be 1.0"),
+        (["algorithm=nope"], "unknown method 'nope'"),
+        (["prefix"], "must look like section.key=value"),
+    ],
+)
+def test_bad_values_are_rejected_with_the_key(overrides, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", overrides)
+    assert needle in str(e.value)
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(ConfigError, match="unknown preset 'nope'.*tiny"):
+        load_config("nope")
+
+
+def test_parse_overrides_nested_and_typed():
+    assert parse_overrides(["a.b=1", "a.c=x", "d=true"]) == {"a": {"b": 1, "c": "x"}, "d": True}
+
+
+def test_round_trip_and_hash(tmp_path):
+    cfg = load_config("tiny", ["seed=3"])
+    save_config(cfg, tmp_path / "c.yaml")
+    back = load_saved_config(tmp_path / "c.yaml")
+    assert back == cfg and back.config_hash() == cfg.config_hash()
+    assert load_config("tiny", ["seed=4"]).config_hash() != cfg.config_hash()
