@@ -208,7 +208,7 @@ def train(
 def _train_plain(run: Any, cfg: Any, con: Console) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ts_core.loop import train as train_loop
+    from ts_core.loop import summary, train as train_loop
     from ts_core.stages import STAGES
 
     total = 1 + cfg.iterations * len(STAGES)
@@ -227,8 +227,7 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
             if stage == "evaluate" and "eval/accuracy" in m.metrics:
                 progress.console.print(f"step {k + 1}: eval/accuracy {m.metrics['eval/accuracy']:.4f}")
             if stage == "evaluate" and k >= 0:
-                parts = [f"{n} {seen[n]:.4f}" for n in ("reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all") if n in seen]
-                progress.console.print(f"iteration {k}: " + (", ".join(parts) or "done"))
+                progress.console.print(f"iteration {k}: " + (summary({n: v for n, v in seen.items() if n != "eval/accuracy"}) or "done"))
             i = STAGES.index(stage) if k >= 0 else len(STAGES) - 1
             nk, ns = (k, STAGES[i + 1]) if i + 1 < len(STAGES) else (k + 1, STAGES[0])
             progress.update(task, description=label(nk, ns) if nk < cfg.iterations else "done")

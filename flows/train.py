@@ -30,6 +30,7 @@ from tasks import (continuation_task, evaluate_task, prepare_task, seeds_task, s
                    verify_task)
 from tasks.common import artifact_key, run_task, upstream_from
 from ts_core.config import RunConfig, load_config
+from ts_core.loop import summary
 from ts_core.run_dir import RunDir
 from ts_core.stages import STAGES
 
@@ -119,6 +120,8 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
 
 def report_iteration(run: RunDir, k: int, manifests: list[dict]) -> None:
     """A table artifact with iteration k's metrics (k = -1: the evaluation of θ_0)."""
+    merged = {n: v for m in manifests for n, v in m.get("metrics", {}).items()}
+    get_run_logger().info("%s: %s", "θ_0" if k < 0 else f"iteration {k}", summary(merged) or "done")
     rows = iteration_table(k, manifests)
     if rows:
         label = "θ_0 evaluation" if k < 0 else f"iteration {k}"

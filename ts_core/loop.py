@@ -26,6 +26,14 @@ def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
     return m
 
 
+SUMMARY_KEYS = ("reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all", "eval/accuracy")
+
+
+def summary(metrics: dict[str, float]) -> str:
+    """The one-line view of an iteration on the terminal: reward, entropy, clip fraction, accuracy."""
+    return ", ".join(f"{n} {metrics[n]:.4f}" for n in SUMMARY_KEYS if n in metrics)
+
+
 def run_stage(s: Session, stage: str, k: int, fn: Callable[[Session, int], Manifest] | None = None) -> Manifest:
     """Run one stage unless its completed outputs are already there (then return their manifest).
 
@@ -93,8 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"run {run.run_id}: {cfg.algorithm}, seed {cfg.seed}, {cfg.iterations} iterations, config {cfg.config_hash()}", flush=True)
 
     def on_stage(k: int, stage: str, m: Manifest) -> None:
-        keys = ("eval/accuracy", "reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all")
-        shown = ", ".join(f"{n} {m.metrics[n]:.4f}" for n in keys if n in m.metrics)
+        shown = summary(m.metrics)
         secs = sum(m.seconds.values())
         print(f"iteration {k}/{cfg.iterations - 1} {stage} {secs:.2f}s" + (f" | {shown}" if shown else ""), flush=True)
 
