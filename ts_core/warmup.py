@@ -94,6 +94,7 @@ def build_tiny_model(
     eval_samples: int = 16,
     target: tuple[float, float] = (0.15, 0.30),
     seed: int = 0,
+    warmup_steps: int = 75,
 ) -> dict:
     t0 = time.time()
     torch.manual_seed(seed)
@@ -111,7 +112,7 @@ def build_tiny_model(
     tok = char_tokenizer(CHARSET)
     model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed)
     ids, labels, _ = encode_corpus(tok, pairs)
-    opt, sched = sft_optimizer(model, lr, steps // 20)
+    opt, sched = sft_optimizer(model, lr, warmup_steps)
     gen = torch.Generator().manual_seed(seed)
     verifier = Verifier(backend="math_verify")
     engine = HFEngine(model, tok, batch_size=256)
@@ -149,7 +150,7 @@ def build_tiny_model(
         "chosen_step": best["step"], "in_target_band": bool(in_band), "target_pass@1": list(target),
         "candidates": [{k: v for k, v in c.items() if k != "dir"} for c in candidates],
         "params": count_params(model), "steps": steps, "batch_size": batch_size, "lr": lr,
-        "corpus_size": corpus_size, "seed": seed, "build_seconds": round(time.time() - t0, 1),
+        "corpus_size": corpus_size, "seed": seed, "warmup_steps": warmup_steps, "build_seconds": round(time.time() - t0, 1),
         "torch_threads": torch.get_num_threads(),
         "rebuild": "python -m ts_core.warmup",
     }
@@ -170,12 +171,14 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-from", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup-steps", type=int, default=75, help="linear learning-rate ramp, then constant")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     rep = build_tiny_model(a.out, steps=a.steps, batch_size=a.batch_size, lr=a.lr, corpus_size=a.corpus_size,
-                           eval_every=a.eval_every, eval_from=min(a.eval_from, a.steps), seed=a.seed)
+                           eval_every=a.eval_every, eval_from=min(a.eval_from, a.steps), seed=a.seed,
+                           warmup_steps=a.warmup_steps)
     print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
     chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
     print("chosen:", json.dumps(chosen))
