@@ -99,3 +99,42 @@ def evaluate_prompts(
         mean_response_len=sum(len(pre) + len(g.token_ids) for (_, pre), g in zip(owners, gens)) / total,
         samples=samples,
     )
+
+
+def main() -> None:
+    """`python -m ts_core.evaluation --model builtin:tiny --split test`: pass@k of a model on the default task."""
+    import argparse
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from .config import DataConfig
+    from .data import build_chain_sum_splits, load_dataset
+    from .models import load_model
+    from .rewards import Verifier
+    from .rollout import HFEngine
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--model", default="builtin:tiny")
+    ap.add_argument("--split", default="test", choices=["validation", "test"])
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    d = DataConfig()  # the default task's held-out splits, exactly as a run builds them
+    splits = build_chain_sum_splits(Path(tempfile.mkdtemp()), d.train_size, d.val_size, d.test_size, d.seed,
+                                    d.min_terms, d.max_terms, d.min_digits, d.max_digits)
+    model, tok = load_model(a.model)
+    prompts = load_dataset(splits[a.split])
+    t = time.time()
+    with Verifier() as v:
+        r = evaluate_prompts(HFEngine(model, tok, batch_size=256), tok, prompts, v, n=a.samples,
+                             temperature=a.temperature, max_new_tokens=a.max_new_tokens, seed=a.seed)
+    print(f"{a.model} on {len(prompts)} {a.split} prompts x {a.samples} samples (T={a.temperature}), {time.time() - t:.1f} s")
+    print("pass@k:", {k: round(x, 4) for k, x in r.pass_at_k.items()})
+    print("strategy share:", {k: round(x, 3) for k, x in r.strategy_share.items()}, "statuses:", r.status_counts)
+
+
+if __name__ == "__main__":
+    main()
