@@ -344,3 +344,22 @@ def test_pool_config_is_validated(kwargs, message):
 def test_duplicate_steps_are_refused():
     with pytest.raises(ValueError, match="duplicate checkpoint steps"):
         HistoricalPool(2).members(infos(0, 10, 10), 20)
+
+
+def test_snapshot_links_model_files_without_optimizer(tmp_path, model_and_tokenizer):
+    from ts_core.checkpoints import snapshot_checkpoint
+
+    model, tok = model_and_tokenizer
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    src = save_checkpoint(model, tok, tmp_path / "policy", 3, optimizer=opt)
+    dst = snapshot_checkpoint(src, tmp_path / "pool", 3, extra={"iteration": 3})
+    info = verify_checkpoint(dst)
+    assert info.step == 3 and info.extra == {"iteration": 3}
+    assert not (dst / "optimizer.safetensors").exists()
+    assert (dst / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+    loaded, _ = load_checkpoint(dst)
+    for (n, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), n
+    flip_byte(src / "model.safetensors")  # a corrupt source is refused, never copied
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        snapshot_checkpoint(src, tmp_path / "pool", 4)

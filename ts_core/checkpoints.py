@@ -153,6 +153,45 @@ def save_checkpoint(
     return final
 
 
+def snapshot_checkpoint(src: Path, root: Path, step: int, extra: dict | None = None) -> Path:
+    """Copy a verified checkpoint's model files (not its optimizer state) to root/step_{step}.
+
+    The pool's snapshots are the policy's own weights: hard links (a copy across file systems)
+    instead of a model load and save. Files are never modified in place (a re-save writes new
+    files and renames), so sharing inodes is safe. Atomic like save_checkpoint.
+    """
+    src_info = verify_checkpoint(Path(src))
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
+    try:
+        for rel in src_info.sha256:
+            if rel in (OPTIMIZER_NAME, MANIFEST_NAME):
+                continue
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(Path(src) / rel, dst)
+            except OSError:
+                shutil.copy2(Path(src) / rel, dst)
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        manifest = {
+            "step": step,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "param_count": src_info.param_count,
+            "sha256": {p.relative_to(tmp).as_posix(): src_info.sha256[p.relative_to(tmp).as_posix()] for p in files},
+            "extra": dict(extra or {}),
+        }
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        _fsync(tmp / MANIFEST_NAME)
+        _publish(tmp, checkpoint_dir(root, step))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync(root)
+    return checkpoint_dir(root, step)
+
+
 def _publish(tmp: Path, final: Path) -> None:
     """Rename tmp -> final; an existing final is first moved aside so readers never see a mix."""
     if not final.exists():

@@ -30,7 +30,7 @@ import torch
 
 from .advantages import get_adv_estimator
 from .chain_sum import strategy_of
-from .checkpoints import HistoricalPool, list_checkpoints, save_checkpoint, verify_checkpoint
+from .checkpoints import HistoricalPool, list_checkpoints, save_checkpoint, snapshot_checkpoint, verify_checkpoint
 from .config import RunConfig, load_saved_config, save_config
 from .data import Prompt, build_chain_sum_splits, load_dataset
 from .evaluation import evaluate_prompts
@@ -222,10 +222,8 @@ def snapshot(s: Session, k: int) -> Manifest:
     if k % cfg.pool.snapshot_every == 0:
         dst = run.pool_root / f"step_{k:06d}"
         if not (dst / "manifest.json").exists():
-            with t("model_load"):
-                model, tok = load_model(run.policy(k), cfg.model.dtype)
             with t("io"):
-                save_checkpoint(model, tok, run.pool_root, k, extra={"iteration": k}, overwrite=True)
+                snapshot_checkpoint(run.policy(k), run.pool_root, k, extra={"iteration": k})
         verify_checkpoint(dst)
         m.outputs["checkpoint"] = run.rel(dst)
         m.hashes["checkpoint"] = run.file_hash(dst)
