@@ -13,7 +13,7 @@ from typing import Callable
 
 from .config import RunConfig
 from .run_dir import Manifest, RunDir
-from .stages import STAGE_FUNCS, STAGES, Session, evaluate, prepare, upstream_of
+from .stages import STAGE_FUNCS, STAGES, Session, prepare, upstream_of
 
 
 def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
@@ -34,7 +34,7 @@ def summary(metrics: dict[str, float]) -> str:
     return ", ".join(f"{n} {metrics[n]:.4f}" for n in SUMMARY_KEYS if n in metrics)
 
 
-def run_stage(s: Session, stage: str, k: int, fn: Callable[[Session, int], Manifest] | None = None) -> Manifest:
+def run_stage(s: Session, stage: str, k: int) -> Manifest:
     """Run one stage unless its completed outputs are already there (then return their manifest).
 
     "Completed" means: manifest present, same config hash, output files hashing as recorded, and
@@ -44,7 +44,7 @@ def run_stage(s: Session, stage: str, k: int, fn: Callable[[Session, int], Manif
     done = s.run.completed(k, stage, s.cfg.config_hash(), upstream)
     if done is not None:
         return done
-    m = (fn or STAGE_FUNCS[stage])(s, k)
+    m = STAGE_FUNCS[stage](s, k)
     m.upstream = upstream
     metrics = dict(m.metrics)
     metrics.update({f"time/{stage}/{part}": sec for part, sec in m.seconds.items()})
@@ -62,7 +62,7 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
         run_prepare(run, cfg)
         s = Session(run, cfg)
         try:
-            m = run_stage(s, "evaluate", -1, evaluate)  # θ_0, the curves' starting point
+            m = run_stage(s, "evaluate", -1)  # θ_0, the curves' starting point
             if on_stage:
                 on_stage(-1, "evaluate", m)
             for k in range(cfg.iterations):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .models import BUILTIN_MODELS, ModelError, encode_prompt
+from .models import BUILTIN_MODELS, ModelError
 from .warmup import encode_corpus
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
