@@ -450,12 +450,22 @@ def update(s: Session, k: int) -> Manifest:
     return m
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> list[str]:
     n = cfg.update.num_processes
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no"]
     if n > 1:
-        cmd += ["--multi_gpu"]  # with Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7)
+        # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7). A free rendezvous port
+        # per launch: the default 29500 can still be held by a run killed a moment ago.
+        cmd += ["--multi_gpu", "--main_process_port", str(_free_port())]
     cmd += ["-m", "ts_core.trainer", "--policy", str(run.policy(k)), "--rollouts", str(run.rollouts(k)),
             "--out-root", str(run.policy_root), "--step", str(k + 1), "--config", str(run.config_path),
             "--metrics-out", str(metrics_path)]
