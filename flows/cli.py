@@ -283,11 +283,14 @@ def compare(
     seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds; every method runs once per seed."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key for every run: section.key=value (repeatable)."),
     sweep: list[str] = typer.Option([], "--sweep", help="Ablation: section.key=v1,v2 (repeatable; the cartesian product is run)."),
+    one_at_a_time: bool = typer.Option(False, "--one-at-a-time", help="Vary one --sweep key at a time from the base config instead of the cartesian product."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Include the unswept runs (same methods and seeds) of comparison ID in the report as the ablation's base point instead of training them again; budgets must match."),
     parallel: int = typer.Option(2, "--parallel", "-j", min=1, help="Runs trained at once (one process and one torch thread each)."),
     out: Path = typer.Option(Path("docs/results"), "--out", "-o", help="The report goes to OUT/ID/report.md (+ PNG, results.parquet)."),
     compare_id: str = typer.Option("compare", "--id", help="Comparison name: run ids are ID-METHOD[-KEY=VAL]-sSEED."),
     no_prefect: bool = typer.Option(False, "--no-prefect", help="Run in this process (no Prefect flow)."),
     no_control: bool = typer.Option(False, "--no-control", help="Skip the equal-compute SFT control."),
+    no_final_test: bool = typer.Option(False, "--no-final-test", help="Skip the final evaluation of every run on the whole test split."),
     control_seconds: Optional[float] = typer.Option(None, "--control-seconds", min=0.0,
                                                     help="SFT control budget in seconds (default: the mean RL run's training time)."),
     control_corpus: Optional[int] = typer.Option(None, "--control-corpus", min=1,
@@ -304,21 +307,30 @@ def compare(
         raise typer.BadParameter(f"--seeds must be integers, got {seeds!r}")
     seed_ints = [int(s) for s in seed_list]
     sweep_d = parse_sweep(sweep) or None
-    specs = plan(preset, method_list, seed_ints, list(set_), sweep_d, compare_id)  # fail fast, before any run
+    specs = plan(preset, method_list, seed_ints, list(set_), sweep_d, compare_id, one_at_a_time)  # fail fast, before any run
+    if reference:
+        from ts_core.compare import reference_members
+        from ts_core.run_dir import runs_root
+
+        reference_members(reference, specs, runs_root())
     argv = ["ts"] + (["--runs-dir", os.environ["TS_RUNS_DIR"]] if os.environ.get("TS_RUNS_DIR") else [])
     argv += ["compare", "--preset", preset, "--methods", ",".join(method_list), "--seeds", ",".join(seed_list)]
     argv += [x for s in set_ for x in ("--set", s)] + [x for s in sweep for x in ("--sweep", s)]
+    argv += (["--one-at-a-time"] if one_at_a_time else []) + (["--reference", reference] if reference else [])
     argv += ["--parallel", str(parallel), "--out", str(out), "--id", compare_id]
     argv += (["--no-prefect"] if no_prefect else []) + (["--no-control"] if no_control else [])
+    argv += ["--no-final-test"] if no_final_test else []
     argv += (["--control-seconds", repr(control_seconds)] if control_seconds is not None else [])
     argv += (["--control-corpus", str(control_corpus)] if control_corpus is not None else [])
     command = " ".join(shlex.quote(a) for a in argv)
     con = _console()
     con.print(f"comparison [bold]{compare_id}[/]: {len(specs)} runs ({', '.join(method_list)} x seeds {seeds}"
-              + (f" x sweep {', '.join(sweep)}" if sweep else "") + f"), {parallel} at once")
+              + (f" x sweep {', '.join(sweep)}" + (" one at a time" if one_at_a_time else "") if sweep else "")
+              + (f", base point from {reference}" if reference else "") + f"), {parallel} at once")
     kwargs = dict(preset=preset, methods=method_list, seeds=seed_ints, overrides=list(set_) or None, sweep=sweep_d,
                   compare_id=compare_id, parallel=parallel, out_dir=str(out), control=not no_control,
-                  control_seconds=control_seconds, command=command, control_corpus_size=control_corpus)
+                  control_seconds=control_seconds, command=command, control_corpus_size=control_corpus,
+                  one_at_a_time=one_at_a_time, reference=reference, final_test=not no_final_test)
     try:
         if no_prefect:
             from ts_core.compare import run_comparison

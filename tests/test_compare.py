@@ -61,6 +61,27 @@ def test_plan_sweep_is_a_cartesian_product():
     assert len(plan("tiny", ["thinking_seeds"], [0], [], sweep, "abl2")) == 16
 
 
+def test_plan_one_at_a_time_varies_one_key_from_the_base():
+    sweep = {"prefix.ratio_max": ["0.4", "0.8"], "pool.size": ["1"], "prefix.loss": ["shaped", "capped"]}
+    specs = plan("tiny", ["thinking_seeds"], [0, 1], [], sweep, "abl", one_at_a_time=True)
+    assert len(specs) == (2 + 1 + 2) * 2  # not 2 x 1 x 2 combinations
+    assert specs[0].run_id == "abl-thinking_seeds-prefix.ratio_max=0.4-s0"
+    base = load_config("tiny", ["algorithm=thinking_seeds"])
+    for s in specs:
+        ((key, value),) = s.sweep
+        cfg = s.config()
+        assert str(_get(cfg, key)) == value
+        for other in sweep.keys() - {key}:  # every other swept key keeps the base value
+            assert _get(cfg, other) == _get(base, other)
+
+
+def _get(cfg, dotted):
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
 def test_mismatched_budgets_are_rejected():
     # A sweep over samples per prompt would give runs different budgets.
     with pytest.raises(ConfigError, match=r"(?s)must share .*rollout.group_size=8 but .* has 6"):
@@ -109,6 +130,11 @@ def _metrics(run_root: Path) -> list[dict]:
     for f in sorted((run_root / "metrics").glob("iteration=*/*.parquet")):
         rows += pq.read_table(f).to_pylist()
     return rows
+
+
+def _training(stage: str) -> bool:
+    """Stages whose time counts as training (every evaluation is left out of the budget)."""
+    return not stage.startswith("evaluate") and stage != "final-test"
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +196,7 @@ def test_e2e_report_numbers_equal_the_metrics(e2e):
         for name in ("eval/accuracy", "eval/pass@1", "eval/pass@4", "eval/strategy_b", "eval_seeded/pass@4"):
             (want,) = [r["value"] for r in ev if r["iteration"] == final and r["name"] == name]
             assert got[name] == pytest.approx(want, abs=1e-12), (rid, name)
-        secs = sum(r["value"] for r in rows if r["name"].startswith("time/") and r["stage"] != "evaluate")
+        secs = sum(r["value"] for r in rows if r["name"].startswith("time/") and _training(r["stage"]))
         assert got["budget/train_seconds"] == pytest.approx(secs)
         # the run's row of the Markdown "Runs" table shows the same numbers
         (line,) = [ln for ln in md.splitlines() if ln.startswith(f"| {rid} |")]
@@ -201,7 +227,7 @@ def test_e2e_sft_control(e2e):
     ctl = runs / f"{CMP}-sft_control-s0"
     state = json.loads((ctl / "control.json").read_text())
     # budget = mean training time of the RL runs, measured from their time/* metrics
-    rl = [sum(r["value"] for r in _metrics(runs / f"{CMP}-{m}-s0") if r["name"].startswith("time/") and r["stage"] != "evaluate")
+    rl = [sum(r["value"] for r in _metrics(runs / f"{CMP}-{m}-s0") if r["name"].startswith("time/") and _training(r["stage"]))
           for m in METHODS]
     assert state["budget_seconds"] == pytest.approx(statistics.fmean(rl), abs=1e-3)
     assert state["done"] and state["evaluated"] and state["steps"] > 0
@@ -222,15 +248,66 @@ def test_e2e_sft_control(e2e):
     assert ev[(2, "eval/mean_response_len")] != ev[(0, "eval/mean_response_len")]
 
 
+def test_e2e_final_test_on_the_whole_test_split(e2e):
+    """Every final policy (and θ_0 once) evaluated on all test prompts; the report's headline table shows it."""
+    runs, out, _, _ = e2e
+    res = {r["run_id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
+    md = (out / "report.md").read_text()
+    for method in METHODS + ("sft_control",):
+        rid = f"{CMP}-{method}-s0"
+        rows = [r for r in _metrics(runs / rid) if r["stage"] == "final-test"]
+        assert {r["iteration"] for r in rows} == ({0, 2} if method == METHODS[0] else {2}), rid  # θ_0 once
+        final = {r["name"]: r["value"] for r in rows if r["iteration"] == 2}
+        assert final["eval/prompts"] == 8 == res[rid]["test/prompts"]  # the whole test split (data.test_size=8)
+        assert res[rid]["test/accuracy"] == final["eval/accuracy"] and res[rid]["test/pass@4"] == final["eval/pass@4"]
+    test_table = md.split("## Final test accuracy")[1].split("##")[0]
+    assert "all 8 test prompts" in md
+    base = {r["name"]: r["value"] for r in _metrics(runs / f"{CMP}-grpo-s0") if r["stage"] == "final-test" and r["iteration"] == 0}
+    assert f"| θ_0 (base model) | — | {base['eval/accuracy']:.4f} |" in test_table
+    assert f"| grpo | 1 | {res[CMP + '-grpo-s0']['test/accuracy']:.4f} |" in test_table
+
+
 def test_e2e_rerun_skips_everything(e2e):
     runs, out, args, _ = e2e
     before = (out / "results.parquet").read_bytes()
     r = runner.invoke(app, args, env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    assert r.output.count("already complete") == 3
+    assert r.output.count("already complete") == 3 + 4  # 2 runs + control, their final tests + θ_0
     for m in METHODS + ("sft_control",):
         assert (runs / f"{CMP}-{m}-s0" / "train.log").read_text().count("=== ") == 1  # no process started
     assert (out / "results.parquet").read_bytes() == before
+
+
+def test_e2e_ablation_reuses_the_reference_runs(e2e, tiny_model_dir):
+    """An ablation with --reference: the base point comes from comparison CMP, only the sweep point trains."""
+    runs, out, args, _ = e2e
+    base = args[args.index("--set"):]  # the same --set budget as the reference comparison
+    abl = ["compare", "--methods", "thinking_seeds", "--seeds", "0", "--id", "abl", "--out", str(out.parent),
+           "--no-prefect", "--no-control", "--sweep", "pool.pick=recent,oldest", "--one-at-a-time",
+           "--reference", CMP, *base]
+    r = runner.invoke(app, abl, env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert sorted(m["run_id"] for m in compare_members("abl", runs)) == [
+        "abl-thinking_seeds-pool.pick=oldest-s0", "abl-thinking_seeds-pool.pick=recent-s0"]
+    assert (runs / f"{CMP}-thinking_seeds-s0" / "train.log").read_text().count("=== ") == 1  # not trained again
+    md = (out.parent / "abl" / "report.md").read_text()
+    assert "--one-at-a-time --reference t" in md
+    table = md.split("## Final in-training evaluation")[1].split("##")[0]
+    variants = [ln.split("|")[1].strip() for ln in table.splitlines() if ln.startswith("| thinking_seeds")]
+    assert variants == ["thinking_seeds pool.pick=uniform [t]", "thinking_seeds pool.pick=oldest",
+                        "thinking_seeds pool.pick=recent"]
+    res = {r["run_id"]: r for r in pq.read_table(out.parent / "abl" / "results.parquet").to_pylist()}
+    ref = res[f"{CMP}-thinking_seeds-s0"]
+    assert ref["compare_id"] == CMP and res["abl-thinking_seeds-pool.pick=recent-s0"]["compare_id"] == "abl"
+    want = [r["value"] for r in _metrics(runs / f"{CMP}-thinking_seeds-s0")
+            if r["name"] == "eval/accuracy" and r["iteration"] == 2 and r["stage"] == "evaluate"]
+    assert [ref["eval/accuracy"]] == want and ref["test/accuracy"] is not None
+    # A reference on another budget, or one without the method, is refused before anything trains.
+    r = runner.invoke(app, [*abl, "--set", "eval.samples=8", "--id", "abl2"], env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
+    assert r.exit_code == 2 and "must share" in r.output and "eval.samples" in r.output, r.output
+    r = runner.invoke(app, [*abl, "--reference", "nope", "--id", "abl3"], env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
+    assert r.exit_code == 2 and "--reference nope" in r.output
+    assert not [p for p in runs.iterdir() if p.name.startswith(("abl2", "abl3"))]
 
 
 def test_cli_compare_errors(tmp_path):

@@ -11,7 +11,9 @@ sweep point, then `algorithm=<method>` and `seed=<seed>`. It resolves every conf
 a comparison whose runs would not see the same task, the same prompts per iteration, the same
 samples per prompt, the same number of iterations and the same evaluation (BUDGET_KEYS): a method
 that is better only because it saw more data is not a result. Ablations are sweeps through the same
-planner (`--sweep pool.size=1,4 --sweep prefix.ratio_max=0.4,0.8`: the cartesian product).
+planner (`--sweep pool.size=1,4 --sweep prefix.ratio_max=0.4,0.8`: the cartesian product, or one key
+at a time with `one_at_a_time`), and `reference_members` lets an ablation's report include the base
+configuration's runs from an earlier comparison instead of training them again.
 
 `run_all` starts each run as `python -m ts_core.loop ...` with OMP_NUM_THREADS=1, at most `parallel`
 at once, output in `runs/<id>/train.log`. A run whose last iteration is complete is skipped without
@@ -42,6 +44,7 @@ from .config import ALGORITHMS, ConfigError, RunConfig, load_config
 __all__ = [
     "BUDGET_KEYS", "CONTROL_METHOD", "DEFAULT_METHODS", "MARKER", "CompareError", "Job", "JobResult", "RunSpec",
     "check_same_budget", "compare_members", "is_complete", "parse_list", "parse_sweep", "plan", "raise_on_failures",
+    "reference_members", "spec_of", "final_test_jobs", "run_final_tests",
     "report_dir", "run_all", "run_comparison", "run_jobs", "train_seconds", "write_marker",
 ]
 
@@ -175,8 +178,14 @@ def plan(
     overrides: Sequence[str] | None = None,
     sweep: dict[str, list[Any]] | None = None,
     compare_id: str = "compare",
+    one_at_a_time: bool = False,
 ) -> list[RunSpec]:
-    """Every (method, sweep point, seed) of the comparison as a RunSpec, validated (see module doc)."""
+    """Every (method, sweep point, seed) of the comparison as a RunSpec, validated (see module doc).
+
+    Sweep points are the cartesian product of the sweep's values, or with `one_at_a_time` one key
+    varied at a time from the base configuration (the usual ablation: 2 keys x 2 values = 4
+    points, not 4 combinations; the base point itself is not run — see `reference_members`).
+    """
     if not _RUN_ID.match(compare_id or ""):
         raise ConfigError(f"comparison id {compare_id!r} must be a plain name (letters, digits, . _ = + -)")
     methods = list(methods)
@@ -208,7 +217,12 @@ def plan(
             raise ConfigError(f"sweep {key!r} has no values")
         if len(set(values)) != len(values):
             raise ConfigError(f"sweep {key!r} repeats a value: {values}")
-    points = [tuple(zip(sweep, combo)) for combo in itertools.product(*sweep.values())] if sweep else [()]
+    if not sweep:
+        points: list[tuple[tuple[str, str], ...]] = [()]
+    elif one_at_a_time:
+        points = [((k, v),) for k, vs in sweep.items() for v in vs]
+    else:
+        points = [tuple(zip(sweep, combo)) for combo in itertools.product(*sweep.values())]
 
     specs: list[RunSpec] = []
     for method in methods:
@@ -280,6 +294,52 @@ def compare_members(compare_id: str, runs_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def spec_of(marker: dict[str, Any]) -> RunSpec:
+    """The RunSpec a run's `compare.json` marker was written from."""
+    sweep = tuple((k, _fmt(v)) for k, v in (marker.get("sweep") or {}).items())
+    point = {f"{k}={v}" for k, v in sweep}
+    base = tuple(o for o in marker.get("overrides", []) if o.split("=", 1)[0] not in _RESERVED and o not in point)
+    return RunSpec(marker["run_id"], marker["compare_id"], marker["method"], int(marker["seed"]),
+                   marker.get("preset", "tiny"), base, sweep)
+
+
+def reference_members(reference_id: str, specs: Sequence[RunSpec], runs_dir: Path) -> list[dict[str, Any]]:
+    """The unswept runs of comparison `reference_id` that an ablation `specs` is measured against.
+
+    An ablation varies method settings around a base configuration that an earlier comparison
+    already ran (e.g. `thinking_seeds` of the main comparison, seeds 0-2). Rather than training the
+    base point again, the ablation's report includes those runs: same methods, same seeds, no sweep
+    point, complete, and on the same budget (BUDGET_KEYS) as every run of `specs`. Each returned
+    marker gets `reference` (the id) and a `variant` naming the base values of the swept keys.
+    Raises ConfigError when the reference has no such run or its budget differs.
+    """
+    specs = [s for s in specs if s.method != CONTROL_METHOD]
+    methods = {s.method for s in specs}
+    seeds = {s.seed for s in specs}
+    keys = list(dict.fromkeys(k for s in specs for k, _ in s.sweep))
+    found = [m for m in compare_members(reference_id, runs_dir)
+             if m.get("method") in methods and m.get("seed") in seeds and not m.get("sweep")]
+    if not found:
+        raise ConfigError(f"--reference {reference_id}: no run of that comparison under {runs_dir} has method "
+                          f"{'/'.join(sorted(methods))}, seed {'/'.join(map(str, sorted(seeds)))} and no sweep point; "
+                          f"run `ts compare --id {reference_id} ...` first or drop --reference")
+    configs = {s.run_id: s.config() for s in specs}
+    out = []
+    for m in found:
+        ref = spec_of(m)
+        if not is_complete(ref, runs_dir):
+            raise ConfigError(f"--reference {reference_id}: run {ref.run_id} is not complete; finish it with "
+                              f"`ts compare --id {reference_id} ...` (same command) first")
+        cfg = ref.config()
+        configs[ref.run_id] = cfg
+        d = cfg.model_dump(mode="json")
+        base = " ".join(f"{k}={_fmt(_dotted(d, k))}" for k in keys)
+        out.append({**m, "reference": reference_id,
+                    "variant": f"{m['method']} {base} [{reference_id}]" if base else f"{m['method']} [{reference_id}]"})
+    check_same_budget(configs)
+    return out
+
+
 def is_complete(spec: RunSpec, runs_dir: Path) -> bool:
     """True when the run's last iteration (update and evaluate) finished with this config."""
     from .run_dir import RunDir
@@ -306,7 +366,7 @@ def train_seconds(run_ids: Sequence[str], runs_dir: Path) -> dict[str, float]:
         ids = ", ".join("'" + r.replace("'", "''") + "'" for r in run_ids)
         res = query(con, f"""
             SELECT run_id, sum(value) AS seconds FROM metrics
-            WHERE run_id IN ({ids}) AND starts_with(name, 'time/') AND stage <> 'evaluate'
+            WHERE run_id IN ({ids}) AND starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> 'final-test'
             GROUP BY run_id""")
     finally:
         con.close()
@@ -455,6 +515,41 @@ def run_all(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, console
     return run_jobs(jobs, runs_dir, parallel, title="runs", console=console)
 
 
+def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None = None) -> list[Job]:
+    """One `python -m ts_core.checkpoint_eval` job per run: its final policy on the whole test split.
+
+    Metrics go to the run's `metrics/iteration=<final step>/final-test.parquet` (a job whose file
+    exists is done). `base_of` also evaluates θ_0 of that run (the base model every run starts
+    from) into its iteration 0. The in-training evaluation (64 validation prompts) is too noisy to
+    separate methods by a point; see ts_core.checkpoint_eval.
+    """
+    from .checkpoint_eval import FINAL_TEST_STAGE, latest_policy_step
+    from .run_dir import RunDir
+
+    jobs = []
+    targets = [(rid, None) for rid in run_ids] + ([(base_of, 0)] if base_of else [])
+    for rid, step in targets:
+        run = RunDir.for_run(rid, runs_dir)
+        step = latest_policy_step(run) if step is None else step
+        cmd = [sys.executable, "-m", "ts_core.checkpoint_eval", str(run.root), "--step", str(step), "--split", "test",
+               "--all-prompts", "--no-seeded", "--stage", FINAL_TEST_STAGE]
+        jobs.append(Job(f"{rid} θ_{step}", cmd, run.root / "final_test.log",
+                        done=run.metrics(step, FINAL_TEST_STAGE).exists()))
+    return jobs
+
+
+def run_final_tests(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, control: bool = True,
+                    console: Any = None) -> list[JobResult]:
+    """The final test evaluation of every run of `specs` (and their SFT controls), plus θ_0 once."""
+    from .sft_control import control_run_id
+
+    ids = [s.run_id for s in specs]
+    if control:
+        ids += [control_run_id(specs[0].compare_id, seed) for seed in sorted({s.seed for s in specs})]
+    jobs = final_test_jobs(ids, Path(runs_dir), base_of=specs[0].run_id)
+    return run_jobs(jobs, Path(runs_dir), parallel, title="final test evaluations", console=console)
+
+
 def raise_on_failures(results: Sequence[JobResult]) -> None:
     failed = [r for r in results if r.status == "failed"]
     if failed:
@@ -483,8 +578,11 @@ def run_comparison(
     console: Any = None,
     control_max_steps: int | None = None,
     control_corpus_size: int | None = None,
+    one_at_a_time: bool = False,
+    reference: str | None = None,
+    final_test: bool = True,
 ) -> str:
-    """plan -> run_all -> SFT controls -> report, in this process (`ts compare --no-prefect`).
+    """plan -> run_all -> SFT controls -> final test evaluations -> report, in this process (`ts compare --no-prefect`).
 
     The same steps as `flows.compare.compare_flow`; runs go to `runs_root()`. Raises CompareError
     when a run or control failed (after all the others finished). Returns the report's path.
@@ -493,11 +591,16 @@ def run_comparison(
     from .run_dir import runs_root
     from .sft_control import run_controls
 
-    specs = plan(preset, list(methods), list(seeds), list(overrides or []), sweep, compare_id)
+    specs = plan(preset, list(methods), list(seeds), list(overrides or []), sweep, compare_id, one_at_a_time)
     runs_dir = runs_root()
+    if reference:
+        reference_members(reference, specs, runs_dir)  # fail before training anything
     raise_on_failures(run_all(specs, runs_dir, parallel=parallel, console=console))
     if control:
         _, results = run_controls(specs, runs_dir, parallel=parallel, budget_seconds=control_seconds,
                                   max_steps=control_max_steps, corpus_size=control_corpus_size, console=console)
         raise_on_failures(results)
-    return str(write_compare_report(compare_id, runs_dir, report_dir(out_dir, compare_id), command=command))
+    if final_test:
+        raise_on_failures(run_final_tests(specs, runs_dir, parallel, control, console=console))
+    return str(write_compare_report(compare_id, runs_dir, report_dir(out_dir, compare_id), command=command,
+                                    reference=reference))

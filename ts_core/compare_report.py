@@ -26,8 +26,9 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from .compare import CONTROL_METHOD, DEFAULT_METHODS, compare_members
+from .compare import CONTROL_METHOD, DEFAULT_METHODS, compare_members, reference_members, spec_of
 from .config import ALGORITHMS
+from .checkpoint_eval import FINAL_TEST_STAGE
 from .parquet_io import DataError, write_table_atomic
 from .report import _write_atomic, format_cell
 from .sql import connect, query
@@ -59,7 +60,7 @@ def _order(marker: dict[str, Any]) -> tuple:
     m = marker["method"]
     rank = (DEFAULT_METHODS.index(m) if m in DEFAULT_METHODS else
             len(DEFAULT_METHODS) + ALGORITHMS.index(m) if m in ALGORITHMS else 99)
-    return (m == CONTROL_METHOD, rank, marker.get("variant", m), marker.get("seed", 0))
+    return (m == CONTROL_METHOD, rank, "reference" not in marker, marker.get("variant", m), marker.get("seed", 0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,12 +68,19 @@ def _order(marker: dict[str, Any]) -> tuple:
 # ---------------------------------------------------------------------------------------------
 
 
-def collect(compare_id: str, runs_dir: Path, last: int = 3) -> dict[str, Any]:
-    """Everything the report shows, read with DuckDB: markers, per-run finals, series, configs."""
-    members = sorted(compare_members(compare_id, runs_dir), key=_order)
+def collect(compare_id: str, runs_dir: Path, last: int = 3, reference: str | None = None) -> dict[str, Any]:
+    """Everything the report shows, read with DuckDB: markers, per-run finals, series, configs.
+
+    With `reference`, the unswept runs of that comparison with the same methods and seeds join
+    the report as the ablation's base point (`ts_core.compare.reference_members`).
+    """
+    members = compare_members(compare_id, runs_dir)
     if not members:
         raise DataError(f"no runs of comparison {compare_id!r} under {runs_dir} (no run directory has a compare.json "
                         f"with that id); run `ts compare --id {compare_id} ...` first")
+    if reference:
+        members += reference_members(reference, [spec_of(m) for m in members if m["method"] != CONTROL_METHOD], runs_dir)
+    members = sorted(members, key=_order)
     ids = _sql_list([m["run_id"] for m in members])
     con = connect(runs_dir=runs_dir)
     try:
@@ -95,10 +103,18 @@ def collect(compare_id: str, runs_dir: Path, last: int = 3) -> dict[str, Any]:
             UNION ALL SELECT run_id, 'budget/seed_draft_tokens', sum(draft_len) FROM prefixes
                       WHERE run_id IN ({ids}) AND source_step >= 0 GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/train_seconds', sum(value) FROM m
-                      WHERE starts_with(name, 'time/') AND stage <> 'evaluate' GROUP BY run_id
+                      WHERE starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> 'final-test' GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/sft_tokens', max(value) FROM m WHERE name = 'sft/tokens' GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/sft_steps', max(value) FROM m WHERE name = 'sft/steps' GROUP BY run_id
+            UNION ALL SELECT m.run_id, 'test/' || substr(m.name, 6), m.value FROM m
+                      JOIN (SELECT run_id, max(iteration) AS it FROM m WHERE stage = '{FINAL_TEST_STAGE}' GROUP BY run_id) ft
+                      ON m.run_id = ft.run_id AND m.iteration = ft.it
+                      WHERE m.stage = '{FINAL_TEST_STAGE}' AND starts_with(m.name, 'eval/')
         """)
+        base = query(con, f"""
+            SELECT substr(name, 6), avg(value) FROM metrics
+            WHERE run_id IN ({ids}) AND stage = '{FINAL_TEST_STAGE}' AND iteration = 0 AND starts_with(name, 'eval/')
+            GROUP BY name""")
         series = query(con, f"""
             SELECT run_id, stage, iteration, name, value FROM metrics
             WHERE run_id IN ({ids}) AND (
@@ -121,7 +137,8 @@ def collect(compare_id: str, runs_dir: Path, last: int = 3) -> dict[str, Any]:
         if _finite(value):
             curves[run_id][name].append((int(it), float(value)))
     cfgs = {r: json.loads(c) for r, c in configs.rows if c}
-    return {"members": members, "per_run": per_run, "curves": curves, "configs": cfgs}
+    return {"members": members, "per_run": per_run, "curves": curves, "configs": cfgs,
+            "base_test": {f"test/{n}": float(v) for n, v in base.rows if v is not None}}
 
 
 def _stats(values: list[float]) -> tuple[float, float, int] | None:
@@ -277,7 +294,8 @@ def pass_ks(per_run: dict[str, dict[str, float]]) -> list[int]:
 
 def result_columns(ks: Sequence[int]) -> list[str]:
     """The metric columns of results.parquet, in order."""
-    return (["final_step", "eval/accuracy", "eval/strategy_a", "eval/strategy_b", "eval/strategy_other",
+    return (["test/accuracy"] + [f"test/pass@{k}" for k in ks] + ["test/strategy_b", "test/prompts",
+             "final_step", "eval/accuracy", "eval/strategy_a", "eval/strategy_b", "eval/strategy_other",
              "eval/distinct_correct_solutions", "eval/mean_response_len"]
             + [f"eval/pass@{k}" for k in ks]
             + ["eval_seeded/accuracy", "eval_seeded/strategy_b", "eval_seeded/distinct_correct_solutions"]
@@ -292,7 +310,7 @@ def _results_table(data: dict[str, Any], compare_id: str) -> pa.Table:
     rows = []
     for m in data["members"]:
         vals = data["per_run"].get(m["run_id"], {})
-        row = {"compare_id": compare_id, "run_id": m["run_id"], "method": m["method"],
+        row = {"compare_id": m.get("compare_id", compare_id), "run_id": m["run_id"], "method": m["method"],
                "variant": m.get("variant", m["method"]), "seed": int(m.get("seed", 0)),
                "sweep": json.dumps(m.get("sweep") or {}, sort_keys=True)}
         row.update({c: vals.get(c) for c in columns})
@@ -314,14 +332,14 @@ def _shared(cfg: dict[str, Any]) -> str:
 
 
 def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command: str | None = None,
-                         last: int = 3) -> Path:
+                         last: int = 3, reference: str | None = None) -> Path:
     """Write report.md, results.parquet and the PNG plots of comparison `compare_id` into `out_dir`.
 
     `command` (the exact command line that produced it) is quoted at the top. Raises DataError
     when no run of the comparison exists. Returns the Markdown's path.
     """
     runs_dir, out = Path(runs_dir), Path(out_dir)
-    data = collect(compare_id, runs_dir, last)
+    data = collect(compare_id, runs_dir, last, reference)
     out.mkdir(parents=True, exist_ok=True)
     variants: dict[str, list[str]] = defaultdict(list)
     for m in data["members"]:
@@ -362,7 +380,22 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
                       "like them. Its x axis is compute: step k = k/iterations of that time.")
             md.append("")
 
-    md += ["## Final held-out results", ""]
+    if any("test/accuracy" in v for v in per_run.values()):
+        n_test = next((int(v["test/prompts"]) for v in per_run.values() if "test/prompts" in v), 0)
+        md += [f"## Final test accuracy: every final policy on all {n_test} test prompts", "",
+               "The headline numbers: each run's final policy sampled 16 times (T=1) on the whole test split, "
+               "which no setting was chosen on (`ts_core.checkpoint_eval`). θ_0 is the base model every run "
+               "starts from.", ""]
+        cols = ["variant", "seeds", "accuracy (pass@1)"] + [f"pass@{k}" for k in ks[1:]] + ["strategy b"]
+        rows = []
+        if data["base_test"]:
+            b = data["base_test"]
+            rows.append(["θ_0 (base model)", "—", format_cell(b.get("test/accuracy"))]
+                        + [format_cell(b.get(f"test/pass@{k}")) for k in ks[1:]] + [format_cell(b.get("test/strategy_b"))])
+        rows += [[v, str(len(runs)), _cell(vals(runs, "test/accuracy"))] + [_cell(vals(runs, f"test/pass@{k}")) for k in ks[1:]]
+                 + [_cell(vals(runs, "test/strategy_b"))] for v, runs in variants.items()]
+        md.append(_md_table(cols, rows))
+    md += ["## Final in-training evaluation (validation)", ""]
     cols = ["variant", "seeds", "final step", "accuracy", "strategy b", "seeded accuracy", "distinct correct / prompt"]
     rows = [[v, str(len(runs)), _cell(vals(runs, "final_step"), 0, count=True), _cell(vals(runs, "eval/accuracy")),
              _cell(vals(runs, "eval/strategy_b")), _cell(vals(runs, "eval_seeded/accuracy")),
@@ -404,10 +437,11 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
                     + [format_cell(v.get(n)) for n in ("eval/accuracy", "eval/pass@1", f"eval/pass@{ks[-1]}",
                                                        f"eval_seeded/pass@{ks[-1]}", "eval/strategy_b",
                                                        "actor/entropy/all", "budget/train_seconds")]
-                    + [format_cell(int(v["budget/total_generated_tokens"])) if "budget/total_generated_tokens" in v else "—"])
-    md.append(_md_table(["run", "variant", "seed", "final step", "accuracy", "pass@1", f"pass@{ks[-1]}",
+                    + [format_cell(int(v["budget/total_generated_tokens"])) if "budget/total_generated_tokens" in v else "—"]
+                    + [format_cell(v.get("test/accuracy"))])
+    md.append(_md_table(["run", "variant", "seed", "final step", "validation accuracy", "pass@1", f"pass@{ks[-1]}",
                          f"seeded pass@{ks[-1]}", "strategy b", "entropy (all)", "train seconds",
-                         "generated tokens"], rows))
+                         "generated tokens", "test accuracy"], rows))
     md.append(f"SQL over these runs: `ts sql \"SELECT * FROM metrics WHERE run_id LIKE '{compare_id}-%'\"`.")
     text = "\n".join(md).rstrip() + "\n"
     return _write_atomic(out / "report.md", lambda f: f.write(text), mode="w")
