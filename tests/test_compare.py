@@ -376,20 +376,23 @@ def test_report_mean_and_std_over_seeds(tmp_path):
         run.write_metrics(0, "evaluate", {"eval/accuracy": 0.1, "eval/pass@1": 0.1})
         run.write_metrics(4, "evaluate", {"eval/accuracy": a, "eval/pass@1": a, "eval/pass@2": a + 0.1,
                                           "eval/strategy_b": seed / 10, "eval_seeded/pass@2": a + 0.2})
-        for k in range(4):  # entropy 2 - 0.1 k: the last 3 iterations average to 1.8
+        for k in range(4):  # entropy 2 - 0.1 k: the first 3 average to 1.9, the last 3 to 1.8
             run.write_metrics(k, "update", {"actor/entropy/all": 2.0 - 0.1 * k, "actor/pg_clipfrac/on_policy": 0.01 * k,
                                             "time/update/update_total": 1.0})
             run.write_metrics(k, "continuation", {"rollout/generated_tokens": 100.0 + seed, "time/continuation/generation": 0.5})
     write_marker(tmp_path / "other-grpo-s0", {"compare_id": "other", "method": "grpo", "seed": 0})  # not this comparison
-    path = write_compare_report("c", tmp_path, tmp_path / "out", command="ts compare --id c")
+    path = write_compare_report("c", tmp_path, tmp_path / "out", command="ts compare --id c", last=3)
     md = path.read_text()
     assert "| grpo | 2 | 4 | 0.3000 ± 0.1414 | 0.0500 ± 0.0707 |" in md
     assert "| thinking_seeds | 2 | 4 | 0.5500 ± 0.0707 |" in md
     assert "| grpo | 0.3000 ± 0.1414 | 0.4000 ± 0.1414 |" in md  # plain pass@1, pass@2
     assert "| thinking_seeds | — | 0.7500 ± 0.0707 |" in md.split("seeded sampling")[1]  # seeded pass@2 only
-    assert "| grpo | all | 1.8000 ± 0.0000 |" in md
-    assert "| grpo | on_policy | — | — | 0.0200 ± 0.0000 | — |" in md
+    assert "| grpo | all | 1.9000 ± 0.0000 | 1.8000 ± 0.0000 |" in md  # entropy over the first and the last 3
+    assert "| grpo | on_policy | — | — | — | — | 0.0200 ± 0.0000 | — |" in md
     assert "| grpo | 4 | 6.0 ± 0.0 | 402 ± 3 | — | 402 ± 3 | — |" in md  # budget: 4 x (100 + seed); 4 x 1.5 s
+    # paired by seed against grpo: 0.5 - 0.2 and 0.6 - 0.4; strategy b equal at each seed
+    paired = md.split("## Paired differences against `grpo`")[1].split("##")[0]
+    assert "| thinking_seeds | +0.2500 ± 0.0707 (s0: +0.300, s1: +0.200) | +0.0000 ± 0.0000 (s0: +0.000, s1: +0.000) |" in paired
     res = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
     assert sorted(r["run_id"] for r in res) == ["c-grpo-s0", "c-grpo-s1", "c-thinking_seeds-s0", "c-thinking_seeds-s1"]
     r = next(r for r in res if r["run_id"] == "c-grpo-s1")

@@ -68,7 +68,7 @@ def _order(marker: dict[str, Any]) -> tuple:
 # ---------------------------------------------------------------------------------------------
 
 
-def collect(compare_id: str, runs_dir: Path, last: int = 3, reference: str | None = None) -> dict[str, Any]:
+def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | None = None) -> dict[str, Any]:
     """Everything the report shows, read with DuckDB: markers, per-run finals, series, configs.
 
     With `reference`, the unswept runs of that comparison with the same methods and seeds join
@@ -96,6 +96,8 @@ def collect(compare_id: str, runs_dir: Path, last: int = 3, reference: str | Non
             UNION ALL SELECT act.run_id, act.name, avg(act.value) FILTER (WHERE NOT isnan(act.value))
                       FROM act JOIN actlast USING (run_id) WHERE act.iteration > actlast.last_it - {int(last)}
                       GROUP BY act.run_id, act.name
+            UNION ALL SELECT run_id, 'first/' || name, avg(value) FILTER (WHERE NOT isnan(value))
+                      FROM act WHERE iteration < {int(last)} GROUP BY run_id, name
             UNION ALL SELECT run_id, 'budget/iterations_done', count(DISTINCT iteration) FROM m
                       WHERE stage IN ('update', 'sft') GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/generated_tokens', sum(value) FROM m
@@ -161,6 +163,40 @@ def _cell(values: list[float], digits: int = 4, count: bool = False) -> str:
     return fmt.format(mean) + (f" ± {fmt.format(std)}" if n > 1 else "")
 
 
+def paired_differences(data: dict[str, Any], variants: dict[str, list[str]], baseline: str,
+                       names: Sequence[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """Per variant and metric: [(seed, value - baseline's value at the same seed)], seeds both ran.
+
+    Runs of one seed share the training prompts of every iteration and the evaluation prompts and
+    sampling seed (ts_core.stages.stage_seed), so differences at equal seeds cancel that part of
+    the noise; their spread is the honest error bar for "method X beats the baseline".
+    """
+    seed_of = {m["run_id"]: m.get("seed") for m in data["members"]}
+    per_run = data["per_run"]
+    base = {seed_of[r]: per_run.get(r, {}) for r in variants[baseline]}
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for v, runs in variants.items():
+        if v == baseline:
+            continue
+        out[v] = {}
+        for name in names:
+            diffs = []
+            for r in runs:
+                a, b = per_run.get(r, {}).get(name), base.get(seed_of[r], {}).get(name)
+                if _finite(a) and _finite(b):
+                    diffs.append((seed_of[r], a - b))
+            out[v][name] = sorted(diffs)
+    return out
+
+
+def _baseline(data: dict[str, Any], variants: dict[str, list[str]]) -> str | None:
+    """What the paired table subtracts: the ablation's reference point, else grpo, else nothing."""
+    ref = next((m.get("variant") for m in data["members"] if m.get("reference")), None)
+    if ref in variants:
+        return ref
+    return "grpo" if "grpo" in variants and len(variants) > 1 else None
+
+
 def _md_table(columns: list[str], rows: list[list[str]]) -> str:
     if not rows:
         return "_no data yet_\n"
@@ -173,6 +209,19 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> str:
 # ---------------------------------------------------------------------------------------------
 # plots
 # ---------------------------------------------------------------------------------------------
+
+
+SMOOTH = 10  # iterations in the moving average of the per-iteration (update) curves
+
+
+def _smooth(pts: list[tuple[int, float]], window: int = SMOOTH) -> list[tuple[int, float]]:
+    """Trailing moving average over `window` points: per-iteration entropy and clip fractions move
+    by more from one batch to the next than over the whole run, which hides the trend."""
+    out, ys = [], []
+    for x, y in pts:
+        ys.append(y)
+        out.append((x, statistics.fmean(ys[-window:])))
+    return out
 
 
 def _band(per_seed: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float]]:
@@ -235,8 +284,9 @@ def _plots(out: Path, data: dict[str, Any], variants: dict[str, list[str]], ks: 
     colors = {v: cmap(i % 10) for i, v in enumerate(variants)}
     curves = data["curves"]
 
-    def groups(name: str) -> dict[str, list[list[tuple[int, float]]]]:
-        return {v: [curves[r].get(name, []) for r in runs] for v, runs in variants.items()}
+    def groups(name: str, smooth: bool = False) -> dict[str, list[list[tuple[int, float]]]]:
+        pick = (lambda pts: _smooth(pts)) if smooth else (lambda pts: pts)
+        return {v: [pick(curves[r].get(name, [])) for r in runs] for v, runs in variants.items()}
 
     paths: dict[str, Path | None] = {}
     for stem, name, ylabel in (("accuracy", "eval/accuracy", "accuracy (avg@n)"),
@@ -247,8 +297,9 @@ def _plots(out: Path, data: dict[str, Any], variants: dict[str, list[str]], ks: 
                                  ("effective_entropy", "effective_entropy", "entropy (nats)"),
                                  ("clip_fraction", "pg_clipfrac", "fraction of tokens clipped")):
         fig, axes = _figure(2, 2, (11, 7))
-        drawn = [_draw(ax, groups(f"actor/{metric}/{pop}"), colors, f"{pop}", ylabel) for ax, pop in zip(axes, POPULATIONS)]
-        fig.suptitle(PLOTS[stem], fontsize=10)
+        drawn = [_draw(ax, groups(f"actor/{metric}/{pop}", smooth=True), colors, f"{pop}", ylabel)
+                 for ax, pop in zip(axes, POPULATIONS)]
+        fig.suptitle(f"{PLOTS[stem]}, {SMOOTH}-iteration moving average", fontsize=10)
         paths[stem] = _save(fig, out / f"{stem}.png") if any(drawn) else None
     # pass@k at the final step, plain vs seeded
     fig, (ax,) = _figure()
@@ -332,7 +383,7 @@ def _shared(cfg: dict[str, Any]) -> str:
 
 
 def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command: str | None = None,
-                         last: int = 3, reference: str | None = None) -> Path:
+                         last: int = 10, reference: str | None = None) -> Path:
     """Write report.md, results.parquet and the PNG plots of comparison `compare_id` into `out_dir`.
 
     `command` (the exact command line that produced it) is quoted at the top. Raises DataError
@@ -395,6 +446,27 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
         rows += [[v, str(len(runs)), _cell(vals(runs, "test/accuracy"))] + [_cell(vals(runs, f"test/pass@{k}")) for k in ks[1:]]
                  + [_cell(vals(runs, "test/strategy_b"))] for v, runs in variants.items()]
         md.append(_md_table(cols, rows))
+    base_variant = _baseline(data, variants)
+    if base_variant:
+        names = [n for n in ("test/accuracy", "eval/accuracy", "test/strategy_b", "eval/strategy_b")
+                 if any(n in per_run.get(r, {}) for r in variants[base_variant])]
+        diffs = paired_differences(data, variants, base_variant, names)
+        md += [f"## Paired differences against `{base_variant}` (same seed)", "",
+               "Each cell: mean ± std over seeds of (variant − baseline) at the same seed, then the per-seed "
+               "differences. Same seed = same training prompts per iteration and the same evaluation prompts "
+               "and sampling seed.", ""]
+        label = {"test/accuracy": "test accuracy", "eval/accuracy": "validation accuracy",
+                 "test/strategy_b": "test strategy b", "eval/strategy_b": "validation strategy b"}
+        rows = []
+        for v, per_name in diffs.items():
+            cells = []
+            for n in names:
+                d = per_name.get(n, [])
+                cells.append(("{:+.4f}".format(statistics.fmean(x for _, x in d))
+                              + (f" ± {statistics.stdev([x for _, x in d]):.4f}" if len(d) > 1 else "")
+                              + " (" + ", ".join(f"s{sd}: {x:+.3f}" for sd, x in d) + ")") if d else "—")
+            rows.append([v] + cells)
+        md.append(_md_table(["variant"] + [label[n] for n in names], rows))
     md += ["## Final in-training evaluation (validation)", ""]
     cols = ["variant", "seeds", "final step", "accuracy", "strategy b", "seeded accuracy", "distinct correct / prompt"]
     rows = [[v, str(len(runs)), _cell(vals(runs, "final_step"), 0, count=True), _cell(vals(runs, "eval/accuracy")),
@@ -406,14 +478,18 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
         md += [f"## {title}", ""]
         rows = [[v] + [_cell(vals(runs, f"{prefix}/pass@{k}")) for k in ks] for v, runs in variants.items()]
         md.append(_md_table(["variant"] + [f"pass@{k}" for k in ks], rows))
-    md += [f"## Entropy and clipping by population (mean of the last {last} iterations)", ""]
+    md += [f"## Entropy and clipping by population (means over the first and the last {last} iterations)", "",
+           "Entropy of the policy being trained on each population's tokens (per-iteration values are noisy: "
+           "the plots show a moving average). Clip fractions are over the last iterations.", ""]
     rows = []
     for v, runs in variants.items():
         for pop in POPULATIONS:
-            cells = [_cell(vals(runs, f"actor/{a}/{pop}")) for a in ACTOR]
+            cells = [_cell(vals(runs, f"{when}actor/{a}/{pop}")) for a in ACTOR[:2] for when in ("first/", "")]
+            cells += [_cell(vals(runs, f"actor/{a}/{pop}")) for a in ACTOR[2:]]
             if any(c != "—" for c in cells):
                 rows.append([v, pop] + cells)
-    md.append(_md_table(["variant", "population", "entropy", "effective entropy", "clip fraction",
+    md.append(_md_table(["variant", "population", f"entropy, first {last}", f"entropy, last {last}",
+                         f"effective entropy, first {last}", f"effective entropy, last {last}", "clip fraction",
                          "clip fraction (|A|-weighted)"], rows))
     md += ["## Budget", "",
            "Generated tokens are summed over the whole run: the continuation stage (on-policy samples and the "
