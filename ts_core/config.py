@@ -73,7 +73,9 @@ class PrefixConfig(_Section):
     ratio_min: float = Field(0.2, ge=0.0, le=1.0, description="Lower end of the prefix fraction λ ~ U[min, max].")
     ratio_max: float = Field(0.6, ge=0.0, le=1.0, description="Upper end of the prefix fraction λ.")
     cut: Literal["token", "line"] = Field("token", description="Cut the draft at a token, or back to the last step boundary.")
-    loss: Literal["clip", "shaped", "capped", "context"] = Field("clip", description="Loss on prefix tokens (SPEC §3).")
+    loss: Literal["clip", "shaped", "capped", "context"] = Field(
+        "clip", description="Loss on prefix tokens (SPEC §3). Default `clip`: it had the best test accuracy at every seed "
+        "and the largest strategy diversity on average in docs/results/ablation-loss.")
     shaped_gamma: float = Field(0.1, gt=0.0, description="LUFFY policy shaping f(p)=p/(p+γ).")
     cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")
     source: Literal["historical", "dataset"] = Field("historical", description="Who writes prefixes: pool checkpoints, or the data set's solutions (luffy).")
