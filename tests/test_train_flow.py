@@ -20,6 +20,7 @@ import pytest
 from flows.evaluate import evaluate_flow
 from flows.train import train_flow
 from tasks.common import RESULTS_DIRNAME, StageCachePolicy, artifact_key
+from ts_core.config import load_saved_config
 from ts_core.parquet_io import read_table, write_table_atomic
 from ts_core.run_dir import RunDir
 from ts_core.schemas import ROLLOUT_SCHEMA
@@ -145,7 +146,9 @@ def test_evaluate_flow_latest_and_given_step(in_runs):
     assert path == run.metrics(2, "evaluate-validation") and path.is_file()
     # Same checkpoint, split and seed as the training run's last evaluation: the same numbers.
     trained_eval = run.read_manifest(1, "evaluate").metrics
-    assert {k: v for k, v in out["metrics"].items() if not k.startswith("time/")} == trained_eval
+    got = {k: v for k, v in out["metrics"].items() if not k.startswith("time/")}
+    assert got.pop("eval/prompts") == load_saved_config(run.config_path).eval.prompts  # how many were sampled
+    assert got == trained_eval
     test0 = evaluate_flow(run_id=RUN_ID, step=0, split="test")
     assert test0["step"] == 0 and run.metrics(0, "evaluate-test").is_file()
     with pytest.raises(Exception, match="no policy checkpoint|is not a run directory"):
