@@ -28,8 +28,8 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
-# The comparison of docs/results/main-lr1e-4 and the ablations of the README (~55 min, ~45 min,
-# ~15 min on 2 cores; resumable: rerun after an interruption, finished runs are skipped).
+# The comparison of docs/results/main-lr1e-4 and the ablations of the README (~70 min, then ~25 +
+# ~55 + ~15 min on 2 cores; resumable: rerun after an interruption, finished runs are skipped).
 COMPARE := $(BIN)/ts compare --preset tiny --set iterations=120 --set eval.every=20 --parallel 2 --out docs/results --no-prefect
 compare: install
 	$(COMPARE) --methods grpo,seq_mix,luffy,prefix_context,thinking_seeds --seeds 0,1,2 --id main-lr1e-4
