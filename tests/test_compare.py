@@ -18,7 +18,7 @@ from conftest import TINY_OVERRIDES
 from typer.testing import CliRunner
 
 from flows.cli import app
-from ts_core.compare import (CompareError, Job, check_same_budget, compare_members, parse_list, parse_sweep, plan,
+from ts_core.compare import (FINAL_TEST_STAGE, CompareError, Job, check_same_budget, compare_members, parse_list, parse_sweep, plan,
                              raise_on_failures, run_jobs)
 from ts_core.config import ConfigError, load_config
 
@@ -134,7 +134,7 @@ def _metrics(run_root: Path) -> list[dict]:
 
 def _training(stage: str) -> bool:
     """Stages whose time counts as training (every evaluation is left out of the budget)."""
-    return not stage.startswith("evaluate") and stage != "final-test"
+    return not stage.startswith("evaluate") and stage != FINAL_TEST_STAGE
 
 
 @pytest.fixture(scope="module")
@@ -181,10 +181,14 @@ def test_e2e_report_files(e2e):
     assert "compare --preset tiny --methods grpo,thinking_seeds --seeds 0 --set model.path=" in md
 
 
+def _report(out: Path) -> tuple[dict[str, dict], str]:
+    """results.parquet by run id, and report.md, of a comparison's report folder."""
+    return {r["run_id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}, (out / "report.md").read_text()
+
+
 def test_e2e_report_numbers_equal_the_metrics(e2e):
     runs, out, _, _ = e2e
-    res = {r["run_id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
-    md = (out / "report.md").read_text()
+    res, md = _report(out)
     for method in METHODS + ("sft_control",):
         rid = f"{CMP}-{method}-s0"
         rows = _metrics(runs / rid)
@@ -251,18 +255,17 @@ def test_e2e_sft_control(e2e):
 def test_e2e_final_test_on_the_whole_test_split(e2e):
     """Every final policy (and θ_0 once) evaluated on all test prompts; the report's headline table shows it."""
     runs, out, _, _ = e2e
-    res = {r["run_id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
-    md = (out / "report.md").read_text()
+    res, md = _report(out)
     for method in METHODS + ("sft_control",):
         rid = f"{CMP}-{method}-s0"
-        rows = [r for r in _metrics(runs / rid) if r["stage"] == "final-test"]
+        rows = [r for r in _metrics(runs / rid) if r["stage"] == FINAL_TEST_STAGE]
         assert {r["iteration"] for r in rows} == ({0, 2} if method == METHODS[0] else {2}), rid  # θ_0 once
         final = {r["name"]: r["value"] for r in rows if r["iteration"] == 2}
         assert final["eval/prompts"] == 8 == res[rid]["test/prompts"]  # the whole test split (data.test_size=8)
         assert res[rid]["test/accuracy"] == final["eval/accuracy"] and res[rid]["test/pass@4"] == final["eval/pass@4"]
     test_table = md.split("## Final test accuracy")[1].split("##")[0]
     assert "all 8 test prompts" in md
-    base = {r["name"]: r["value"] for r in _metrics(runs / f"{CMP}-grpo-s0") if r["stage"] == "final-test" and r["iteration"] == 0}
+    base = {r["name"]: r["value"] for r in _metrics(runs / f"{CMP}-grpo-s0") if r["stage"] == FINAL_TEST_STAGE and r["iteration"] == 0}
     assert f"| θ_0 (base model) | — | {base['eval/accuracy']:.4f} |" in test_table
     assert f"| grpo | 1 | {res[CMP + '-grpo-s0']['test/accuracy']:.4f} |" in test_table
 

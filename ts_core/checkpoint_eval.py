@@ -22,9 +22,6 @@ from .config import load_saved_config
 from .run_dir import RunDir
 from .stages import Session, Timer, evaluate_policy
 
-FINAL_TEST_STAGE = "final-test"
-
-
 def latest_policy_step(run: RunDir) -> int:
     ckpts = list_checkpoints(run.policy_root)
     if not ckpts:

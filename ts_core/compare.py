@@ -42,7 +42,8 @@ from typing import Any, Sequence
 from .config import ALGORITHMS, ConfigError, RunConfig, load_config
 
 __all__ = [
-    "BUDGET_KEYS", "CONTROL_METHOD", "DEFAULT_METHODS", "MARKER", "CompareError", "Job", "JobResult", "RunSpec",
+    "BUDGET_KEYS", "CONTROL_METHOD", "DEFAULT_METHODS", "FINAL_TEST_STAGE", "MARKER", "TRAINING_TIME_SQL",
+    "CompareError", "Job", "JobResult", "RunSpec",
     "check_same_budget", "compare_members", "is_complete", "parse_list", "parse_sweep", "plan", "raise_on_failures",
     "reference_members", "spec_of", "final_test_jobs", "run_final_tests",
     "report_dir", "run_all", "run_comparison", "run_jobs", "train_seconds", "write_marker",
@@ -63,6 +64,11 @@ BUDGET_KEYS = (
     "rollout.temperature",
     "eval",  # the same evaluation: split, prompts, samples, temperature, seeded pass@k
 )
+# The comparison's final evaluation of every policy on the whole test split (metrics stage name).
+FINAL_TEST_STAGE = "final-test"
+# SQL filter over the metrics view: the time/* metrics that count as training. Evaluations of any
+# kind (in-training, nightly `evaluate-<split>`, the final test) are left out of the budget.
+TRAINING_TIME_SQL = f"starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> '{FINAL_TEST_STAGE}'"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 _RESERVED = ("algorithm", "seed")  # set by the planner, once per run
 
@@ -366,7 +372,7 @@ def train_seconds(run_ids: Sequence[str], runs_dir: Path) -> dict[str, float]:
         ids = ", ".join("'" + r.replace("'", "''") + "'" for r in run_ids)
         res = query(con, f"""
             SELECT run_id, sum(value) AS seconds FROM metrics
-            WHERE run_id IN ({ids}) AND starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> 'final-test'
+            WHERE run_id IN ({ids}) AND {TRAINING_TIME_SQL}
             GROUP BY run_id""")
     finally:
         con.close()
@@ -523,7 +529,7 @@ def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None 
     from) into its iteration 0. The in-training evaluation (64 validation prompts) is too noisy to
     separate methods by a point; see ts_core.checkpoint_eval.
     """
-    from .checkpoint_eval import FINAL_TEST_STAGE, latest_policy_step
+    from .checkpoint_eval import latest_policy_step
     from .run_dir import RunDir
 
     jobs = []

@@ -26,9 +26,9 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from .compare import CONTROL_METHOD, DEFAULT_METHODS, compare_members, reference_members, spec_of
+from .compare import (CONTROL_METHOD, DEFAULT_METHODS, FINAL_TEST_STAGE, TRAINING_TIME_SQL, compare_members,
+                      reference_members, spec_of)
 from .config import ALGORITHMS
-from .checkpoint_eval import FINAL_TEST_STAGE
 from .parquet_io import DataError, write_table_atomic
 from .report import _write_atomic, format_cell
 from .sql import connect, query
@@ -105,7 +105,7 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
             UNION ALL SELECT run_id, 'budget/seed_draft_tokens', sum(draft_len) FROM prefixes
                       WHERE run_id IN ({ids}) AND source_step >= 0 GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/train_seconds', sum(value) FROM m
-                      WHERE starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> 'final-test' GROUP BY run_id
+                      WHERE {TRAINING_TIME_SQL} GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/sft_tokens', max(value) FROM m WHERE name = 'sft/tokens' GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/sft_steps', max(value) FROM m WHERE name = 'sft/steps' GROUP BY run_id
             UNION ALL SELECT m.run_id, 'test/' || substr(m.name, 6), m.value FROM m
