@@ -39,7 +39,9 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    source: Literal["chain_sum", "parquet"] = Field("chain_sum", description="Built-in reasoning-gym task or a user's verl Parquet.")
+    source: Literal["chain_sum", "countdown", "parquet"] = Field(
+        "chain_sum", description="Built-in reasoning-gym task (chain_sum: the fast demo; countdown: +/- countdown, "
+        "many solutions per prompt) or a user's verl Parquet.")
     train_path: str | None = Field(None, description="verl-schema Parquet for training prompts (source=parquet).")
     val_path: str | None = Field(None, description="verl-schema Parquet for held-out evaluation (source=parquet).")
     train_size: int = Field(2000, ge=1, description="Training prompts generated for the built-in task.")
@@ -156,6 +158,9 @@ class RunConfig(_Section):
     iterations: int = Field(10, ge=1, description="Training iterations.")
     seed: int = Field(0, description="Seed for sampling and data order.")
     reward: Literal["math_verify", "reasoning_gym"] = Field("math_verify", description="Verifier backend.")
+    reward_partial_credit: bool = Field(
+        True, description="reasoning_gym: use the checker's partial credit as the reward (countdown gives 0.05 for the "
+        "right numbers with the wrong value); false: 1 for a full score, else 0.")
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     pool: PoolConfig = PoolConfig()

@@ -6,9 +6,10 @@ from historical seeds (prefix + current continuation) give two pass@k curves.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .chain_sum import strategy_of
 from .metrics import pass_at_k_curve
@@ -24,15 +25,23 @@ class EvalResult:
     correct_counts: list[int]
     status_counts: dict[str, int]
     strategy_share: dict[str, float]
-    distinct_correct_answers: float  # mean number of distinct correct *solutions* per prompt
+    distinct_correct_answers: float  # mean number of distinct correct *solutions* (texts) per prompt
     mean_response_len: float
     samples: list[dict] = field(default_factory=list, repr=False)
+    # With a task label (e.g. countdown's sign pattern of a correct answer), per prompt:
+    # distinct labels found and the entropy (nats) of their distribution; means over prompts.
+    distinct_labels: float | None = None
+    label_entropy: float | None = None  # mean over prompts with at least one labelled sample
+    per_prompt: list[dict] = field(default_factory=list, repr=False)
 
     def flat(self, prefix: str = "eval") -> dict[str, float]:
         out = {f"{prefix}/accuracy": self.accuracy, f"{prefix}/mean_response_len": self.mean_response_len,
                f"{prefix}/distinct_correct_solutions": self.distinct_correct_answers}
         out.update({f"{prefix}/pass@{k}": v for k, v in self.pass_at_k.items()})
         out.update({f"{prefix}/strategy_{s}": v for s, v in self.strategy_share.items()})
+        if self.distinct_labels is not None:
+            out[f"{prefix}/distinct_patterns"] = self.distinct_labels
+            out[f"{prefix}/pattern_entropy"] = float(self.label_entropy or 0.0)
         out.update({f"{prefix}/status_{s}": float(c) for s, c in self.status_counts.items()})
         return out
 
@@ -59,8 +68,13 @@ def evaluate_prompts(
     seed: int = 0,
     prefixes: Sequence[Sequence[int]] | None = None,
     keep_samples: bool = False,
+    label: Callable[[str, float], str | None] | None = None,
 ) -> EvalResult:
-    """Sample n responses per prompt (optionally each continuing `prefixes[i*n + j]`) and score them."""
+    """Sample n responses per prompt (optionally each continuing `prefixes[i*n + j]`) and score them.
+
+    `label(text, reward)`: the task's solution label (None: chain_sum's strategy share instead);
+    gives per-prompt distinct labels and label entropy, and `per_prompt` rows for every prompt.
+    """
     contexts, owners = [], []
     for i, p in enumerate(prompts):
         ids = encode_prompt(tokenizer, p.chat())
@@ -80,8 +94,25 @@ def evaluate_prompts(
         if v.reward > 0:
             correct[i] += 1
             solutions[i].add(t.strip())
-    strategies = Counter(strategy_of(t) for t in texts)
     total = max(1, len(texts))
+    per_prompt = [{"prompt_id": p.prompt_id, "n": n, "correct": c} for p, c in zip(prompts, correct)]
+    distinct = entropy = None
+    if label is None:
+        strategies = Counter(strategy_of(t) for t in texts)
+        strategy = {s: strategies.get(s, 0) / total for s in ("a", "b", "other")}
+    else:
+        strategy = {}
+        labels: list[list[str]] = [[] for _ in prompts]
+        for (i, _), v, t in zip(owners, verdicts, texts):
+            lab = label(t, v.reward)
+            if lab is not None:
+                labels[i].append(lab)
+        for row, labs in zip(per_prompt, labels):
+            row["distinct_labels"] = len(set(labs))
+            row["label_entropy"] = label_entropy_of(labs)
+        distinct = sum(r["distinct_labels"] for r in per_prompt) / max(1, len(prompts))
+        found = [r["label_entropy"] for r, labs in zip(per_prompt, labels) if labs]
+        entropy = sum(found) / len(found) if found else 0.0
     samples = []
     if keep_samples:
         samples = [
@@ -94,11 +125,21 @@ def evaluate_prompts(
         pass_at_k=pass_at_k_curve(correct, n, powers_of_two_upto(n)),
         correct_counts=correct,
         status_counts=dict(Counter(v.status for v in verdicts)),
-        strategy_share={s: strategies.get(s, 0) / total for s in ("a", "b", "other")},
+        strategy_share=strategy,
         distinct_correct_answers=sum(len(s) for s in solutions) / max(1, len(prompts)),
         mean_response_len=sum(len(pre) + len(g.token_ids) for (_, pre), g in zip(owners, gens)) / total,
         samples=samples,
+        distinct_labels=distinct,
+        label_entropy=entropy,
+        per_prompt=per_prompt,
     )
+
+
+def label_entropy_of(labels: Sequence[str]) -> float:
+    """Shannon entropy (nats) of a list of labels' empirical distribution (0 for none)."""
+    counts = Counter(labels)
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
 
 def main() -> None:

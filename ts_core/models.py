@@ -21,6 +21,8 @@ hf_logging.disable_progress_bar()
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_MODELS = {
     "tiny": REPO_ROOT / "data" / "models" / "tiny-chainsum",
+    # The multi-solution testbed's base model, trained to its supervised plateau (issue #9).
+    "tiny-countdown": REPO_ROOT / "data" / "models" / "tiny-countdown",
     "smollm2": REPO_ROOT / "data" / "models" / "smollm2-135m",  # python -m ts_core.smollm2
     "smollm2-chainsum": REPO_ROOT / "data" / "models" / "smollm2-135m-chainsum",  # ... --warmup
 }
@@ -42,7 +44,7 @@ def resolve_model_path(path: str) -> Path:
             raise ModelError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
         p = BUILTIN_MODELS[name]
         if not (p / "config.json").exists():
-            hint = {"tiny": "python -m ts_core.warmup", "smollm2": "python -m ts_core.smollm2",
+            hint = {"tiny": "python -m ts_core.warmup", "tiny-countdown": "python -m ts_core.warmup --task countdown (see its warmup_report.json)", "smollm2": "python -m ts_core.smollm2",
                     "smollm2-chainsum": "python -m ts_core.smollm2 --warmup"}.get(name, "python -m ts_core.smollm2")
             raise ModelError(f"builtin model {name!r} is not built at {p}; build it with `{hint}`")
         return p

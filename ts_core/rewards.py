@@ -147,13 +147,15 @@ def _score_math_verify(answer: str, ground_truth: str) -> _Result:
     return (1.0, "ok", None) if ok else (0.0, "wrong", None)
 
 
-def _score_reasoning_gym(answer: str, score_fn: Any, rg_entry: str) -> _Result:
+def _score_reasoning_gym(answer: str, score_fn: Any, rg_entry: str, partial_credit: bool = True) -> _Result:
     reward = float(score_fn(answer, json.loads(rg_entry)))
+    if not partial_credit:  # e.g. countdown's 0.05 for "right numbers, wrong value" becomes 0
+        reward = 1.0 if reward >= 1.0 else 0.0
     # reasoning-gym gives partial credit for some tasks: the reward is kept, 'ok' means full.
     return reward, ("ok" if reward >= 1.0 else "wrong"), None
 
 
-def _score_chunk(backend: Backend, items: list[_Item], timeout_s: float) -> list[_Result]:
+def _score_chunk(backend: Backend, items: list[_Item], timeout_s: float, partial_credit: bool = True) -> list[_Result]:
     """Runs in a worker's main thread: score items one by one, each under its own alarm."""
     previous = signal.signal(signal.SIGALRM, _raise_item_timeout)
     results: list[_Result] = []
@@ -166,7 +168,7 @@ def _score_chunk(backend: Backend, items: list[_Item], timeout_s: float) -> list
                     if score_fn is None:
                         result = _score_math_verify(answer, ground_truth)
                     else:
-                        result = _score_reasoning_gym(answer, score_fn, rg_entry or "{}")
+                        result = _score_reasoning_gym(answer, score_fn, rg_entry or "{}", partial_credit)
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
             except _ItemTimeout:
@@ -200,6 +202,7 @@ class Verifier:
         chunk_size: int = 16,
         startup_grace_s: float = 60.0,
         stall_slack_s: float = 5.0,
+        partial_credit: bool = True,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown verifier backend {backend!r}; expected one of {BACKENDS}")
@@ -208,6 +211,8 @@ class Verifier:
         if workers < 1 or chunk_size < 1:
             raise ValueError(f"workers and chunk_size must be >= 1, got {workers} and {chunk_size}")
         self.backend: Backend = backend
+        # reasoning_gym only: keep a checker's partial credit as the reward, or score 1 / 0.
+        self.partial_credit = partial_credit
         self.timeout_s = float(timeout_s)
         self.workers = workers
         self.chunk_size = chunk_size
@@ -336,7 +341,7 @@ class Verifier:
             try:
                 for unit in queue:
                     payload = [items[i] for i in unit.indices]
-                    futures[pool.submit(_score_chunk, self.backend, payload, self.timeout_s)] = unit
+                    futures[pool.submit(_score_chunk, self.backend, payload, self.timeout_s, self.partial_credit)] = unit
             except BrokenProcessPool:
                 # A worker died between calls (killed, OOM): nothing of this round ran; redo it.
                 self._kill_pool()
@@ -373,11 +378,11 @@ class Verifier:
 
 
 # ----------------------------------------------------------------------------- one pool per process
-_SHARED: dict[str, Verifier] = {}
+_SHARED: dict[tuple[str, bool], Verifier] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_verifier(backend: Backend = "math_verify") -> Verifier:
+def shared_verifier(backend: Backend = "math_verify", partial_credit: bool = True) -> Verifier:
     """The process-wide Verifier of `backend`, started once and reused by every stage.
 
     Starting a pool spawns interpreters that import math-verify and sympy (~0.6 s, several
@@ -385,9 +390,9 @@ def shared_verifier(backend: Backend = "math_verify") -> Verifier:
     closed when the process exits.
     """
     with _SHARED_LOCK:
-        v = _SHARED.get(backend)
+        v = _SHARED.get((backend, partial_credit))
         if v is None:
-            v = _SHARED[backend] = Verifier(backend=backend)
+            v = _SHARED[(backend, partial_credit)] = Verifier(backend=backend, partial_credit=partial_credit)
             if len(_SHARED) == 1:
                 import atexit
 
