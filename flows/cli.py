@@ -279,7 +279,7 @@ _DEFAULT_METHODS = "grpo,seq_mix,luffy,prefix_context,thinking_seeds"  # ts_core
 @app.command()
 def compare(
     preset: str = typer.Option("tiny", "--preset", "-p", help="Preset name (data/presets/NAME.yaml) or a YAML path."),
-    methods: str = typer.Option(_DEFAULT_METHODS, "--methods", "-m", help="Comma-separated methods (algorithm presets)."),
+    methods: str = typer.Option(_DEFAULT_METHODS, "--methods", "-m", help="Comma-separated methods (algorithm presets); a method may name its own seeds, e.g. grpo:0-4,seq_mix:0-2 (else --seeds)."),
     seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds; every method runs once per seed."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key for every run: section.key=value (repeatable)."),
     sweep: list[str] = typer.Option([], "--sweep", help="Ablation: section.key=v1,v2 (repeatable; the cartesian product is run)."),

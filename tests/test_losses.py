@@ -178,3 +178,15 @@ def test_global_normaliser_makes_microbatches_add_up():
 def test_aggregate_rejects_unknown_mode():
     with pytest.raises(KeyError, match="unknown loss_agg_mode"):
         aggregate(torch.zeros(1, 1), torch.ones(1, 1), LossSettings(loss_agg_mode="nope"))  # type: ignore[arg-type]
+
+
+def test_effective_entropy_leaves_out_zero_advantage_tokens():
+    # Sample 0 has A = 0 (its group's rewards were all equal): its tokens carry no gradient, so
+    # they must not count in the effective entropy even though they are in the loss mask and
+    # unclipped. Sample 1 (A = 1, unclipped) is the only one that counts.
+    inp = make_inputs([[0.0, 0.0], [0.0, 0.0]], old=[[0.0, 0.0], [0.0, 0.0]], adv=[0.0, 1.0],
+                      entropy=[[3.0, 3.0], [1.0, 0.5]])
+    m = compute_policy_loss(inp, LossSettings()).stats.means()
+    assert m["actor/entropy/on_policy"] == pytest.approx(7.5 / 4)
+    assert m["actor/effective_entropy/on_policy"] == pytest.approx(0.75)
+    assert m["actor/grad_tokens/on_policy"] == pytest.approx(0.5)

@@ -22,6 +22,11 @@ from .config import load_saved_config
 from .run_dir import RunDir
 from .stages import Session, Timer, evaluate_policy
 
+def per_prompt_path(run: RunDir, stage: str, step: int) -> Path:
+    """Where an evaluation's per-prompt rows go (ts_core.stages.PER_PROMPT_SCHEMA)."""
+    return run.root / "evals" / stage / f"step_{step:06d}.parquet"
+
+
 def latest_policy_step(run: RunDir) -> int:
     ckpts = list_checkpoints(run.policy_root)
     if not ckpts:
@@ -31,13 +36,14 @@ def latest_policy_step(run: RunDir) -> int:
 
 def evaluate_checkpoint(run_dir: str | Path, step: int | None = None, split: str = "validation",
                         seeded: bool | None = None, all_prompts: bool = False,
-                        stage: str | None = None) -> dict[str, Any]:
+                        stage: str | None = None, samples: int | None = None) -> dict[str, Any]:
     """Evaluate θ_step of a run (default: its latest checkpoint) on `split`; write and return the metrics.
 
     Uses the run's saved eval settings (samples, temperature, sampling seed), except the split,
     and every prompt of the split with `all_prompts`. `seeded` adds the explorable-space
     evaluation (`eval_seeded/*`); None follows the run's `eval.seeded`. Metrics go to
-    `metrics/iteration=<step>/<stage>.parquet`, stage default `evaluate-<split>`.
+    `metrics/iteration=<step>/<stage>.parquet`, stage default `evaluate-<split>`, and one row per
+    prompt to `evals/<stage>/step_<step>.parquet`. `samples` overrides eval.samples (pass@k up to it).
     Returns {"run_id", "step", "split", "path" (relative to the run dir), "metrics"}.
     """
     run = RunDir(Path(run_dir))
@@ -50,12 +56,16 @@ def evaluate_checkpoint(run_dir: str | Path, step: int | None = None, split: str
         raise FileNotFoundError(f"run {run.run_id} has no {split!r} split (it has {have})")
     cfg = load_saved_config(run.config_path)
     cfg.eval.split = split  # validated assignment: only validation | test
+    if samples is not None:
+        cfg.eval.samples = samples
     s = Session(run, cfg)
     try:
         if all_prompts:
             cfg.eval.prompts = len(s.prompts(split))
         t = Timer()
-        metrics = evaluate_policy(s, step, t, seeded=cfg.eval.seeded if seeded is None else seeded)
+        per_prompt = per_prompt_path(run, stage or f"evaluate-{split}", step)
+        metrics = evaluate_policy(s, step, t, seeded=cfg.eval.seeded if seeded is None else seeded,
+                                  per_prompt_out=per_prompt)
     finally:
         s.close()
     metrics["eval/prompts"] = float(cfg.eval.prompts)
@@ -75,8 +85,9 @@ def main() -> None:
     ap.add_argument("--seeded", action=argparse.BooleanOptionalAction, default=False,
                     help="also the explorable-space (seeded) evaluation")
     ap.add_argument("--stage", default=None, help="metrics stage name (default evaluate-<split>)")
+    ap.add_argument("--samples", type=int, default=None, help="samples per prompt (default: the run's eval.samples)")
     a = ap.parse_args()
-    out = evaluate_checkpoint(a.run_dir, a.step, a.split, a.seeded, a.all_prompts, a.stage)
+    out = evaluate_checkpoint(a.run_dir, a.step, a.split, a.seeded, a.all_prompts, a.stage, a.samples)
     m = out["metrics"]
     print(f"{out['run_id']} θ_{out['step']} on {int(m['eval/prompts'])} {a.split} prompts: "
           f"accuracy {m['eval/accuracy']:.4f} -> {out['path']}")

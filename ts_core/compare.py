@@ -194,14 +194,13 @@ def plan(
     """
     if not _RUN_ID.match(compare_id or ""):
         raise ConfigError(f"comparison id {compare_id!r} must be a plain name (letters, digits, . _ = + -)")
-    methods = list(methods)
+    per_method = method_seeds(methods)
+    methods = list(per_method)
     if not methods:
         raise ConfigError("no methods: give at least one of " + ", ".join(ALGORITHMS))
     unknown = [m for m in methods if m not in ALGORITHMS]
     if unknown:
         raise ConfigError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
-    if len(set(methods)) != len(methods):
-        raise ConfigError(f"methods {methods} name a method twice")
     try:
         seeds = [int(s) for s in seeds]
     except (TypeError, ValueError):
@@ -233,7 +232,7 @@ def plan(
     specs: list[RunSpec] = []
     for method in methods:
         for point in points:
-            for seed in seeds:
+            for seed in per_method[method] or seeds:
                 parts = [compare_id, method, *(f"{k}={v}" for k, v in point), f"s{seed}"]
                 run_id = "-".join(parts)
                 if not _RUN_ID.match(run_id) or "/" in run_id:
@@ -251,6 +250,32 @@ def plan(
             raise ConfigError(f"run {spec.run_id} (method {spec.method}, sweep {dict(spec.sweep) or '-'}): {e}") from None
     check_same_budget(configs)
     return specs
+
+
+def method_seeds(methods: Sequence[str]) -> dict[str, list[int]]:
+    """["grpo:0-4", "luffy:0-1", "seq_mix"] -> {"grpo": [0..4], "luffy": [0, 1], "seq_mix": []}.
+
+    A method may carry its own seed range (`name:lo-hi` or `name:s`); [] means the comparison's
+    --seeds. Lets one comparison spend more seeds where the question is sharpest (issue #9: grpo and
+    thinking_seeds 5 seeds, seq_mix 3, luffy and prefix_context 2).
+    """
+    out: dict[str, list[int]] = {}
+    for item in methods:
+        name, _, rng = str(item).partition(":")
+        name = name.strip()
+        if name in out:
+            raise ConfigError(f"methods name {name!r} twice")
+        if not rng:
+            out[name] = []
+            continue
+        lo, _, hi = rng.partition("-")
+        try:
+            out[name] = list(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ConfigError(f"method {item!r}: seeds must be a range like {name}:0-4 or one seed like {name}:3") from None
+        if not out[name]:
+            raise ConfigError(f"method {item!r}: the seed range is empty; write it low-high, e.g. {name}:0-4")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,6 +555,7 @@ def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None 
     separate methods by a point; see ts_core.checkpoint_eval.
     """
     from .checkpoint_eval import latest_policy_step
+    from .config import load_saved_config
     from .run_dir import RunDir
 
     jobs = []
@@ -537,8 +563,9 @@ def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None 
     for rid, step in targets:
         run = RunDir.for_run(rid, runs_dir)
         step = latest_policy_step(run) if step is None else step
+        samples = load_saved_config(run.config_path).eval.test_samples
         cmd = [sys.executable, "-m", "ts_core.checkpoint_eval", str(run.root), "--step", str(step), "--split", "test",
-               "--all-prompts", "--no-seeded", "--stage", FINAL_TEST_STAGE]
+               "--all-prompts", "--no-seeded", "--stage", FINAL_TEST_STAGE, "--samples", str(samples)]
         jobs.append(Job(f"{rid} θ_{step}", cmd, run.root / "final_test.log",
                         done=run.metrics(step, FINAL_TEST_STAGE).exists()))
     return jobs

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from .compare import (CONTROL_METHOD, DEFAULT_METHODS, FINAL_TEST_STAGE, TRAINING_TIME_SQL, compare_members,
                       reference_members, spec_of)
+from .claims import claims_markdown, mean_ci
 from .config import ALGORITHMS
 from .parquet_io import DataError, write_table_atomic
 from .report import _write_atomic, format_cell
@@ -38,6 +39,7 @@ __all__ = ["PASS_KS", "POPULATIONS", "collect", "pass_ks", "result_columns", "wr
 POPULATIONS = ("on_policy", "continuation", "prefix", "all")
 PASS_KS = (1, 2, 4, 8, 16)
 ACTOR = ("entropy", "effective_entropy", "pg_clipfrac", "pg_clipfrac_adv")
+AGE = ("prefix_abs_log_ratio",)  # by seed source age (ts_core.trainer): how off-policy the seeds are
 PLOTS = {
     "accuracy": "Held-out accuracy (eval/accuracy), mean ± std over seeds",
     "strategy_b": "Task diversity: share of strategy-b solutions (eval/strategy_b)",
@@ -89,7 +91,7 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
             ev AS (SELECT run_id, iteration, name, value FROM m WHERE stage = 'evaluate'),
             fin AS (SELECT run_id, max(iteration) AS final_step FROM ev WHERE name = 'eval/accuracy' GROUP BY run_id),
             act AS (SELECT run_id, iteration, name, value FROM m
-                    WHERE stage = 'update' AND ({' OR '.join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR)})),
+                    WHERE stage = 'update' AND ({' OR '.join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR + AGE)})),
             actlast AS (SELECT run_id, max(iteration) AS last_it FROM act GROUP BY run_id)
             SELECT ev.run_id, ev.name, ev.value FROM ev JOIN fin ON ev.run_id = fin.run_id AND ev.iteration = fin.final_step
             UNION ALL SELECT run_id, 'final_step', final_step FROM fin
@@ -343,9 +345,19 @@ def pass_ks(per_run: dict[str, dict[str, float]]) -> list[int]:
     return sorted(ks) or list(PASS_KS)
 
 
-def result_columns(ks: Sequence[int]) -> list[str]:
+def test_ks(per_run: dict[str, dict[str, float]], ks: Sequence[int]) -> list[int]:
+    """The k of the final test's pass@k (it may sample more than the in-training evaluation)."""
+    return sorted({int(n.rsplit("@", 1)[1]) for v in per_run.values() for n in v if n.startswith("test/pass@")}) or list(ks)
+
+
+# Columns that only a task with solution labels (countdown) and a θ_0 per-prompt file produce.
+EXTRA_COLUMNS = ("test/distinct_patterns", "test/pattern_entropy", "eval/distinct_patterns", "eval/pattern_entropy",
+                 "hard/accuracy", "hard/ever_solved", "hard/distinct_patterns")
+
+
+def result_columns(ks: Sequence[int], tks: Sequence[int] | None = None, extra: Sequence[str] = ()) -> list[str]:
     """The metric columns of results.parquet, in order."""
-    return (["test/accuracy"] + [f"test/pass@{k}" for k in ks] + ["test/strategy_b", "test/prompts",
+    return (["test/accuracy"] + [f"test/pass@{k}" for k in (tks or ks)] + list(extra) + ["test/strategy_b", "test/prompts",
              "final_step", "eval/accuracy", "eval/strategy_a", "eval/strategy_b", "eval/strategy_other",
              "eval/distinct_correct_solutions", "eval/mean_response_len"]
             + [f"eval/pass@{k}" for k in ks]
@@ -357,7 +369,11 @@ def result_columns(ks: Sequence[int]) -> list[str]:
 
 
 def _results_table(data: dict[str, Any], compare_id: str) -> pa.Table:
-    columns = result_columns(pass_ks(data["per_run"]))
+    ks = pass_ks(data["per_run"])
+    present = {n for v in data["per_run"].values() for n in v}
+    extra = [c for c in EXTRA_COLUMNS if c in present] + sorted(n for n in present if n.startswith("hard/pass@"))
+    extra += sorted(n for n in present if n.startswith("actor/prefix_abs_log_ratio/"))
+    columns = result_columns(ks, test_ks(data["per_run"], ks), extra)
     rows = []
     for m in data["members"]:
         vals = data["per_run"].get(m["run_id"], {})
@@ -401,6 +417,7 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
     def vals(runs: list[str], name: str) -> list[float]:
         return [per_run.get(r, {}).get(name, float("nan")) for r in runs]
 
+    claims = claims_markdown(data, variants, runs_dir)  # also adds hard/* values to data
     results = _results_table(data, compare_id)
     write_table_atomic(results, out / "results.parquet")
     ks = pass_ks(per_run)
@@ -416,6 +433,8 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
               f"{len(data['members'])} runs, {len(variants)} variants, seeds {', '.join(map(str, seeds))}. "
               "Cells are mean ± std over seeds (sample std; a single seed shows its value).")
     md.append("")
+    if claims:
+        md += [claims, ""]
     if ref_cfg:
         md.append(f"Shared budget of every run (checked when the comparison was planned): {_shared(ref_cfg)}.")
         md.append("")
@@ -433,37 +452,47 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
 
     if any("test/accuracy" in v for v in per_run.values()):
         n_test = next((int(v["test/prompts"]) for v in per_run.values() if "test/prompts" in v), 0)
+        tks = test_ks(per_run, ks)
+        n_samples = max(tks)
         md += [f"## Final test accuracy: every final policy on all {n_test} test prompts", "",
-               "The headline numbers: each run's final policy sampled 16 times (T=1) on the whole test split, "
+               f"The headline numbers: each run's final policy sampled {n_samples} times (T=1) on the whole test split, "
                "which no setting was chosen on (`ts_core.checkpoint_eval`). θ_0 is the base model every run "
                "starts from.", ""]
-        cols = ["variant", "seeds", "accuracy (pass@1)"] + [f"pass@{k}" for k in ks[1:]] + ["strategy b"]
+        div = "test/distinct_patterns" if any("test/distinct_patterns" in v for v in per_run.values()) else "test/strategy_b"
+        cols = (["variant", "seeds", "accuracy (pass@1)"] + [f"pass@{k}" for k in tks[1:]]
+                + ["distinct patterns / prompt" if div == "test/distinct_patterns" else "strategy b"])
         rows = []
         if data["base_test"]:
             b = data["base_test"]
             rows.append(["θ_0 (base model)", "—", format_cell(b.get("test/accuracy"))]
-                        + [format_cell(b.get(f"test/pass@{k}")) for k in ks[1:]] + [format_cell(b.get("test/strategy_b"))])
-        rows += [[v, str(len(runs)), _cell(vals(runs, "test/accuracy"))] + [_cell(vals(runs, f"test/pass@{k}")) for k in ks[1:]]
-                 + [_cell(vals(runs, "test/strategy_b"))] for v, runs in variants.items()]
+                        + [format_cell(b.get(f"test/pass@{k}")) for k in tks[1:]] + [format_cell(b.get(div))])
+        rows += [[v, str(len(runs)), _cell(vals(runs, "test/accuracy"))] + [_cell(vals(runs, f"test/pass@{k}")) for k in tks[1:]]
+                 + [_cell(vals(runs, div))] for v, runs in variants.items()]
         md.append(_md_table(cols, rows))
     base_variant = _baseline(data, variants)
     if base_variant:
-        names = [n for n in ("test/accuracy", "eval/accuracy", "test/strategy_b", "eval/strategy_b")
+        names = [n for n in ("test/accuracy", f"test/pass@{max(test_ks(per_run, ks))}", "hard/ever_solved",
+                             "test/distinct_patterns", "eval/accuracy", "test/strategy_b", "eval/strategy_b")
                  if any(n in per_run.get(r, {}) for r in variants[base_variant])]
         diffs = paired_differences(data, variants, base_variant, names)
         md += [f"## Paired differences against `{base_variant}` (same seed)", "",
-               "Each cell: mean ± std over seeds of (variant − baseline) at the same seed, then the per-seed "
-               "differences. Same seed = same training prompts per iteration and the same evaluation prompts "
-               "and sampling seed.", ""]
+               "Each cell: mean ± std over seeds of (variant − baseline) at the same seed, [the 95% t-interval of "
+               "the mean] with two or more seeds, then the per-seed differences. Same seed = same training prompts "
+               "per iteration and the same evaluation prompts and sampling seed.", ""]
         label = {"test/accuracy": "test accuracy", "eval/accuracy": "validation accuracy",
-                 "test/strategy_b": "test strategy b", "eval/strategy_b": "validation strategy b"}
+                 "test/strategy_b": "test strategy b", "eval/strategy_b": "validation strategy b",
+                 "hard/ever_solved": "hard prompts solved at least once", "test/distinct_patterns":
+                 "test distinct patterns / prompt"}
+        label.update({n: f"test {n[5:]}" for n in names if n.startswith("test/pass@")})
         rows = []
         for v, per_name in diffs.items():
             cells = []
             for n in names:
                 d = per_name.get(n, [])
+                ci = mean_ci([x for _, x in d])
                 cells.append(("{:+.4f}".format(statistics.fmean(x for _, x in d))
-                              + (f" ± {statistics.stdev([x for _, x in d]):.4f}" if len(d) > 1 else "")
+                              + (f" ± {statistics.stdev([x for _, x in d]):.4f} [{ci[1]:+.4f}, {ci[2]:+.4f}]"
+                                 if len(d) > 1 else "")
                               + " (" + ", ".join(f"s{sd}: {x:+.3f}" for sd, x in d) + ")") if d else "—")
             rows.append([v] + cells)
         md.append(_md_table(["variant"] + [label[n] for n in names], rows))

@@ -82,6 +82,9 @@ class PrefixConfig(_Section):
     cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")
     source: Literal["historical", "dataset"] = Field("historical", description="Who writes prefixes: pool checkpoints, or the data set's solutions (luffy).")
     reuse: bool = Field(False, description="Draw stored seeds for (prompt, checkpoint) from the corpus instead of regenerating.")
+    filter: Literal["none", "correct_draft"] = Field(
+        "none", description="correct_draft: keep only seeds whose whole draft was correct (PrefixRL's choice); a seed "
+        "whose draft was wrong is replaced by an on-policy sample, so the group keeps its size.")
 
     @model_validator(mode="after")
     def _ranges(self) -> "PrefixConfig":
@@ -99,6 +102,10 @@ class RolloutConfig(_Section):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(96, ge=1, description="Longest response (prefix + continuation), in tokens.")
     batch_size: int = Field(128, ge=1, description="Sequences generated together.")
+    continuations_per_seed: int = Field(
+        1, ge=1, description="Continue each seed this many times (seeds_per_group counts the seeded samples, so "
+        "seeds_per_group / continuations_per_seed drafts are written per prompt); >1 lets advantage.baseline=same_seed "
+        "judge a continuation against other continuations of the same seed.")
 
     @model_validator(mode="after")
     def _seeds(self) -> "RolloutConfig":
@@ -106,12 +113,18 @@ class RolloutConfig(_Section):
             raise ValueError(
                 f"rollout.seeds_per_group={self.seeds_per_group} must be in [0, rollout.group_size={self.group_size}]"
             )
+        if self.seeds_per_group % self.continuations_per_seed:
+            raise ValueError(f"rollout.seeds_per_group={self.seeds_per_group} must be a multiple of "
+                             f"rollout.continuations_per_seed={self.continuations_per_seed}")
         return self
 
 
 class AdvantageConfig(_Section):
     estimator: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group-relative advantage estimator.")
-    baseline: Literal["group", "on_policy"] = Field("group", description="Baseline statistics over the whole group or on-policy samples only.")
+    baseline: Literal["group", "on_policy", "same_seed"] = Field(
+        "group", description="Whose rewards form a sample's baseline: the whole group; on-policy samples only (LUFFY's "
+        "split); or same_seed: a seeded sample only against the other continuations of its own seed, an on-policy "
+        "sample against the on-policy samples (needs rollout.continuations_per_seed >= 2).")
 
 
 class LossConfig(_Section):
@@ -145,6 +158,8 @@ class EvalConfig(_Section):
     samples: int = Field(16, ge=1, description="Samples per prompt (pass@k for k up to this).")
     temperature: float = Field(1.0, gt=0.0, description="Evaluation sampling temperature.")
     split: Literal["validation", "test"] = Field("validation", description="Held-out split.")
+    test_samples: int = Field(16, ge=1, description="Samples per prompt of a comparison's final evaluation on the whole "
+                              "test split (pass@k for k up to this).")
     seeded: bool = Field(True, description="At the final evaluation, also sample continuations of historical seeds (λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) for the explorable-space pass@k.")
 
 
@@ -187,6 +202,9 @@ class RunConfig(_Section):
             raise ValueError(f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)")
         if self.prefix.source == "dataset" and self.algorithm != "luffy":
             raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")
+        if self.advantage.baseline == "same_seed" and seeds and self.rollout.continuations_per_seed < 2:
+            raise ValueError("advantage.baseline=same_seed compares continuations of one seed: set "
+                             "rollout.continuations_per_seed >= 2")
         if self.pool.size < 1 and not self.pool.include_initial and seeds > 0:
             raise ValueError("pool is empty: set pool.size >= 1 or pool.include_initial=true")
         return self

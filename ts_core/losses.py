@@ -336,8 +336,9 @@ def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
         loss = loss + s.kl_coef * aggregate(kl, loss_mask, s)
         stats.add("actor/kl", (kl.detach() * loss_mask).sum(), n_tok)
 
-    # SPEC §5: tokens that carry gradient = in the loss and not clipped. (Zero-advantage tokens
-    # are counted in; their share is reported separately as actor/zero_adv_frac.)
-    grad_mask = loss_mask & ~clipped
+    # SPEC §5: tokens that carry gradient = in the loss, advantage ≠ 0 (a group whose rewards are
+    # all equal carries none) and not clipped. Counting zero-advantage tokens made the effective
+    # entropy equal the plain entropy in every report before issue #9.
+    grad_mask = loss_mask & ~clipped & (adv != 0)
     _population_stats(stats, inp, s, adv.detach(), ratio, clipped, grad_mask)
     return LossOutput(loss=loss, stats=stats)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a tensor is touched: pass@k users (reports) stay light
+    import torch
 
 __all__ = [
     "avg_at_k",
@@ -67,7 +69,7 @@ def avg_at_k(rewards: torch.Tensor | Sequence[Sequence[float]]) -> float:
         rewards: (P, k) tensor, or one sequence of rewards per prompt (k may vary per prompt;
             each prompt then still weighs the same).
     """
-    rows = rewards.tolist() if isinstance(rewards, torch.Tensor) else [list(r) for r in rewards]
+    rows = rewards.tolist() if hasattr(rewards, "tolist") else [list(r) for r in rewards]
     if not rows:
         raise ValueError("avg_at_k got no prompts")
     empty = [p for p, r in enumerate(rows) if not isinstance(r, list) or len(r) == 0]
@@ -85,6 +87,8 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     From log_softmax, in float32 or wider, so large logits neither overflow nor lose the small
     probabilities. Logits of -inf (top-k / top-p masking) contribute 0, as p·log p -> 0.
     """
+    import torch
+
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
     logp = torch.log_softmax(x, dim=-1)
     p = logp.exp()
@@ -99,6 +103,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     if mask.shape != x.shape:
         raise ValueError(f"masked_mean: mask shape {tuple(mask.shape)} != x shape {tuple(x.shape)}")
     m = mask.bool()
+    import torch
+
     kept = torch.where(m, x, 0)
     total, count = (kept.sum(), m.sum()) if dim is None else (kept.sum(dim), m.sum(dim))
     return total / count  # 0/0 -> NaN: an empty population has no mean

@@ -95,14 +95,14 @@ def eval_steps(cfg: RunConfig) -> list[int]:
 
 def _corpus(run: RunDir, cfg: RunConfig, size: int, seed: int) -> list[tuple[str, str]]:
     """(question, worked solution) pairs of the run's task, none of them a held-out prompt."""
-    from .data import expressions_of, load_dataset, warmup_corpus
+    from .builtin_tasks import BUILTIN_TASKS
+    from .data import load_dataset
 
-    if cfg.data.source == "chain_sum":
-        held_out = expressions_of(run.data_dir / "validation.parquet") | expressions_of(run.data_dir / "test.parquet")
-        d = cfg.data
+    task = BUILTIN_TASKS.get(cfg.data.source)
+    if task is not None:
+        held_out = task.held_out_keys(run.data_dir / "validation.parquet") | task.held_out_keys(run.data_dir / "test.parquet")
         # A stream the warm-up never drew from (it used seed 0): new examples of the same kind.
-        return warmup_corpus(size, 10_000 + seed, held_out, mix=0.5, min_terms=d.min_terms, max_terms=d.max_terms,
-                             min_digits=d.min_digits, max_digits=d.max_digits)
+        return task.warmup_corpus(size, 10_000 + seed, held_out, cfg.data)
     pairs = [(p.user_text, p.target) for p in load_dataset(run.data_dir / "train.parquet") if p.target]
     if not pairs:
         raise ConfigError(f"the SFT control needs worked solutions: {run.data_dir / 'train.parquet'} has no `target` column values")
@@ -110,8 +110,11 @@ def _corpus(run: RunDir, cfg: RunConfig, size: int, seed: int) -> list[tuple[str
 
 
 def _hyper(base: Path, lr: float | None, batch_size: int | None) -> tuple[float, int]:
+    """The control's lr and batch: the warm-up's. A warm-up with a decaying schedule (the countdown
+    base model) is continued at the lr it ended at — more of the same training, not a restart."""
     rep = _read_json(base / "warmup_report.json") or {}
-    return (float(lr if lr is not None else rep.get("lr", DEFAULT_LR)),
+    default_lr = rep.get("final_lr", rep.get("lr", DEFAULT_LR)) if rep.get("schedule") == "cosine" else rep.get("lr", DEFAULT_LR)
+    return (float(lr if lr is not None else default_lr),
             int(batch_size if batch_size is not None else rep.get("batch_size", DEFAULT_BATCH)))
 
 
@@ -158,7 +161,9 @@ def run_sft_control(
         if trained:
             log(f"{run.run_id}: SFT already trained ({state.get('steps')} steps), evaluating")
         else:
-            lr_, bs = _hyper(run.policy(0), lr, batch_size)
+            from .models import resolve_model_path
+
+            lr_, bs = _hyper(resolve_model_path(cfg.model.path), lr, batch_size)
             torch.manual_seed(seed)
             model, tok = load_model(run.policy(0), cfg.model.dtype)
             t_corpus = time.perf_counter()

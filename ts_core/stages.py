@@ -32,7 +32,8 @@ from .advantages import get_adv_estimator
 from .chain_sum import strategy_of
 from .checkpoints import HistoricalPool, list_checkpoints, save_checkpoint, snapshot_checkpoint, verify_checkpoint
 from .config import RunConfig, load_saved_config, save_config
-from .data import Prompt, build_chain_sum_splits, load_dataset
+from .builtin_tasks import BUILTIN_TASKS
+from .data import Prompt, load_dataset
 from .evaluation import evaluate_prompts
 from .models import encode_prompt, load_model, resolve_model_path
 from .parquet_io import read_table, write_table_atomic
@@ -146,7 +147,12 @@ class Session:
     @property
     def verifier(self) -> "Verifier":
         # One pool per process, shared by every stage and session (see shared_verifier).
-        return shared_verifier(self.cfg.reward)
+        return shared_verifier(self.cfg.reward, self.cfg.reward_partial_credit)
+
+    def label(self):
+        """The task's solution label for diversity metrics (None: chain_sum's strategy share)."""
+        src = self.cfg.data.source
+        return BUILTIN_TASKS[src].label if src in BUILTIN_TASKS and src != "chain_sum" else None
 
     def prompts(self, split: str) -> list[Prompt]:
         if split not in self._prompts:
@@ -185,11 +191,9 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
         tmp.replace(run.config_path)
     t = Timer()
     with t("data"):
-        if cfg.data.source == "chain_sum":
-            d = cfg.data
+        if cfg.data.source in BUILTIN_TASKS:
             if not all((run.data_dir / f"{s}.parquet").exists() for s in ("train", "validation", "test")):
-                build_chain_sum_splits(run.data_dir, d.train_size, d.val_size, d.test_size, d.seed,
-                                       d.min_terms, d.max_terms, d.min_digits, d.max_digits)
+                BUILTIN_TASKS[cfg.data.source].build_splits(run.data_dir, cfg.data)
         else:
             run.data_dir.mkdir(parents=True, exist_ok=True)
             for split, src in (("train", cfg.data.train_path), ("validation", cfg.data.val_path)):
@@ -256,6 +260,8 @@ def seeds(s: Session, k: int) -> Manifest:
     tok = s.tokenizer
     rows: list[dict] = []
 
+    # Each draft is continued `continuations_per_seed` times by the continuation stage.
+    n_drafts = cfg.rollout.seeds_per_group // cfg.rollout.continuations_per_seed
     if cfg.prefix.source == "dataset":
         # LUFFY guidance: the data set's worked solution is the whole off-policy response. Its
         # behaviour log-prob is 0 (a deterministic guide), as LUFFY assumes π_φ = 1.
@@ -263,7 +269,7 @@ def seeds(s: Session, k: int) -> Manifest:
             if not p.target:
                 raise ValueError(f"prompt {p.prompt_id} has no `target` solution; prefix.source=dataset needs one per prompt")
             ids = tok(p.target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            for j in range(cfg.rollout.seeds_per_group):
+            for j in range(n_drafts):
                 rows.append(_prefix_row(run, k, p, j, -1, -1, 1.0, ids, [0.0] * len(ids), tok, len(ids), None))
     else:
         pool, members = _pool_members(s, k)
@@ -272,7 +278,7 @@ def seeds(s: Session, k: int) -> Manifest:
         sources = {c.step: c.path for c in members} or {k: run.policy(k)}
         plan = []  # (prompt, seed index, source step, λ)
         for p in prompts:
-            for j in range(cfg.rollout.seeds_per_group):
+            for j in range(n_drafts):
                 step = pool.pick(members, rng).step if members else k
                 plan.append((p, j, step, draw_ratio(rng, cfg.prefix.ratio_min, cfg.prefix.ratio_max)))
         by_source: dict[int, list[int]] = defaultdict(list)
@@ -344,7 +350,9 @@ def continuation(s: Session, k: int) -> Manifest:
     for p in prompts:
         pids = encode_prompt(tok, p.chat())
         group = [(None, [], [], None)] * n_on + [
-            (r, r["prefix_token_ids"], r["behaviour_logprobs"], r["source_step"]) for r in seeds_of[p.prompt_id]
+            (r, r["prefix_token_ids"], r["behaviour_logprobs"], r["source_step"]) if _keep_seed(cfg, r)
+            else (None, [], [], None)  # prefix.filter: a wrong draft's slot goes to an on-policy sample
+            for r in seeds_of[p.prompt_id] for _ in range(cfg.rollout.continuations_per_seed)
         ]
         for j, (r, prefix, blp, step) in enumerate(group):
             full = r is not None and r["prefix_ratio"] >= 1.0
@@ -378,6 +386,14 @@ def continuation(s: Session, k: int) -> Manifest:
     return m
 
 
+def _keep_seed(cfg: RunConfig, seed_row: dict) -> bool:
+    """prefix.filter=correct_draft keeps only seeds whose whole draft was verified correct (data-set
+    solutions have no draft reward and are kept)."""
+    if cfg.prefix.filter == "none" or seed_row["draft_reward"] is None:
+        return True
+    return seed_row["draft_reward"] >= 1.0
+
+
 # ---------------------------------------------------------------------------------------------
 # verify (+ advantages: the trainer never sees rewards)
 # ---------------------------------------------------------------------------------------------
@@ -394,9 +410,10 @@ def verify(s: Session, k: int) -> Manifest:
         verdicts = s.verifier.score_batch([r["response_text"] for r in rows], [by_id[r["prompt_id"]] for r in rows])
     for r, v in zip(rows, verdicts):
         r["reward"], r["status"], r["answer"] = v.reward, v.status, v.answer
-    group_of = {pid: i for i, pid in enumerate(dict.fromkeys(r["prompt_id"] for r in rows))}
+    keys = [baseline_group(cfg, r) for r in rows]
+    group_of = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float32)
-    groups = torch.tensor([group_of[r["prompt_id"]] for r in rows])
+    groups = torch.tensor([group_of[key] for key in keys])
     on_policy = torch.tensor([r["kind"] == "on_policy" for r in rows])
     baseline = on_policy if cfg.advantage.baseline == "on_policy" else torch.ones_like(on_policy)
     adv = get_adv_estimator(cfg.advantage.estimator)(rewards, groups, baseline)
@@ -411,14 +428,30 @@ def verify(s: Session, k: int) -> Manifest:
         rs = [r["reward"] for r in rows if r["kind"] == kind]
         if rs:
             metrics[f"reward/{kind}"] = _mean(rs)
-    strategies = [strategy_of(r["response_text"]) for r in rows if r["kind"] == "on_policy"]
-    for st in ("a", "b", "other"):
-        if strategies:
-            metrics[f"rollout/strategy_{st}"] = strategies.count(st) / len(strategies)
+    if s.label() is None:
+        strategies = [strategy_of(r["response_text"]) for r in rows if r["kind"] == "on_policy"]
+        for st in ("a", "b", "other"):
+            if strategies:
+                metrics[f"rollout/strategy_{st}"] = strategies.count(st) / len(strategies)
     metrics["advantage/zero_frac"] = float((adv == 0).float().mean())
     m.metrics = metrics
     m.seconds = t.seconds
     return m
+
+
+def baseline_group(cfg: RunConfig, row: dict) -> tuple:
+    """The group whose statistics form a sample's advantage baseline.
+
+    Normally the prompt. With advantage.baseline=same_seed, a seeded sample's group is the
+    continuations of its own seed (the continuation stage lays a group out as n_on on-policy
+    samples, then each seed `continuations_per_seed` times in a row), and on-policy samples form
+    their own group: a continuation of a draft that already went wrong is no longer judged
+    against samples that never saw it.
+    """
+    if cfg.advantage.baseline != "same_seed" or row["kind"] == "on_policy":
+        return (row["prompt_id"], "all" if cfg.advantage.baseline != "same_seed" else "on_policy")
+    n_on = cfg.rollout.group_size - cfg.rollout.seeds_per_group
+    return (row["prompt_id"], "seed", (row["sample_id"] - n_on) // cfg.rollout.continuations_per_seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,8 +549,14 @@ def eval_due(cfg: RunConfig, k: int) -> bool:
     return k == -1 or (k + 1) % cfg.eval.every == 0 or k == cfg.iterations - 1
 
 
-def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool = False) -> dict[str, float]:
-    """Held-out avg@n and pass@k of θ_step (the metrics are labelled with the policy step)."""
+def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool = False,
+                    per_prompt_out: Path | None = None) -> dict[str, float]:
+    """Held-out avg@n and pass@k of θ_step (the metrics are labelled with the policy step).
+
+    `per_prompt_out`: also write one row per prompt (correct count, distinct solution labels,
+    their entropy; plain and, with `seeded`, seeded) to that Parquet file — what the comparison's
+    hard-subset and explorable-space measures are computed from.
+    """
     cfg = s.cfg
     t = t or Timer()
     s.use_weights(s.run.policy(step), t)
@@ -525,14 +564,29 @@ def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool 
     with t("generation"):
         res = evaluate_prompts(s.engine(t), s.tokenizer, prompts, s.verifier, n=cfg.eval.samples,
                                temperature=cfg.eval.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
-                               seed=stage_seed(cfg, step, "evaluate"))
+                               seed=stage_seed(cfg, step, "evaluate"), label=s.label())
     metrics = res.flat("eval")
+    rows = [dict(r, mode="plain") for r in res.per_prompt]
     if seeded:
-        metrics.update(_seeded_eval(s, step, prompts, t))
+        seeded_metrics, seeded_rows = _seeded_eval(s, step, prompts, t)
+        metrics.update(seeded_metrics)
+        rows += [dict(r, mode="seeded") for r in seeded_rows]
+    if per_prompt_out is not None:
+        write_table_atomic(pa.Table.from_pylist([dict(r, step=step) for r in rows], schema=PER_PROMPT_SCHEMA),
+                           per_prompt_out, schema=PER_PROMPT_SCHEMA)
     return metrics
 
 
-def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> dict[str, float]:
+# One row per (prompt, mode) of an evaluation: the raw material of pass@k on a subset of prompts.
+PER_PROMPT_SCHEMA = pa.schema([
+    pa.field("step", pa.int64(), nullable=False), pa.field("mode", pa.string(), nullable=False),
+    pa.field("prompt_id", pa.string(), nullable=False), pa.field("n", pa.int64(), nullable=False),
+    pa.field("correct", pa.int64(), nullable=False), pa.field("distinct_labels", pa.int64()),
+    pa.field("label_entropy", pa.float64()),
+])
+
+
+def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tuple[dict[str, float], list[dict]]:
     """Explorable solution space (SPEC §5): θ_step continuing seeds from its historical pool.
 
     Same prompts and sample count as the plain evaluation, so the two pass@k curves compare
@@ -541,7 +595,7 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> dict
     cfg = s.cfg
     pool, members = _pool_members(s, step)
     if not members:
-        return {}
+        return {}, []
     lo, hi = (cfg.prefix.ratio_min, cfg.prefix.ratio_max) if cfg.prefix.ratio_max < 1.0 else (0.2, 0.6)
     rng = random.Random(stage_seed(cfg, step, "evaluate/seeded"))
     n = cfg.eval.samples
@@ -554,13 +608,14 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> dict
         params = SamplingParams(cfg.eval.temperature, 1.0, cfg.rollout.max_new_tokens, seed=stage_seed(cfg, step, f"evaluate/seeded/{src}"))
         with t("generation"):
             for j, g in zip(idx, s.engine(t).generate([ctx[plan[j][0]] for j in idx], params)):
-                drafts[j] = g.token_ids[: cut_length(g.token_ids, plan[j][2])]
+                pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
+                drafts[j] = g.token_ids[: cut_length(g.token_ids, plan[j][2], cfg.prefix.cut, pieces)]
     s.use_weights(s.run.policy(step), t)
     with t("generation"):
         res = evaluate_prompts(s.engine(t), s.tokenizer, prompts, s.verifier, n=n, temperature=cfg.eval.temperature,
                                max_new_tokens=cfg.rollout.max_new_tokens, seed=stage_seed(cfg, step, "evaluate/cont"),
-                               prefixes=[drafts[j] for j in range(len(plan))])
-    return res.flat("eval_seeded")
+                               prefixes=[drafts[j] for j in range(len(plan))], label=s.label())
+    return res.flat("eval_seeded"), res.per_prompt
 
 
 def evaluate(s: Session, k: int) -> Manifest:

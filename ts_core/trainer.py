@@ -39,6 +39,7 @@ class Batch:
     prefix_len: list[int]
     seeded: list[bool]
     advantages: list[float]
+    source_age: list[int]  # iterations between the seed's writer and θ_k; -1 for on-policy samples
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -59,6 +60,7 @@ def load_batch(rollouts_path: Path) -> Batch:
         prefix_len=t["prefix_len"],
         seeded=[k != "on_policy" for k in t["kind"]],
         advantages=t["advantage"],
+        source_age=[-1 if st is None or st < 0 else it - st for it, st in zip(t["iteration"], t["source_step"])],
     )
 
 
@@ -104,7 +106,33 @@ def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSett
         entropy=sc.entropy if cfg.loss.entropy_coeff > 0 else (sc.entropy.detach() if sc.entropy is not None else None),
         ref_logprobs=ref,
     )
-    return compute_policy_loss(inp, settings)
+    out = compute_policy_loss(inp, settings)
+    _age_stats(out.stats, sc.logprobs.detach(), inp.behaviour_logprobs, inp.prefix_mask, mb.source_age)
+    return out
+
+
+AGE_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100)  # lower edges of the source-age buckets
+
+
+def age_bucket(age: int) -> str:
+    """'age=0', 'age=1', 'age=2-4', ..., 'age=100+': the label of a seed's source age."""
+    lo = max(b for b in AGE_BUCKETS if b <= age)
+    nxt = [b for b in AGE_BUCKETS if b > lo]
+    if not nxt:
+        return f"age={lo}+"
+    return f"age={lo}" if nxt[0] == lo + 1 else f"age={lo}-{nxt[0] - 1}"
+
+
+@torch.no_grad()
+def _age_stats(stats: Stats, logprobs: torch.Tensor, behaviour: torch.Tensor, prefix_mask: torch.Tensor,
+               ages: list[int]) -> None:
+    """Mean |log π_θ − log π_h| over prefix tokens, by the seed's source age (issue #9): how
+    off-policy the "historical" seeds really are. Age 0 = θ_k wrote the seed itself."""
+    gap = (logprobs - behaviour).abs() * prefix_mask
+    for i, age in enumerate(ages):
+        n = prefix_mask[i].sum()
+        if age >= 0 and n > 0:
+            stats.add(f"actor/prefix_abs_log_ratio/{age_bucket(age)}", gap[i].sum(), n)
 
 
 def _loss_token_count(b: Batch, prefix_loss: str) -> int:
