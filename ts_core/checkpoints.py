@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 import torch
 
+from .parquet_io import shareable
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -50,6 +52,8 @@ __all__ = [
     "load_optimizer_state",
     "save_checkpoint",
     "save_optimizer_state",
+    "rebuild_hint",
+    "verified",
     "verify_checkpoint",
 ]
 
@@ -58,7 +62,6 @@ OPTIMIZER_NAME = "optimizer.safetensors"
 _PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 _OPTIMIZER_FORMAT = "thinking-seeds/optimizer-v1"
-_RERUN = "delete the directory and re-run the snapshot stage"
 
 PickRule = Literal["uniform", "recent", "oldest"]
 
@@ -126,6 +129,7 @@ def save_checkpoint(
     # The temp dir lives in root so the final rename stays on one file system (atomic).
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
     try:
+        shareable(tmp)  # mkdtemp makes 0700; the published step_* must follow the umask
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         if optimizer is not None:
@@ -144,6 +148,7 @@ def save_checkpoint(
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
         for p in tmp.rglob("*"):
             if p.is_file():
+                shareable(p)  # safetensors writes 0600 whatever the umask
                 _fsync(p)
         _publish(tmp, final)
     except BaseException:
@@ -165,6 +170,7 @@ def snapshot_checkpoint(src: Path, root: Path, step: int, extra: dict | None = N
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
     try:
+        shareable(tmp)  # mkdtemp makes 0700; the published step_* must follow the umask
         for rel in src_info.sha256:
             if rel in (OPTIMIZER_NAME, MANIFEST_NAME):
                 continue
@@ -235,7 +241,7 @@ def _refuse_pickled(path: Path) -> None:
 def _read_manifest(path: Path) -> CheckpointInfo:
     manifest_path = path / MANIFEST_NAME
     if not manifest_path.is_file():
-        raise CheckpointError(f"checkpoint {path} has no {MANIFEST_NAME}; it was not written by save_checkpoint: {_RERUN}")
+        raise CheckpointError(f"checkpoint {path} has no {MANIFEST_NAME}; it was not written by save_checkpoint: {rebuild_hint(path)}")
     try:
         m = json.loads(manifest_path.read_text())
         info = CheckpointInfo(
@@ -247,13 +253,37 @@ def _read_manifest(path: Path) -> CheckpointInfo:
             extra=dict(m.get("extra") or {}),
         )
     except (ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {path} has an unreadable {MANIFEST_NAME} ({e!r}): {_RERUN}") from e
+        raise CheckpointError(f"checkpoint {path} has an unreadable {MANIFEST_NAME} ({e!r}): {rebuild_hint(path)}") from e
     match = _STEP_DIR.match(path.name)
     if match and int(match.group(1)) != info.step:
         raise CheckpointError(
-            f"checkpoint {path} is named for step {int(match.group(1))} but its manifest says step {info.step}: {_RERUN}"
+            f"checkpoint {path} is named for step {int(match.group(1))} but its manifest says step {info.step}: {rebuild_hint(path)}"
         )
     return info
+
+
+def rebuild_hint(path: Path) -> str:
+    """How to get a damaged checkpoint back, as the end of a one-line error.
+
+    Inside a run directory every checkpoint is derived data: resuming the run notices the damage
+    (RunDir.completed verifies the hashes), removes the directory and redoes the stage that wrote
+    it -- the update from the previous policy step, the snapshot from the policy, θ_0 from the base
+    model. Anywhere else we cannot know who wrote it.
+    """
+    path = Path(path)
+    run = path.parent.parent
+    m = _STEP_DIR.match(path.name)
+    if not m or path.parent.name not in ("policy", "checkpoints") or not (run / "config.yaml").is_file():
+        return "restore it from where it came from, or delete it and re-run the stage that writes it"
+    step = int(m.group(1))
+    if path.parent.name == "checkpoints":
+        source = f"the snapshot stage copies it again from policy/step_{step:06d}"
+    elif step == 0:
+        source = "the prepare stage saves θ_0 again from the base model"
+    else:
+        source = f"the update of iteration {step - 1} redoes it from policy/step_{step - 1:06d}"
+    return (f"re-run `ts train --run-id {run.name}` with the run's preset and --set values "
+            f"(resume removes the damaged step and {source}); `ts check {run.name}` lists all damage")
 
 
 def list_checkpoints(root: Path) -> list[CheckpointInfo]:
@@ -282,15 +312,15 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
     _refuse_pickled(path)
     info = _read_manifest(path)
     if not any(name.endswith(".safetensors") for name in info.sha256):
-        raise CheckpointError(f"checkpoint {path} lists no .safetensors weights in its manifest: {_RERUN}")
+        raise CheckpointError(f"checkpoint {path} lists no .safetensors weights in its manifest: {rebuild_hint(path)}")
     for name, expected in sorted(info.sha256.items()):
         file = path / name
         if not file.is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} (listed in the manifest) is missing; {_RERUN}")
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} (listed in the manifest) is missing; {rebuild_hint(path)}")
         actual = _sha256(file)
         if actual != expected:
             raise CheckpointError(
-                f"checkpoint {path} is corrupt: {name} sha256 {actual} != manifest {expected}; {_RERUN}"
+                f"checkpoint {path} is corrupt: {name} sha256 {actual} != manifest {expected}; {rebuild_hint(path)}"
             )
     unlisted = sorted(
         p.relative_to(path).as_posix()
@@ -298,7 +328,40 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
         if p.relative_to(path).as_posix() not in info.sha256
     )
     if unlisted:
-        raise CheckpointError(f"checkpoint {path} holds weight files not in its manifest {unlisted}; {_RERUN}")
+        raise CheckpointError(f"checkpoint {path} holds weight files not in its manifest {unlisted}; {rebuild_hint(path)}")
+    return info
+
+
+_VERIFIED: dict[str, tuple[tuple, CheckpointInfo]] = {}  # resolved dir -> (file signature, info)
+
+
+def _signature(path: Path) -> tuple:
+    """(name, inode, size, mtime) of every file: any rewrite, truncation or in-place edit changes it."""
+    out = []
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out.append((p.relative_to(path).as_posix(), st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def verified(path: Path) -> CheckpointInfo:
+    """verify_checkpoint, hashing each on-disk state once per process.
+
+    Every loader goes through this, so nothing corrupt is ever loaded; the cache (keyed by each
+    file's inode, size and mtime) keeps weight swaps between pool checkpoints from re-hashing the
+    same bytes every iteration.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return verify_checkpoint(path)  # raises the one-line "does not exist"
+    key = str(path.resolve())
+    sig = _signature(path)
+    hit = _VERIFIED.get(key)
+    if hit is not None and hit[0] == sig:
+        return hit[1]
+    info = verify_checkpoint(path)
+    _VERIFIED[key] = (sig, info)
     return info
 
 
@@ -309,7 +372,7 @@ def load_checkpoint(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
-    verify_checkpoint(path)
+    verified(path)
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, use_safetensors=True, local_files_only=True, trust_remote_code=False
     )

@@ -90,10 +90,19 @@ def tiny_llama(vocab_size: int, pad_id: int, eos_id: int, *, hidden: int = 128, 
 
 
 def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32):
-    """Load a local HF causal LM and its tokenizer (safetensors only, no hub)."""
+    """Load a local HF causal LM and its tokenizer (safetensors only, no hub).
+
+    A checkpoint written by save_checkpoint is verified against its manifest first (once per
+    process and on-disk state), so corrupt or truncated weights end in a one-line CheckpointError
+    naming the file and how to rebuild it, never in a silently wrong model.
+    """
     p = resolve_model_path(str(path))
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
+    if (p / "manifest.json").is_file():  # one of our checkpoints: its hashes vouch for every file
+        from .checkpoints import verified
+
+        verified(p)
     weights = list(p.glob("*.safetensors"))
     if not weights:
         raise ModelError(f"{p} has no .safetensors weights; convert it (pickled .bin/.pt weights are never loaded)")

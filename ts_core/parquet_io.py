@@ -16,12 +16,39 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["DataError", "content_hash", "read_table", "write_table_atomic"]
+__all__ = ["DataError", "content_hash", "current_umask", "read_table", "shareable", "write_table_atomic"]
 
 
 class DataError(ValueError):
     """A data file is missing, corrupt, or does not match its contract. The message says which
     file (and column / row where it applies) and how to fix it."""
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask can only be read by setting it, which
+    races with other threads creating files); falls back to the set-and-restore dance off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def shareable(path: str | os.PathLike[str], fd: int | None = None) -> None:
+    """Give a file made by mkstemp (0600) or a folder made by mkdtemp (0700) the mode a plain
+    open()/mkdir() would have had under the umask, so a team sharing a runs folder can read it."""
+    umask = current_umask()
+    if fd is not None:
+        os.fchmod(fd, 0o666 & ~umask)
+    elif os.path.isdir(path):
+        os.chmod(path, 0o777 & ~umask)
+    else:
+        os.chmod(path, 0o666 & ~umask)
 
 
 def _schema_text(schema: pa.Schema) -> str:
@@ -75,6 +102,7 @@ def write_table_atomic(table: pa.Table, path: str | os.PathLike[str], schema: pa
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        shareable(tmp_name, fd)
         with os.fdopen(fd, "wb") as f:
             pq.write_table(table, f)
             f.flush()

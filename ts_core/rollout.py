@@ -85,6 +85,10 @@ class HFEngine:
         tag = str(checkpoint_dir) + "|" + ",".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
         if self.loaded_from == tag:
             return
+        if (checkpoint_dir / "manifest.json").is_file():  # never swap in weights its manifest does not vouch for
+            from .checkpoints import verified
+
+            verified(checkpoint_dir)
         state: dict[str, torch.Tensor] = {}
         for f in files:
             state.update(load_file(str(f), device=str(self.device)))

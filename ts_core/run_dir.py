@@ -18,8 +18,10 @@ what makes `ts train --run-id X` resumable after a crash or `kill -9`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -142,20 +144,45 @@ class RunDir:
         """The stage's manifest if it finished with this config, its outputs are intact and (when
         `upstream` is given) it was computed from inputs with exactly these digests."""
         m = self.read_manifest(k, stage)
-        if m is None or m.config_hash != config_hash:
+        if m is None:
             return None
-        if upstream is not None and m.upstream != upstream:
+        intact = self._outputs_intact(m)  # first: a stage redone for any reason must not find damaged weights
+        if m.config_hash != config_hash or (upstream is not None and m.upstream != upstream):
             return None
+        return m if intact else None
+
+    def _outputs_intact(self, m: Manifest) -> bool:
+        """Whether every output of `m` exists and hashes as recorded; checks them all (so every
+        damaged checkpoint is removed, see _intact_checkpoint) rather than stopping at the first."""
+        ok = True
         for name, rel in m.outputs.items():
             p = self.root / rel
             if not p.exists():
-                return None
-            if name in m.hashes:
-                if p.is_dir() and not (p / "manifest.json").is_file():
-                    return None
-                if self.file_hash(p) != m.hashes[name]:
-                    return None
-        return m
+                ok = False
+            elif p.is_dir():
+                ok = self._intact_checkpoint(p) and (name not in m.hashes or self.file_hash(p) == m.hashes[name]) and ok
+            elif name in m.hashes and self.file_hash(p) != m.hashes[name]:
+                ok = False
+        return ok
+
+    def _intact_checkpoint(self, p: Path) -> bool:
+        """Whether a checkpoint output still matches its own manifest, every file hashed (cached).
+
+        A damaged one is removed when this process owns the run, so the stage that wrote it writes
+        it again (the stages only create a checkpoint that is absent); a reader only reports it.
+        """
+        from .checkpoints import CheckpointError, verified
+
+        try:
+            verified(p)
+            return True
+        except CheckpointError:
+            if self.owns_lock():
+                aside = p.with_name(f".old_{p.name}_damaged")
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(p, aside)  # atomic; a crash before the rmtree leaves a stale temp, cleaned on takeover
+                shutil.rmtree(aside, ignore_errors=True)
+            return False
 
     def upstream_digests(self, deps: list[tuple[str, int]]) -> dict[str, str]:
         """{"stage@k": digest} of the manifests of `deps` ("missing" where a manifest is absent)."""
@@ -183,57 +210,123 @@ class RunDir:
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_table_atomic(table, path)
 
-    # -- lock --------------------------------------------------------------------------------
+    # -- lock ----------------------------------------------------------------------------------
     def acquire_lock(self) -> None:
-        """Own the run directory; take over the lock of a dead process, refuse a live one's."""
+        """Own the run directory, or raise RunLockedError naming the live owner.
+
+        Ownership is an OS lock (flock) on an open descriptor of `.lock`: atomic, and it dies with
+        the process that holds it (kill -9 included), so a stale lock needs no detection at all.
+        The pid written into the file is for people, never the test of liveness: an empty or torn
+        file just means its writer died before it finished. On taking a run over, what a killed
+        writer left half-done (temp files and folders) is removed.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         lock = self.root / ".lock"
-        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        key = str(lock.resolve())
+        if key in _HELD:
+            return  # re-entrant within one process (flow and tasks share it)
         while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)  # the umask applies; never executable
             try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                try:
-                    owner = json.loads(lock.read_text() or "{}")
-                except (OSError, json.JSONDecodeError):
-                    owner = {}
-                pid = owner.get("pid")
-                if pid == os.getpid():
-                    return
-                if pid and owner.get("host") == me["host"] and _alive(pid):
-                    raise RunLockedError(
-                        f"run directory {self.root} is in use by live process {pid}; wait for it, stop it, "
-                        f"or choose another --run-id"
-                    )
-                # Stale: the owner died (or the file is torn). Remove and retry atomically.
-                try:
-                    lock.unlink()
-                except FileNotFoundError:
-                    pass
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            return
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = _read_owner(fd)
+                os.close(fd)
+                who = f"live process {owner['pid']}" if owner.get("pid") else "another live process"
+                raise RunLockedError(
+                    f"run directory {self.root} is in use by {who}; wait for it, stop it, or choose another --run-id"
+                ) from None
+            if _same_file(fd, lock):
+                break
+            os.close(fd)  # the owner released (unlinked) it between our open and flock: retry on the new file
+        me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, me, 0)
+        _HELD[key] = fd
+        self.remove_stale_temps()
 
     def release_lock(self) -> None:
+        """Give the run up: unlink `.lock` while still holding it (a waiter that opened the old file
+        sees it is gone and retries), then close the descriptor, which releases the OS lock."""
         lock = self.root / ".lock"
+        fd = _HELD.pop(str(lock.resolve()), None)
+        if fd is None:
+            return
         try:
-            if json.loads(lock.read_text()).get("pid") == os.getpid():
+            if _same_file(fd, lock):
                 lock.unlink()
-        except (OSError, json.JSONDecodeError):
-            pass
+        finally:
+            os.close(fd)
+
+    def owns_lock(self) -> bool:
+        """Whether this process holds the run's lock."""
+        return str((self.root / ".lock").resolve()) in _HELD
+
+    def lock_state(self) -> str:
+        """'free', 'stale' (a file left by a dead owner) or 'held by PID' -- for `ts check`; takes nothing."""
+        lock = self.root / ".lock"
+        if self.owns_lock():
+            return f"held by {os.getpid()} (this process)"
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return "free"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f"held by {_read_owner(fd).get('pid', 'an unknown process')}"
+        finally:
+            os.close(fd)
+        return "stale"
+
+    # -- what a killed writer leaves ----------------------------------------------------------
+    def stale_temps(self) -> list[Path]:
+        """Temp files (`*.tmp`) and folders (`.tmp_*`, `.old_*`) that writers of this run create and
+        rename away; one still present belongs to a writer that was killed. Reports are left
+        alone: `ts report` writes them without owning the run."""
+        found: list[Path] = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            here = Path(dirpath)
+            if here == self.reports or here == self.root / ".prefect-results":
+                dirnames[:] = []
+                continue
+            for d in list(dirnames):
+                if d.startswith((".tmp_", ".old_")):
+                    found.append(here / d)
+                    dirnames.remove(d)
+            found += [here / f for f in filenames if f.endswith(".tmp") or f.startswith(".tmp_")]
+        return sorted(found)
+
+    def remove_stale_temps(self) -> list[Path]:
+        """Remove stale_temps(); only the run's owner may call it (a live writer's temps are not stale)."""
+        if not self.owns_lock():
+            raise RunLockedError(f"remove_stale_temps needs the lock of {self.root}; call acquire_lock first")
+        stale = self.stale_temps()
+        for p in stale:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        return stale
 
 
-def _alive(pid: int) -> bool:
+_HELD: dict[str, int] = {}  # resolved .lock path -> descriptor whose flock this process holds
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the descriptor still names the file at `path` (not an unlinked or replaced one)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        st = os.stat(path)
+    except FileNotFoundError:
         return False
-    except PermissionError:
-        return True
-    # A zombie (dead child not yet reaped) still answers kill(0); treat it as dead.
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+
+
+def _read_owner(fd: int) -> dict:
+    """The {pid, host} an owner wrote into the lock file ({} while it is still empty or torn)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+        owner = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}

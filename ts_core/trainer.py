@@ -232,6 +232,10 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
     model.config.use_cache = False
     optimizer = make_optimizer(model, cfg)
     opt_path = Path(policy_dir) / OPTIMIZER_NAME
+    if policy is not None and (Path(policy_dir) / "manifest.json").is_file():
+        from .checkpoints import verified
+
+        verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
     if opt_path.exists():
         load_optimizer_state(optimizer, opt_path)
     ref_model = None
