@@ -58,6 +58,18 @@ def _is_user_error(e: BaseException) -> bool:
     return duckdb is not None and isinstance(e, duckdb.Error)
 
 
+def _error_line(text: str, label: str = "error: ", style: str = "red") -> None:
+    """One line on stderr: what was wrong, where, how to fix (no traceback)."""
+    msg = Text(label, style=f"bold {style}")
+    msg.append(" ".join(text.split()) or "error", style=style)
+    Console(stderr=True, soft_wrap=True, highlight=False).print(msg)
+
+
+def _warn(notes: list[str]) -> None:
+    for note in notes:
+        _error_line(note, "warning: ", "yellow")
+
+
 class _Group(TyperGroup):
     """The top-level group: every command (and subcommand) runs inside this handler."""
 
@@ -67,9 +79,7 @@ class _Group(TyperGroup):
         except Exception as e:
             if not _is_user_error(e) or os.environ.get("TS_DEBUG"):
                 raise
-            msg = Text("error: ", style="bold red")
-            msg.append(str(e) or type(e).__name__, style="red")
-            Console(stderr=True, soft_wrap=True, highlight=False).print(msg)
+            _error_line(str(e) or type(e).__name__)
             raise typer.Exit(EXIT_USER_ERROR) from None
 
 
@@ -245,11 +255,37 @@ def eval_(
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Evaluate a policy of a run on a held-out split (Prefect flow)."""
+    _check_eval_target(run_id, step)  # before Prefect starts: a wrong run or step is one line
     from flows.evaluate import evaluate_flow
 
     res = evaluate_flow(run_id=run_id, step=step, split=split.value)
     rows = sorted((k, v) for k, v in (res or {}).items())
     _emit(["metric", "value"], rows, fmt, title=f"{run_id}: {split.value}" + (f" step {step}" if step is not None else ""))
+
+
+def _check_eval_target(run_id: str, step: Optional[int]) -> None:
+    """Refuse a run that does not exist or a policy step it does not have, listing the steps it has."""
+    from ts_core.parquet_io import DataError
+    from ts_core.run_dir import RunDir
+
+    run = RunDir.for_run(run_id)
+    if not run.config_path.is_file():
+        raise DataError(f"no run {run_id!r} under {run.root.parent} (no config.yaml); see `ts runs`, or set --runs-dir")
+    steps = sorted(int(p.name[5:]) for p in run.policy_root.glob("step_*") if p.name[5:].isdigit())
+    if step is not None and step not in steps:
+        raise DataError(f"run {run_id!r} has no policy step {step} (it has {_ranges(steps) or 'none'}); "
+                        f"pass --step with one of them, or leave --step out for the latest")
+
+
+def _ranges(steps: list[int]) -> str:
+    """[0,1,2,5] -> '0-2, 5'."""
+    out: list[str] = []
+    for x in steps:
+        if out and int(out[-1].split("-")[-1]) == x - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{x}"
+        else:
+            out.append(str(x))
+    return ", ".join(out)
 
 
 @app.command()
@@ -361,7 +397,9 @@ def runs(fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", 
     from ts_core.run_dir import runs_root
     from ts_core.sql import connect, run_named
 
-    con = connect()
+    damaged: list[str] = []
+    con = connect(damaged=damaged)
+    _warn(damaged)
     try:
         res = run_named(con, "runs")
     finally:
@@ -389,8 +427,9 @@ def sql(
     list_: bool = typer.Option(False, "--list", "-l", help="List the named queries and the views' columns."),
     show: bool = typer.Option(False, "--show", help="With --query: print the named query's SQL instead of running it."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format."),
+    timeout: float = typer.Option(60.0, "--timeout", min=0.0, help="Stop the query after this many seconds (0: no limit)."),
 ) -> None:
-    """Query run data with DuckDB (read-only: only SELECT-like statements run)."""
+    """Query run data with DuckDB (read-only: only plain queries run; Ctrl-C or --timeout stops one)."""
     from ts_core.sql import NAMED_QUERIES, QueryError, connect, query, run_named
 
     given = [x for x in (text is not None, name is not None, list_) if x]
@@ -406,9 +445,14 @@ def sql(
             raise typer.BadParameter("--show needs --query NAME")
         typer.echo(NAMED_QUERIES[name][1].strip())
         return
-    con = connect(run_id)
+    damaged: list[str] = []
+    con = connect(run_id, damaged=damaged)
+    _warn(damaged)
     try:
-        res = run_named(con, name) if name is not None else query(con, text or "")
+        res = run_named(con, name, timeout or None) if name is not None else query(con, text or "", timeout or None)
+    except KeyboardInterrupt:
+        _error_line("query interrupted (Ctrl-C); nothing was changed")
+        raise typer.Exit(130) from None
     finally:
         con.close()
     _emit(res.columns, res.rows, fmt, title=name)

@@ -13,20 +13,26 @@ Views (each exists even when a run has no such data yet, empty with the contract
     checkpoints  the historical pool's snapshots: run_id, step, created_at, param_count, path
     configs      one row per run: run_id, algorithm, iterations, seed, model_path, created_at, config_json
 
-Read-only, enforced twice:
+Read-only, enforced twice, by structure rather than by keywords:
 
 1. By the engine. The Parquet files are opened by pyarrow (one `pyarrow.dataset` per view, with
    the contract schema unified with the files' own, i.e. union by name), registered with DuckDB
    as Arrow scans; manifests and configs are read in Python. Only then is the connection sealed:
-   `enable_external_access=false` (no file system access at all from SQL: COPY ... TO, ATTACH,
-   EXPORT, read_text/read_parquet of any path, extension installs all fail) and
-   `lock_configuration=true` (no SET can reopen it). DuckDB's own `read_parquet` views cannot be
-   used for this: they open files at query time, so they stop working once external access is off,
-   and `allowed_directories` would let COPY write into the run directory.
-2. By `query()`: every statement is parsed first (`extract_statements`) and only SELECT-like
-   statements run (SELECT, FROM-first, VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT, EXPLAIN of
-   those). CREATE / INSERT / DROP / COPY / ATTACH / SET / ... are refused with a QueryError before
-   anything executes, so a script mixing a SELECT with a DROP runs nothing.
+   no temp directory (DuckDB otherwise allows file access under it, ./.tmp by default), no allowed
+   directories, `enable_external_access=false` (no file system access at all from SQL: COPY ... TO,
+   ATTACH, EXPORT, read_text/read_csv of any path, extension installs all fail), capped memory and
+   threads, and `lock_configuration=true` (no SET can reopen any of it).
+2. By `query()`: every statement is classified by DuckDB's own parser (`extract_statements`,
+   `tokenize`) and only plain queries run: SELECT (which covers FROM-first, VALUES, DESCRIBE,
+   SHOW, SUMMARIZE, static PIVOT), a dynamic PIVOT / UNPIVOT statement (which DuckDB plans as
+   several statements), and EXPLAIN of one of those. Anything else -- including a CREATE or COPY
+   wrapped around a dynamic PIVOT -- is refused with a QueryError before anything executes, so a
+   script mixing a SELECT with a DROP runs nothing. Every query has a timeout (`con.interrupt()`),
+   and Ctrl-C interrupts it.
+
+Files a run cannot be read from (truncated, a column of the wrong type) are left out of the views
+with a warning naming the file, so one damaged run never takes `ts runs` or `ts sql` over all runs
+down; `ts check RUN` says what to re-run.
 
 This module never imports prefect.
 """
@@ -34,7 +40,9 @@ This module never imports prefect.
 from __future__ import annotations
 
 import json
-import re
+import threading
+import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,6 +110,13 @@ _PARQUET_VIEWS: dict[str, tuple[str, pa.Schema]] = {
     "metrics": ("metrics/iteration=*/*.parquet", METRICS_SCHEMA),
 }
 _RUN_MARKERS = ("config.yaml", "corpus", "rollouts", "metrics", "checkpoints")
+DEFAULT_TIMEOUT_S = 60.0
+MEMORY_LIMIT = "2GB"  # DuckDB's own memory (Arrow scans are read by pyarrow)
+THREADS = 2
+
+
+class DamagedFileWarning(UserWarning):
+    """A run file that cannot be read was left out of the views (the message names it)."""
 
 
 class QueryError(ValueError):
@@ -147,19 +162,55 @@ def _iteration_of(path: Path) -> int:
     return -1
 
 
-def _dataset(files: list[Path], contract: pa.Schema) -> pads.Dataset:
-    """One Arrow dataset over `files` with the contract's columns first, plus any extra column a
-    file has (union by name); a file missing a column reads it as null."""
-    schema = contract
+def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether a file's column type reads as the contract's: equal, or a lossless numeric widening,
+    or lists of compatible values. Anything else (a string where a number belongs) would fail at
+    query time, so the file is reported instead."""
+    if found == expected:
+        return True
+    if pa.types.is_integer(found) and (pa.types.is_integer(expected) or pa.types.is_floating(expected)):
+        return True
+    if pa.types.is_floating(found) and pa.types.is_floating(expected):
+        return True
+    if pa.types.is_string(found) or pa.types.is_large_string(found):
+        return pa.types.is_string(expected) or pa.types.is_large_string(expected)
+    lists = (pa.types.is_list, pa.types.is_large_list)
+    if any(f(found) for f in lists) and any(f(expected) for f in lists):
+        return _compatible(found.value_type, expected.value_type)
+    return False
+
+
+def _readable(f: Path, contract: pa.Schema) -> pa.Schema:
+    """The file's schema, or DataError (one line: which file, what is wrong, how to fix)."""
+    run = next((p for p in f.parents if (p / "config.yaml").is_file()), None)
+    fix = f"run `ts check {run.name}` and re-run the stage it names" if run else "rewrite or remove it"
+    try:
+        file_schema = pq.read_schema(f)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise DataError(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {fix}") from None
+    for fld in file_schema:
+        if fld.name in contract.names and not _compatible(fld.type, contract.field(fld.name).type):
+            raise DataError(f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected "
+                            f"{contract.field(fld.name).type}: {fix}")
+    return file_schema
+
+
+def _dataset(files: list[Path], contract: pa.Schema, damaged: list[str]) -> pads.Dataset:
+    """One Arrow dataset over the readable `files` with the contract's columns first, plus any
+    extra column a file has (union by name); a file missing a column reads it as null. Files that
+    cannot be read are left out, and the reason is appended to `damaged`."""
+    schema, good = contract, []
     for f in files:
         try:
-            file_schema = pq.read_schema(f)
-        except (OSError, pa.ArrowInvalid) as e:
-            raise DataError(f"cannot read Parquet file {f}: {e}. Delete it (and its stage manifest) and rerun the stage") from e
+            file_schema = _readable(f, contract)
+        except DataError as e:
+            damaged.append(str(e))
+            continue
+        good.append(f)
         extra = [fld for fld in file_schema if fld.name not in schema.names]
         if extra:
             schema = pa.schema(list(schema) + extra)
-    return pads.dataset([str(f) for f in files], schema=schema, format="parquet")
+    return pads.dataset([str(f) for f in good], schema=schema, format="parquet")
 
 
 def _parse_time(text: Any) -> datetime | None:
@@ -210,11 +261,13 @@ def _configs(runs: list[Path]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CONFIGS_SCHEMA)
 
 
-def connect(run_id: str | None = None, runs_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
+def connect(run_id: str | None = None, runs_dir: Path | None = None,
+            damaged: list[str] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory, sealed DuckDB connection with the views of one run (or all runs under runs_dir).
 
     Raises DataError when `run_id` names no run directory. The connection sees the files that
-    exist now; open a new one to see files written later.
+    exist now; open a new one to see files written later. Unreadable files are left out: one line
+    per file is appended to `damaged` when given, else issued as a DamagedFileWarning.
     """
     base = Path(runs_dir) if runs_dir is not None else runs_root()
     if run_id is not None:
@@ -228,37 +281,81 @@ def connect(run_id: str | None = None, runs_dir: Path | None = None) -> duckdb.D
     else:
         runs = list_runs(base)
 
+    notes: list[str] = []
     con = duckdb.connect(":memory:")
     try:
         for view, (pattern, contract) in _PARQUET_VIEWS.items():
             files = sorted((f for run in runs for f in run.glob(pattern)), key=lambda f: (f.parts[:-3], _iteration_of(f), f.name))
-            con.register(f"_ts_{view}", _dataset(files, contract))
+            con.register(f"_ts_{view}", _dataset(files, contract, notes))
             extra = ", len(prefix_token_ids) AS prefix_len" if view == "prefixes" else ""
             con.execute(f"CREATE VIEW {view} AS SELECT *{extra} FROM _ts_{view}")
         for view, table in (("checkpoints", _checkpoints(runs)), ("configs", _configs(runs))):
             con.register(f"_ts_{view}", table)
             con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
-        # Seal: from here on no SQL can reach the file system or loosen these settings.
-        for setting in ("python_enable_replacements=false", "autoinstall_known_extensions=false",
-                        "autoload_known_extensions=false", "enable_external_access=false", "lock_configuration=true"):
-            con.execute(f"SET {setting}")
+        _seal(con)
     except BaseException:
         con.close()
         raise
+    if damaged is not None:
+        damaged.extend(notes)
+    else:
+        for note in notes:
+            warnings.warn(note, DamagedFileWarning, stacklevel=2)
     return con
+
+
+def _seal(con: duckdb.DuckDBPyConnection) -> None:
+    """From here on no SQL can reach the file system, hold more than its share of the machine, or
+    loosen these settings. The temp directory goes first: DuckDB keeps file access open under it
+    even with external access disabled (and defaults it to ./.tmp)."""
+    for setting in ("temp_directory=''", "allowed_directories=[]", "allowed_paths=[]",
+                    f"memory_limit='{MEMORY_LIMIT}'", f"threads={THREADS}", "python_enable_replacements=false",
+                    "autoinstall_known_extensions=false", "autoload_known_extensions=false",
+                    "enable_external_access=false", "lock_configuration=true"):
+        con.execute(f"SET {setting}")
 
 
 # ---------------------------------------------------------------------------------------------
 # read-only queries
 # ---------------------------------------------------------------------------------------------
 
-_ALLOWED = "SELECT, FROM ..., VALUES, WITH ... SELECT, DESCRIBE, SHOW, SUMMARIZE, PIVOT, EXPLAIN of a query"
-_EXPLAIN = re.compile(r"^\s*explain\s+(?:analyze\s+)?(.*)$", re.IGNORECASE | re.DOTALL)
-_PIVOT = re.compile(r"\b(un)?pivot\b", re.IGNORECASE)
+_ALLOWED = "SELECT, FROM ..., VALUES, WITH ... SELECT, DESCRIBE, SHOW, SUMMARIZE, PIVOT, UNPIVOT, EXPLAIN of a query"
 
 
 def _kind(stmt: Any) -> str:
     return str(stmt.type).rsplit(".", 1)[-1].upper()
+
+
+def _keywords(sql: str) -> list[tuple[str, int]]:
+    """(lower-cased word, end offset) of each token of `sql`, by DuckDB's tokenizer; comments dropped."""
+    tokens = duckdb.tokenize(sql)
+    out = []
+    for i, (start, kind) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        if kind != duckdb.token_type.comment:
+            out.append((sql[start:end].strip().lower(), end))
+    return out
+
+
+def _is_query(con: duckdb.DuckDBPyConnection, stmt: Any) -> bool:
+    """Whether one parsed statement only reads: a SELECT; a dynamic PIVOT/UNPIVOT, which DuckDB plans
+    as several statements (MULTI) -- accepted only when the statement itself *is* the PIVOT, not a
+    CREATE or COPY around one; or EXPLAIN (not ANALYZE of anything else) of one of these."""
+    kind = _kind(stmt)
+    if kind == "SELECT":
+        return True
+    words = _keywords(stmt.query or "")
+    if kind == "MULTI":
+        return bool(words) and words[0][0] in ("pivot", "unpivot", "pivot_wider", "pivot_longer")
+    if kind == "EXPLAIN" and words and words[0][0] == "explain":
+        skip = 2 if len(words) > 1 and words[1][0] == "analyze" else 1
+        rest = (stmt.query or "")[words[skip - 1][1]:]
+        try:
+            inner = con.extract_statements(rest)
+        except duckdb.Error:
+            return False
+        return len(inner) == 1 and _is_query(con, inner[0])
+    return False
 
 
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
@@ -268,47 +365,69 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as e:
-        raise QueryError(f"cannot parse the query: {e}") from None
+        raise QueryError(f"cannot parse the query: {' '.join(str(e).split())}") from None
     if not statements:
         raise QueryError("empty query")
     for st in statements:
-        kind = _kind(st)
-        text = (st.query or "").strip().rstrip(";").strip()
-        ok = kind == "SELECT"
-        if kind == "EXPLAIN":
-            m = _EXPLAIN.match(text)
-            inner = con.extract_statements(m.group(1)) if m and m.group(1).strip() else []
-            ok = len(inner) == 1 and _kind(inner[0]) == "SELECT"
-        elif kind == "MULTI":  # DuckDB plans a dynamic PIVOT as a multi-statement
-            ok = bool(_PIVOT.search(text))
-        if not ok:
-            snippet = " ".join(text.split())[:80]
+        if not _is_query(con, st):
+            snippet = " ".join((st.query or "").split())[:80]
             raise QueryError(
-                f"refused {kind} statement ({snippet!r}): queries over run data are read-only; "
+                f"refused {_kind(st)} statement ({snippet!r}): queries over run data are read-only; "
                 f"allowed: {_ALLOWED}"
             )
     return statements
 
 
-def query(con: duckdb.DuckDBPyConnection, sql: str) -> QueryResult:
-    """Run read-only SQL (one or more statements, all checked before any runs); the last one's rows."""
-    statements = check_read_only(con, sql)
+def _execute(con: duckdb.DuckDBPyConnection, statements: list[Any], box: dict) -> None:
+    """Run the statements (in a worker thread) and leave the last one's columns and rows in `box`."""
     try:
         cur = None
         for st in statements:
             cur = con.execute(st)
         assert cur is not None
-        columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall() if cur.description else []
-    except duckdb.Error as e:
-        raise QueryError(f"{type(e).__name__}: {e}") from None
-    return QueryResult(columns, rows)
+        box["columns"] = [d[0] for d in cur.description] if cur.description else []
+        box["rows"] = cur.fetchall() if cur.description else []
+    except BaseException as e:  # handed to the caller's thread
+        box["error"] = e
 
 
-def run_named(con: duckdb.DuckDBPyConnection, name: str) -> QueryResult:
+def query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = DEFAULT_TIMEOUT_S) -> QueryResult:
+    """Run read-only SQL (one or more statements, all checked before any runs); the last one's rows.
+
+    The statements run in a worker thread while this one waits, so a timeout or Ctrl-C can stop
+    them with `con.interrupt()` (DuckDB holds no Python signal handler while it computes): a query
+    that never ends comes back as a QueryError after `timeout` seconds (None: no limit), and
+    KeyboardInterrupt is re-raised once the engine has stopped.
+    """
+    statements = check_read_only(con, sql)
+    box: dict[str, Any] = {}
+    worker = threading.Thread(target=_execute, args=(con, statements, box), daemon=True, name="ts-sql")
+    deadline = None if not timeout else time.monotonic() + timeout
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+            if deadline is not None and time.monotonic() > deadline and worker.is_alive():
+                con.interrupt()
+                worker.join(10)
+                raise QueryError(f"query timed out after {timeout:g} s and was stopped; narrow it (WHERE, LIMIT) "
+                                 f"or allow more time with --timeout SECONDS")
+    except KeyboardInterrupt:
+        con.interrupt()
+        worker.join(10)
+        raise
+    err = box.get("error")
+    if isinstance(err, duckdb.Error):
+        raise QueryError(f"{type(err).__name__}: {' '.join(str(err).split())}") from None
+    if err is not None:
+        raise err
+    return QueryResult(box["columns"], box["rows"])
+
+
+def run_named(con: duckdb.DuckDBPyConnection, name: str, timeout: float | None = DEFAULT_TIMEOUT_S) -> QueryResult:
     if name not in NAMED_QUERIES:
         raise QueryError(f"unknown named query {name!r}; known: {', '.join(NAMED_QUERIES)} (see `ts sql --list`)")
-    return query(con, NAMED_QUERIES[name][1])
+    return query(con, NAMED_QUERIES[name][1], timeout)
 
 
 # ---------------------------------------------------------------------------------------------
