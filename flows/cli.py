@@ -458,6 +458,26 @@ def sql(
     _emit(res.columns, res.rows, fmt, title=name)
 
 
+@app.command()
+def check(run_id: str = typer.Argument(..., help="Run to verify.")) -> None:
+    """Verify a whole run directory (every hash, every manifest, the lock); say what is damaged and
+    which stage to re-run. Exit code 0: intact, 1: damaged, 2: no such run."""
+    from ts_core.parquet_io import DataError
+    from ts_core.run_dir import RunDir, check_run
+
+    run = RunDir.for_run(run_id)
+    if not run.root.is_dir():
+        raise DataError(f"no run {run_id!r} under {run.root.parent}; see `ts runs`, or set --runs-dir")
+    damage, notes = check_run(run)
+    for line in notes:
+        typer.echo(line)
+    for line in damage:
+        _error_line(line, "damaged: ")
+    if damage:
+        raise typer.Exit(1)
+    typer.echo(f"run {run_id} is intact")
+
+
 def _sql_list(fmt: OutputFormat) -> None:
     from ts_core.sql import NAMED_QUERIES, view_columns
 

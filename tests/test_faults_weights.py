@@ -100,3 +100,29 @@ def test_resume_redoes_a_damaged_step(runs_dir, tiny_overrides, where):
         verify_checkpoint(snap)
     assert _sha(final) == before
     assert not [p for p in run.root.rglob(".old_*")]  # the damaged copy is gone too
+
+
+def test_ts_check_names_the_damage_and_the_stage_to_redo(runs_dir, tiny_overrides):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    cfg = load_config("tiny", tiny_overrides)
+    run = train(RunDir.for_run("chk", runs_dir), cfg)
+    cli = CliRunner()
+    res = cli.invoke(app, ["check", "chk"])
+    assert res.exit_code == 0 and "run chk is intact" in res.output and "lock: free" in res.output, res.output
+    flip_byte(run.pool_root / "step_000001" / "model.safetensors")  # hard link: policy/step_000001 too
+    truncate(run.rollouts(1))
+    (run.root / "policy" / ".tmp_step_000009_x").mkdir()
+    res = cli.invoke(app, ["check", "chk"])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert "checkpoints/step_000001 is damaged" in out and "redo snapshot of iteration 1" in out
+    assert "policy/step_000001 is damaged" in out and "redo update of iteration 0" in out
+    assert "rollouts.parquet no longer hashes" in out and "redo verify of iteration 1" in out
+    assert "ts train --run-id chk" in out and ".tmp_step_000009_x was left by a killed writer" in out
+    train(run, cfg)
+    res = cli.invoke(app, ["check", "chk"])
+    assert res.exit_code == 0, res.output
+    assert cli.invoke(app, ["check", "nope"]).exit_code == 2
