@@ -256,6 +256,9 @@ def eval_(
 ) -> None:
     """Evaluate a policy of a run on a held-out split (Prefect flow)."""
     _check_eval_target(run_id, step)  # before Prefect starts: a wrong run or step is one line
+    from ts_core.run_dir import guard_children
+
+    guard_children()  # the temporary Prefect server dies with this process
     from flows.evaluate import evaluate_flow
 
     res = evaluate_flow(run_id=run_id, step=step, split=split.value)

@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import multiprocessing
+import os
 import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -108,7 +109,27 @@ def _ping() -> bool:
     return True
 
 
+def _exit_with_parent() -> None:
+    """In a worker: exit as soon as the process that spawned it is gone (kill -9 included).
+
+    multiprocessing hands every spawned child a sentinel pipe of its parent; waiting on it costs
+    nothing and wakes exactly when the parent dies, whichever thread started the pool (the
+    PR_SET_PDEATHSIG alternative fires when that *thread* ends, which would kill a pool built by a
+    short-lived Prefect task thread).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def wait_then_exit() -> None:
+        parent.join()
+        os._exit(1)
+
+    threading.Thread(target=wait_then_exit, daemon=True, name="ts-exit-with-parent").start()
+
+
 def _worker_init(backend: Backend) -> None:
+    _exit_with_parent()
     # We pass parsing_timeout=None / timeout_seconds=None (our own alarm bounds each item); that
     # makes math-verify warn once per process that it has no timeout. It is handled: silence it.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
