@@ -41,6 +41,19 @@ class RunLockedError(RuntimeError):
     """Another live process owns this run directory."""
 
 
+MAX_RUN_ID_BYTES = 200  # a folder name; file systems stop at 255
+
+
+def check_run_id(run_id: str) -> None:
+    """Refuse a run id that is not a usable folder name, in one line, before anything is written."""
+    if not isinstance(run_id, str) or not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
+        raise ValueError(f"run id {run_id!r} must be a plain name (letters, digits, - and _)")
+    if any(not c.isprintable() or c.isspace() for c in run_id):
+        raise ValueError(f"run id {run_id!r} must be a plain name (letters, digits, - and _): no spaces or control characters")
+    if len(run_id.encode()) > MAX_RUN_ID_BYTES:
+        raise ValueError(f"run id {run_id[:40]!r}... is {len(run_id.encode())} bytes long; use at most {MAX_RUN_ID_BYTES}")
+
+
 @dataclass
 class Manifest:
     """What a stage wrote: enough to check it later and to key the next stage's cache."""
@@ -73,8 +86,7 @@ class RunDir:
 
     @classmethod
     def for_run(cls, run_id: str, base: Path | None = None) -> "RunDir":
-        if not run_id or "/" in run_id or run_id.startswith("."):
-            raise ValueError(f"run id {run_id!r} must be a plain name (letters, digits, - and _)")
+        check_run_id(run_id)
         return cls((base or runs_root()) / run_id)
 
     @property

@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from .parquet_io import DataError
-from .run_dir import runs_root
+from .run_dir import check_run_id, runs_root
 from .schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
 
 __all__ = [
@@ -271,8 +271,10 @@ def connect(run_id: str | None = None, runs_dir: Path | None = None,
     """
     base = Path(runs_dir) if runs_dir is not None else runs_root()
     if run_id is not None:
-        if not run_id or "/" in run_id or run_id.startswith("."):
-            raise DataError(f"run id {run_id!r} must be a plain name (letters, digits, - and _)")
+        try:
+            check_run_id(run_id)
+        except ValueError as e:
+            raise DataError(str(e)) from None
         root = base / run_id
         if not root.is_dir():
             known = ", ".join(p.name for p in list_runs(base)) or "none"
