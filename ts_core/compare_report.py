@@ -43,6 +43,7 @@ AGE = ("prefix_abs_log_ratio",)  # by seed source age (ts_core.trainer): how off
 PLOTS = {
     "accuracy": "Held-out accuracy (eval/accuracy), mean ± std over seeds",
     "strategy_b": "Task diversity: share of strategy-b solutions (eval/strategy_b)",
+    "distinct_patterns": "Task diversity: distinct correct sign patterns per prompt (eval/distinct_patterns)",
     "entropy": "Token entropy by population (actor/entropy)",
     "effective_entropy": "Effective entropy by population (actor/effective_entropy)",
     "clip_fraction": "Gradient lost to clipping by population (actor/pg_clipfrac)",
@@ -122,7 +123,7 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
         series = query(con, f"""
             SELECT run_id, stage, iteration, name, value FROM metrics
             WHERE run_id IN ({ids}) AND (
-                (stage = 'evaluate' AND (name IN ('eval/accuracy', 'eval/strategy_b')))
+                (stage = 'evaluate' AND (name IN ('eval/accuracy', 'eval/strategy_b', 'eval/distinct_patterns')))
                 OR (stage = 'update' AND ({' OR '.join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR[:3])})))
             ORDER BY run_id, iteration
         """)
@@ -292,9 +293,11 @@ def _plots(out: Path, data: dict[str, Any], variants: dict[str, list[str]], ks: 
 
     paths: dict[str, Path | None] = {}
     for stem, name, ylabel in (("accuracy", "eval/accuracy", "accuracy (avg@n)"),
-                               ("strategy_b", "eval/strategy_b", "share of strategy b")):
+                               ("strategy_b", "eval/strategy_b", "share of strategy b"),
+                               ("distinct_patterns", "eval/distinct_patterns", "distinct patterns / prompt")):
         fig, (ax,) = _figure()
-        paths[stem] = _save(fig, out / f"{stem}.png") if _draw(ax, groups(name), colors, PLOTS[stem], ylabel, unit=True) else None
+        drawn = _draw(ax, groups(name), colors, PLOTS[stem], ylabel, unit=stem != "distinct_patterns")
+        paths[stem] = _save(fig, out / f"{stem}.png") if drawn else None
     for stem, metric, ylabel in (("entropy", "entropy", "entropy (nats)"),
                                  ("effective_entropy", "effective_entropy", "entropy (nats)"),
                                  ("clip_fraction", "pg_clipfrac", "fraction of tokens clipped")):
@@ -532,6 +535,8 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
                          "seed draft tokens", "total generated", "SFT tokens"], rows))
     md += ["## Curves", ""]
     for stem, path in plots.items():
+        if path is None and (stem == "distinct_patterns" or (stem == "strategy_b" and plots.get("distinct_patterns"))):
+            continue  # each task has one of the two diversity curves (chain_sum: strategy b; countdown: patterns)
         md += [f"### {PLOTS[stem]}", "", f"![{PLOTS[stem]}]({stem}.png)" if path is not None else "_no data yet_", ""]
     md += ["## Runs", "", "Every run's final numbers (also in `results.parquet`).", ""]
     rows = []
