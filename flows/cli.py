@@ -76,6 +76,11 @@ class _Group(TyperGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # Ctrl-C anywhere in a command: one line, the shell's 130
+            if os.environ.get("TS_DEBUG"):
+                raise
+            _error_line("interrupted (Ctrl-C)")
+            raise typer.Exit(130) from None
         except Exception as e:
             if not _is_user_error(e) or os.environ.get("TS_DEBUG"):
                 raise
