@@ -120,6 +120,26 @@ def test_plan_refuses_bad_input():
         parse_list("grpo,,luffy", "--methods")
 
 
+def test_plan_per_method_seeds_the_countdown_comparison():
+    """Issue #9's comparison: 5 + 5 + 3 + 2 + 2 runs on one budget, every method valid on countdown."""
+    methods = ["grpo:0-4", "thinking_seeds:0-4", "seq_mix:0-2", "luffy:0-1", "prefix_context:0-1"]
+    specs = plan("countdown", methods, [0], [], None, "cd")
+    seeds = {m: sorted(s.seed for s in specs if s.method == m) for m in {s.method for s in specs}}
+    assert seeds == {"grpo": [0, 1, 2, 3, 4], "thinking_seeds": [0, 1, 2, 3, 4], "seq_mix": [0, 1, 2],
+                     "luffy": [0, 1], "prefix_context": [0, 1]}
+    assert [s.method for s in specs[:2]] == ["grpo", "grpo"]  # the plan keeps the method order
+    cfg = next(s for s in specs if s.method == "thinking_seeds").config()
+    assert (cfg.data.source, cfg.reward, cfg.reward_partial_credit) == ("countdown", "reasoning_gym", False)
+    assert (cfg.update.mini_batches, cfg.pool.snapshot_every, cfg.prefix.cut) == (4, 20, "line")
+    assert plan("tiny", ["grpo:3", "luffy"], [7])[0].seed == 3  # a single seed; luffy falls back to --seeds
+    with pytest.raises(ConfigError, match="range like"):
+        plan("tiny", ["grpo:a-b"], [0])
+    with pytest.raises(ConfigError, match="range is empty"):
+        plan("tiny", ["grpo:3-1"], [0])
+    with pytest.raises(ConfigError, match="twice"):
+        plan("tiny", ["grpo:0-1", "grpo:2-3"], [0])
+
+
 # ---------------------------------------------------------------------------------------------
 # end to end
 # ---------------------------------------------------------------------------------------------
