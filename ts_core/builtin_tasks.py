@@ -18,7 +18,7 @@ from . import chain_sum, countdown
 from .config import DataConfig
 from .rewards import last_boxed
 
-__all__ = ["BUILTIN_TASKS", "BuiltinTask", "get_task"]
+__all__ = ["BUILTIN_TASKS", "BuiltinTask", "build_splits", "get_task"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,15 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
     "countdown": BuiltinTask("countdown", countdown.CHARSET, "reasoning_gym", _countdown_splits, _countdown_keys,
                              _countdown_corpus, _countdown_label),
 }
+
+
+def build_splits(out: Path, d: DataConfig) -> dict[str, Path]:
+    """The train/validation/test files of a generated source: a built-in task or a reasoning-gym mixture."""
+    if d.source == "reasoning_gym":
+        from .rg_data import build_reasoning_gym_splits
+
+        return build_reasoning_gym_splits(out, d.tasks, d.train_size, d.val_size, d.test_size, d.seed)
+    return get_task(d.source).build_splits(out, d)
 
 
 def get_task(source: str) -> BuiltinTask:

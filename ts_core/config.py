@@ -38,10 +38,18 @@ class ModelConfig(_Section):
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights dtype for rollout and update.")
 
 
+class ReasoningGymTask(_Section):
+    name: str = Field(..., description="A reasoning-gym data set name (reasoning_gym.factory.DATASETS), e.g. countdown.")
+    weight: float = Field(1.0, gt=0.0, description="Share of the mixture (relative to the other tasks' weights).")
+    config: dict[str, Any] = Field(default_factory=dict, description="The data set's own config (e.g. min_numbers).")
+
+
 class DataConfig(_Section):
-    source: Literal["chain_sum", "countdown", "parquet"] = Field(
-        "chain_sum", description="Built-in reasoning-gym task (chain_sum: the fast demo; countdown: +/- countdown, "
-        "many solutions per prompt) or a user's verl Parquet.")
+    source: Literal["chain_sum", "countdown", "reasoning_gym", "parquet"] = Field(
+        "chain_sum", description="Built-in task (chain_sum: the fast demo; countdown: +/- countdown, many solutions per "
+        "prompt), any reasoning-gym data set or mixture by name (data.tasks), or a user's verl Parquet.")
+    tasks: list[ReasoningGymTask] = Field(
+        default_factory=list, description="source=reasoning_gym: the data sets of the mixture, each {name, weight, config}.")
     train_path: str | None = Field(None, description="verl-schema Parquet for training prompts (source=parquet).")
     val_path: str | None = Field(None, description="verl-schema Parquet for held-out evaluation (source=parquet).")
     train_size: int = Field(2000, ge=1, description="Training prompts generated for the built-in task.")
@@ -61,6 +69,18 @@ class DataConfig(_Section):
             raise ValueError(f"data.min_digits={self.min_digits} must be <= data.max_digits={self.max_digits}")
         if self.source == "parquet" and not (self.train_path and self.val_path):
             raise ValueError("data.source=parquet needs data.train_path and data.val_path")
+        if self.source == "reasoning_gym":
+            if not self.tasks:
+                raise ValueError("data.source=reasoning_gym needs data.tasks, e.g. "
+                                 "--set 'data.tasks=[{name: countdown}, {name: basic_arithmetic, weight: 2}]'")
+            from .rg_data import check_task_names  # imports reasoning-gym: only for this source
+
+            names = [t.name for t in self.tasks]
+            if len(set(names)) != len(names):
+                raise ValueError(f"data.tasks names a data set twice: {names}")
+            check_task_names(names)
+        elif self.tasks:
+            raise ValueError(f"data.tasks is for data.source=reasoning_gym, not {self.source}")
         return self
 
 
@@ -202,6 +222,9 @@ class RunConfig(_Section):
             raise ValueError(f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)")
         if self.prefix.source == "dataset" and self.algorithm != "luffy":
             raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")
+        if self.data.source in ("reasoning_gym", "countdown") and self.reward != "reasoning_gym":
+            raise ValueError(f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
+                             "reward=reasoning_gym")
         if self.advantage.baseline == "same_seed" and seeds and self.rollout.continuations_per_seed < 2:
             raise ValueError("advantage.baseline=same_seed compares continuations of one seed: set "
                              "rollout.continuations_per_seed >= 2")

@@ -32,7 +32,7 @@ from .advantages import get_adv_estimator
 from .chain_sum import strategy_of
 from .checkpoints import HistoricalPool, list_checkpoints, save_checkpoint, snapshot_checkpoint, verify_checkpoint
 from .config import RunConfig, load_saved_config, save_config
-from .builtin_tasks import BUILTIN_TASKS
+from .builtin_tasks import BUILTIN_TASKS, build_splits
 from .data import Prompt, load_dataset
 from .evaluation import evaluate_prompts
 from .models import encode_prompt, load_model, resolve_model_path
@@ -191,9 +191,9 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
         tmp.replace(run.config_path)
     t = Timer()
     with t("data"):
-        if cfg.data.source in BUILTIN_TASKS:
+        if cfg.data.source != "parquet":  # generated: a built-in task or a reasoning-gym mixture
             if not all((run.data_dir / f"{s}.parquet").exists() for s in ("train", "validation", "test")):
-                BUILTIN_TASKS[cfg.data.source].build_splits(run.data_dir, cfg.data)
+                build_splits(run.data_dir, cfg.data)
         else:
             run.data_dir.mkdir(parents=True, exist_ok=True)
             for split, src in (("train", cfg.data.train_path), ("validation", cfg.data.val_path)):

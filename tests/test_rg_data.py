@@ -1,0 +1,47 @@
+"""reasoning-gym data sets by name and weighted mixtures (`data.source: reasoning_gym`), scored by
+reasoning-gym's own checkers through the verifier (real library, no mocks)."""
+
+from collections import Counter
+
+import pytest
+
+from ts_core.config import ConfigError, load_config
+from ts_core.data import load_dataset
+from ts_core.rewards import Verifier
+from ts_core.rg_data import INSTRUCTION, build_reasoning_gym_splits
+
+TASKS = "data.tasks=[{name: countdown, weight: 3, config: {min_numbers: 3, max_numbers: 3}}, {name: basic_arithmetic, weight: 1}]"
+
+
+def test_mixture_splits_weights_and_checker(tmp_path):
+    cfg = load_config("tiny", ["data.source=reasoning_gym", "reward=reasoning_gym", TASKS])
+    d = cfg.data
+    paths = build_reasoning_gym_splits(tmp_path, d.tasks, 120, 20, 20, d.seed)
+    rows = {s: load_dataset(p) for s, p in paths.items()}
+    assert [len(rows[s]) for s in ("train", "validation", "test")] == [120, 20, 20]
+    qs = {s: {p.user_text for p in r} for s, r in rows.items()}
+    assert not (qs["train"] & qs["test"]) and not (qs["train"] & qs["validation"])
+    mix = Counter(p.data_source for p in rows["train"])
+    assert set(mix) == {"countdown", "basic_arithmetic"} and mix["countdown"] > 2 * mix["basic_arithmetic"]
+    assert all(p.user_text.endswith(INSTRUCTION) for p in rows["train"])
+    again = build_reasoning_gym_splits(tmp_path / "again", d.tasks, 200, 20, 20, d.seed)
+    assert again["test"].read_bytes() == paths["test"].read_bytes()  # held-out splits do not move with train_size
+    prompts = rows["test"]
+    with Verifier(backend="reasoning_gym", partial_credit=False) as v:
+        right = v.score_batch([p.target for p in prompts], prompts)
+        wrong = v.score_batch(["\\boxed{-123456}"] * len(prompts), prompts)
+    assert all(x.reward == 1.0 and x.status == "ok" for x in right)
+    assert all(x.reward == 0.0 for x in wrong)
+
+
+def test_bad_mixtures_are_refused_with_the_key():
+    with pytest.raises(ConfigError, match="unknown reasoning-gym data set 'cuntdown'; did you mean countdown"):
+        load_config("tiny", ["data.source=reasoning_gym", "reward=reasoning_gym", "data.tasks=[{name: cuntdown}]"])
+    with pytest.raises(ConfigError, match="needs data.tasks"):
+        load_config("tiny", ["data.source=reasoning_gym", "reward=reasoning_gym"])
+    with pytest.raises(ConfigError, match="set reward=reasoning_gym"):
+        load_config("tiny", ["data.source=reasoning_gym", TASKS])
+    with pytest.raises(ConfigError, match="weight"):
+        load_config("tiny", ["data.source=reasoning_gym", "reward=reasoning_gym", "data.tasks=[{name: countdown, weight: 0}]"])
+    with pytest.raises(ConfigError, match="only for|is for data.source=reasoning_gym"):
+        load_config("tiny", [TASKS])

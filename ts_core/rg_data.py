@@ -1,0 +1,103 @@
+"""Any reasoning-gym data set by name, or a weighted mixture of several (`data.source: reasoning_gym`).
+
+    data:
+      source: reasoning_gym
+      tasks:
+        - {name: countdown, weight: 2, config: {min_numbers: 3, max_numbers: 4}}
+        - {name: basic_arithmetic, weight: 1}
+
+The mixture is reasoning-gym's own `composite` data set (its DatasetSpec: name, weight, config), so
+each item comes from one task drawn by weight and carries `metadata.source_dataset`. Each row's
+`data_source` is that task's name, so the verifier scores it with reasoning-gym's checker for that
+task (`reward: reasoning_gym`), which accepts any valid answer where a task has many.
+
+Splits follow the same contract as the built-in tasks: ONE stream fills test, then validation,
+then train, skipping every question already used, so the held-out splits are disjoint from
+training and do not move when only `train_size` changes. Prompts ask for the answer in \\boxed{}
+(verl's phrasing); the row's `target` is the reference answer boxed, for LUFFY-style guidance and
+the SFT control.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+
+from .data import SPLITS, _derived_seed
+from .parquet_io import write_table_atomic
+from .schemas import DATASET_SCHEMA
+
+__all__ = ["INSTRUCTION", "build_reasoning_gym_splits", "check_task_names", "known_task_names"]
+
+INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+def known_task_names() -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def check_task_names(names: Sequence[str]) -> None:
+    """ValueError naming an unknown reasoning-gym data set and the closest known names."""
+    known = known_task_names()
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=4, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else f"{len(known)} are known (reasoning_gym.factory.DATASETS)"
+            raise ValueError(f"data.tasks: unknown reasoning-gym data set {name!r}; {hint}")
+
+
+def _stream(tasks: Sequence[Any], seed: int, limit: int) -> Iterator[dict[str, Any]]:
+    from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
+
+    specs = [DatasetSpec(name=t.name, weight=float(t.weight), config=dict(t.config)) for t in tasks]
+    ds = CompositeDataset(CompositeConfig(size=limit, seed=_derived_seed(seed, "reasoning_gym/splits"), datasets=specs))
+    for i in range(limit):
+        yield ds[i]
+
+
+def _row(entry: dict[str, Any], split: str, index: int) -> dict[str, Any]:
+    name = entry["metadata"]["source_dataset"]
+    answer = str(entry["answer"])
+    return {
+        "data_source": name,
+        "prompt": [{"role": "user", "content": f"{entry['question'].rstrip()}\n\n{INSTRUCTION}"}],
+        "ability": "reasoning",
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        # default=str: a few tasks keep non-JSON values (tuples are fine, sets are not) in metadata
+        "extra_info": {"split": split, "index": index, "rg_entry": json.dumps(entry, sort_keys=True, default=str)},
+        "target": f"\\boxed{{{answer}}}",
+    }
+
+
+def build_reasoning_gym_splits(out_dir: str | os.PathLike[str], tasks: Sequence[Any], train_size: int, val_size: int,
+                               test_size: int, seed: int) -> dict[str, Path]:
+    """Write train/validation/test Parquet files (DATASET_SCHEMA) of the mixture; return {split: path}."""
+    sizes = {"test": test_size, "validation": val_size, "train": train_size}
+    total = sum(sizes.values())
+    limit = 3 * total + 1000
+    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    seen: set[tuple[str, str]] = set()
+    stream = _stream(tasks, seed, limit)
+    for split in [s for s in SPLITS for _ in range(sizes[s])]:
+        for entry in stream:
+            key = (entry["metadata"]["source_dataset"], entry["question"])
+            if key not in seen:
+                seen.add(key)
+                rows[split].append(_row(entry, split, len(rows[split])))
+                break
+        else:
+            raise ValueError(f"data.tasks: only {len(seen)} distinct questions in {limit} draws of "
+                             f"{', '.join(t.name for t in tasks)}, but {total} were asked for; lower data.train_size / "
+                             "val_size / test_size or widen the tasks' configs")
+    out = Path(out_dir)
+    paths = {split: write_table_atomic(pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA), out / name,
+                                       schema=DATASET_SCHEMA)
+             for split, name in SPLITS.items()}
+    return {s: paths[s] for s in ("train", "validation", "test")}
