@@ -196,6 +196,9 @@ class RunConfig(_Section):
     reward_partial_credit: bool = Field(
         True, description="reasoning_gym: use the checker's partial credit as the reward (countdown gives 0.05 for the "
         "right numbers with the wrong value); false: 1 for a full score, else 0.")
+    logger: list[Literal["console", "tensorboard", "mlflow", "wandb"]] = Field(
+        default_factory=lambda: ["console"], description="Experiment trackers (verl's trainer.logger): every metric and "
+        "the config; mlflow to <run>/mlruns and wandb offline unless MLFLOW_TRACKING_URI / WANDB_MODE say otherwise.")
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     pool: PoolConfig = PoolConfig()
@@ -222,6 +225,9 @@ class RunConfig(_Section):
             raise ValueError(f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)")
         if self.prefix.source == "dataset" and self.algorithm != "luffy":
             raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")
+        from .tracking import check_loggers  # a tracker whose package is missing fails here, before any work
+
+        check_loggers(self.logger)
         if self.data.source in ("reasoning_gym", "countdown") and self.reward != "reasoning_gym":
             raise ValueError(f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
                              "reward=reasoning_gym")

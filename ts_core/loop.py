@@ -13,7 +13,7 @@ from typing import Callable
 
 from .config import RunConfig
 from .run_dir import Manifest, RunDir
-from .stages import STAGE_FUNCS, STAGES, Session, prepare, upstream_of
+from .stages import STAGE_FUNCS, STAGES, Session, close_trackers, prepare, upstream_of
 
 
 def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
@@ -52,6 +52,8 @@ def run_stage(s: Session, stage: str, k: int) -> Manifest:
         path = s.run.write_metrics(k, stage, metrics)
         m.outputs["metrics"], m.hashes["metrics"] = s.run.rel(path), s.run.file_hash(path)
     s.run.write_manifest(m)
+    if s.tracker is not None:  # copies for the user's trackers; the Parquet metrics stay the record
+        s.tracker.log(metrics, step=k + 1 if stage == "evaluate" else k)
     return m
 
 
@@ -72,6 +74,7 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
                         on_stage(k, stage, m)
         finally:
             s.close()
+            close_trackers()
     finally:
         run.release_lock()
     return run

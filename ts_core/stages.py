@@ -91,6 +91,14 @@ class Timer:
 
 
 _ENGINES: dict[tuple, object] = {}
+_TRACKERS: dict[str, object] = {}
+
+
+def close_trackers() -> None:
+    """Flush and close every tracker of this process (at exit, or when a run ends)."""
+    for t in list(_TRACKERS.values()):
+        t.close()
+    _TRACKERS.clear()
 
 
 class Session:
@@ -165,6 +173,22 @@ class Session:
         n = min(self.cfg.rollout.prompts_per_iteration, len(train))
         rng = random.Random(f"{self.cfg.data.seed}/{self.cfg.seed}/prompts/{k}")
         return rng.sample(train, n)
+
+    @property
+    def tracker(self):
+        """The run's experiment trackers (`logger`), one per run and process (None: console only)."""
+        if self.cfg.logger == ["console"] or not self.cfg.logger:
+            return None
+        key = str(self.run.root.resolve())
+        if key not in _TRACKERS:
+            from .tracking import Tracker
+
+            _TRACKERS[key] = Tracker(self.cfg.logger, self.run.root, self.run.run_id, self.cfg.model_dump(mode="json"))
+            if len(_TRACKERS) == 1:
+                import atexit
+
+                atexit.register(close_trackers)
+        return _TRACKERS[key]
 
     def close(self) -> None:
         self._engine = None  # the engine stays in the process cache for the next stage
