@@ -391,6 +391,8 @@ def _execute(con: duckdb.DuckDBPyConnection, statements: list[Any], box: dict) -
         box["rows"] = cur.fetchall() if cur.description else []
     except BaseException as e:  # handed to the caller's thread
         box["error"] = e
+    finally:
+        box["done"].set()
 
 
 def query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = DEFAULT_TIMEOUT_S) -> QueryResult:
@@ -402,21 +404,23 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = DEFA
     KeyboardInterrupt is re-raised once the engine has stopped.
     """
     statements = check_read_only(con, sql)
-    box: dict[str, Any] = {}
+    # An Event, not Thread.join: a join cut short by KeyboardInterrupt can report a running thread
+    # as finished, and closing the connection under it then fails ("connection is busy").
+    done = threading.Event()
+    box: dict[str, Any] = {"done": done}
     worker = threading.Thread(target=_execute, args=(con, statements, box), daemon=True, name="ts-sql")
     deadline = None if not timeout else time.monotonic() + timeout
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(0.05)
-            if deadline is not None and time.monotonic() > deadline and worker.is_alive():
+        while not done.wait(0.05):
+            if deadline is not None and time.monotonic() > deadline:
                 con.interrupt()
-                worker.join(10)
+                done.wait(10)
                 raise QueryError(f"query timed out after {timeout:g} s and was stopped; narrow it (WHERE, LIMIT) "
                                  f"or allow more time with --timeout SECONDS")
     except KeyboardInterrupt:
         con.interrupt()
-        worker.join(10)
+        done.wait(10)
         raise
     err = box.get("error")
     if isinstance(err, duckdb.Error):
