@@ -313,6 +313,24 @@ def report(
     typer.echo(path)
 
 
+@app.command()
+def export(
+    run_id: str = typer.Argument(..., help="Run to export from."),
+    out: Path = typer.Option(..., "--out", "-o", help="New folder for the Hugging Face model directory."),
+    step: Optional[int] = typer.Option(None, "--step", help="Policy step θ_step (default: the latest)."),
+) -> None:
+    """Write a policy step as a clean Hugging Face model directory (weights, config, tokenizer, model card)."""
+    from ts_core.export import export_policy
+    from ts_core.run_dir import RunDir
+
+    run = RunDir.for_run(run_id)
+    if not run.config_path.is_file():
+        from ts_core.parquet_io import DataError
+
+        raise DataError(f"no run {run_id!r} under {run.root.parent} (no config.yaml); see `ts runs`, or set --runs-dir")
+    typer.echo(export_policy(run, step, out))
+
+
 # ---------------------------------------------------------------------------------------------
 # compare
 # ---------------------------------------------------------------------------------------------

@@ -172,6 +172,13 @@ class UpdateConfig(_Section):
     num_processes: int = Field(1, ge=1, description="Processes for the accelerate launcher.")
 
 
+class CheckpointConfig(_Section):
+    keep_last: int | None = Field(
+        None, ge=1, description="Keep only the last N policy steps (plus θ_0 and keep_every); None keeps all. The "
+        "historical pool's snapshots are separate and always kept.")
+    keep_every: int | None = Field(None, ge=1, description="With keep_last: also keep every N-th policy step.")
+
+
 class EvalConfig(_Section):
     every: int = Field(5, ge=1, description="Evaluate every this many iterations (and at the end).")
     prompts: int = Field(64, ge=1, description="Held-out prompts per evaluation.")
@@ -207,6 +214,7 @@ class RunConfig(_Section):
     advantage: AdvantageConfig = AdvantageConfig()
     loss: LossConfig = LossConfig()
     update: UpdateConfig = UpdateConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
 
     @model_validator(mode="after")

@@ -167,10 +167,13 @@ class RunDir:
         """Whether every output of `m` exists and hashes as recorded; checks them all (so every
         damaged checkpoint is removed, see _intact_checkpoint) rather than stopping at the first."""
         ok = True
+        from .retention import is_pruned
+
         for name, rel in m.outputs.items():
             p = self.root / rel
             if not p.exists():
-                ok = False
+                # checkpoint.keep_last removed it on purpose after it was complete: still done
+                ok = is_pruned(p, m.hashes.get(name)) and ok
             elif p.is_dir():
                 ok = self._intact_checkpoint(p) and (name not in m.hashes or self.file_hash(p) == m.hashes[name]) and ok
             elif name in m.hashes and self.file_hash(p) != m.hashes[name]:

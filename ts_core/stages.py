@@ -502,6 +502,11 @@ def update(s: Session, k: int) -> Manifest:
     out = run.policy(k + 1)
     verify_checkpoint(out)
     m.outputs["policy"], m.hashes["policy"] = run.rel(out), run.file_hash(out)
+    if cfg.checkpoint.keep_last is not None:  # after θ_{k+1} is safe: older steps may go
+        from .retention import prune_policies
+
+        pruned = prune_policies(run.policy_root, k + 1, cfg.checkpoint.keep_last, cfg.checkpoint.keep_every, run.file_hash)
+        metrics["checkpoint/pruned"] = float(len(pruned))
     m.metrics = metrics
     m.seconds = t.seconds
     return m
