@@ -129,7 +129,7 @@ def test_plan_per_method_seeds_the_countdown_comparison():
                      "luffy": [0, 1], "prefix_context": [0, 1]}
     assert [s.method for s in specs[:2]] == ["grpo", "grpo"]  # the plan keeps the method order
     cfg = next(s for s in specs if s.method == "thinking_seeds").config()
-    assert (cfg.data.source, cfg.reward, cfg.reward_partial_credit) == ("countdown", "reasoning_gym", False)
+    assert (cfg.data.source, cfg.reward.backend, cfg.reward.partial_credit) == ("countdown", "reasoning_gym", False)
     assert (cfg.update.mini_batches, cfg.pool.snapshot_every, cfg.prefix.cut) == (4, 20, "line")
     assert plan("tiny", ["grpo:3", "luffy"], [7])[0].seed == 3  # a single seed; luffy falls back to --seeds
     with pytest.raises(ConfigError, match="range like"):

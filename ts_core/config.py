@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
 
@@ -36,6 +36,37 @@ class _Section(BaseModel):
 class ModelConfig(_Section):
     path: str = Field("builtin:tiny", description="Local HF checkpoint dir, or builtin:tiny / builtin:smollm2.")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights dtype for rollout and update.")
+
+
+class RewardConfig(_Section):
+    backend: Literal["math_verify", "reasoning_gym", "custom"] = Field(
+        "math_verify", description="Verifier: math-verify on the \\boxed{} answer, reasoning-gym's checker of each "
+        "row's data set, or the user's function (reward.fn; setting fn selects custom).")
+    fn: str | None = Field(None, description="custom: package.module:function, called as fn(data_source, solution_str, "
+                           "ground_truth, extra_info) -> float | {'score': float} | None (verl's custom reward).")
+    partial_credit: bool = Field(
+        True, description="reasoning_gym: use the checker's partial credit as the reward (countdown gives 0.05 for the "
+        "right numbers with the wrong value); false: 1 for a full score, else 0.")
+    timeout_s: float = Field(5.0, gt=0.0, le=600.0, description="Per-response time limit; a slower one is 'timeout'.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fn_means_custom(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("fn") and "backend" not in data:
+            data = {**data, "backend": "custom"}
+        return data
+
+    @model_validator(mode="after")
+    def _fn(self) -> "RewardConfig":
+        if self.backend == "custom":
+            if not self.fn:
+                raise ValueError("reward.backend=custom needs reward.fn=package.module:function")
+            from .rewards import load_reward_fn  # imports the user's module: a typo fails here, before any work
+
+            load_reward_fn(self.fn)
+        elif self.fn:
+            raise ValueError(f"reward.fn is for reward.backend=custom, not {self.backend}")
+        return self
 
 
 class ReasoningGymTask(_Section):
@@ -199,10 +230,8 @@ class RunConfig(_Section):
     )
     iterations: int = Field(10, ge=1, description="Training iterations.")
     seed: int = Field(0, description="Seed for sampling and data order.")
-    reward: Literal["math_verify", "reasoning_gym"] = Field("math_verify", description="Verifier backend.")
-    reward_partial_credit: bool = Field(
-        True, description="reasoning_gym: use the checker's partial credit as the reward (countdown gives 0.05 for the "
-        "right numbers with the wrong value); false: 1 for a full score, else 0.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="How responses are scored (a backend "
+                                 "name alone, e.g. reward=reasoning_gym, is short for {backend: reasoning_gym}).")
     logger: list[Literal["console", "tensorboard", "mlflow", "wandb"]] = Field(
         default_factory=lambda: ["console"], description="Experiment trackers (verl's trainer.logger): every metric and "
         "the config; mlflow to <run>/mlruns and wandb offline unless MLFLOW_TRACKING_URI / WANDB_MODE say otherwise.")
@@ -216,6 +245,11 @@ class RunConfig(_Section):
     update: UpdateConfig = UpdateConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, v: Any) -> Any:
+        return {"backend": v} if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _algorithm_consistent(self) -> "RunConfig":
@@ -236,9 +270,9 @@ class RunConfig(_Section):
         from .tracking import check_loggers  # a tracker whose package is missing fails here, before any work
 
         check_loggers(self.logger)
-        if self.data.source in ("reasoning_gym", "countdown") and self.reward != "reasoning_gym":
+        if self.data.source in ("reasoning_gym", "countdown") and self.reward.backend == "math_verify":
             raise ValueError(f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
-                             "reward=reasoning_gym")
+                             "reward=reasoning_gym (or your own reward.fn)")
         if self.advantage.baseline == "same_seed" and seeds and self.rollout.continuations_per_seed < 2:
             raise ValueError("advantage.baseline=same_seed compares continuations of one seed: set "
                              "rollout.continuations_per_seed >= 2")

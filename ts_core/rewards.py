@@ -43,12 +43,13 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 if TYPE_CHECKING:  # the worker imports this module: keep its import cheap
     from ts_core.data import Prompt
 
-__all__ = ["BACKENDS", "STATUSES", "Status", "Verdict", "Verifier", "count_statuses", "last_boxed"]
+__all__ = ["BACKENDS", "STATUSES", "Status", "Verdict", "Verifier", "check_reward_fn", "count_statuses", "last_boxed",
+           "load_reward_fn"]
 
 Status = Literal["ok", "wrong", "no_answer", "timeout", "error"]
 STATUSES: tuple[Status, ...] = ("ok", "wrong", "no_answer", "timeout", "error")
-Backend = Literal["math_verify", "reasoning_gym"]
-BACKENDS: tuple[Backend, ...] = ("math_verify", "reasoning_gym")
+Backend = Literal["math_verify", "reasoning_gym", "custom"]
+BACKENDS: tuple[Backend, ...] = ("math_verify", "reasoning_gym", "custom")
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,65 @@ def _exit_with_parent() -> None:
     threading.Thread(target=wait_then_exit, daemon=True, name="ts-exit-with-parent").start()
 
 
-def _worker_init(backend: Backend) -> None:
+def load_reward_fn(path: str) -> Any:
+    """The user's reward function named `package.module:function` (verl's custom reward function).
+
+    Signature: fn(data_source: str, solution_str: str, ground_truth: str, extra_info: dict) ->
+    float | {"score": float, ...} | None (None: no answer found). ValueError in one line when the
+    path is malformed, the module does not import or the name is not a callable.
+    """
+    import importlib
+
+    mod_name, sep, fn_name = path.partition(":")
+    if not sep or not mod_name or not fn_name:
+        raise ValueError(f"reward.fn={path!r} must look like package.module:function")
+    try:
+        module = importlib.import_module(mod_name)
+    except Exception as e:  # an ImportError or the module's own failure: both are the user's to fix
+        raise ValueError(f"reward.fn={path!r}: module {mod_name!r} does not import ({type(e).__name__}: {e}); "
+                         "check the name and that it is on PYTHONPATH") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ValueError(f"reward.fn={path!r}: {mod_name} has no function {fn_name!r}")
+    return fn
+
+
+def check_reward_fn(path: str, prompt: "Prompt") -> None:
+    """Call the user's function once on a real row (an empty response): ValueError in one line if
+    it raises or returns anything but a number, a dict with a numeric 'score', or None."""
+    fn = load_reward_fn(path)
+    extra = {"prompt_id": prompt.prompt_id, "rg_entry": prompt.rg_entry}
+    try:
+        out = fn(prompt.data_source, "", prompt.ground_truth, extra)
+    except Exception as e:
+        raise ValueError(f"reward.fn={path!r} raised {type(e).__name__}: {e} on an empty response to prompt "
+                         f"{prompt.prompt_id}; it must return a score (0 for a wrong or empty answer)") from None
+    score = out.get("score") if isinstance(out, dict) else out
+    if out is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+        raise ValueError(f"reward.fn={path!r} returned {type(out).__name__} {str(out)[:60]!r}; expected a number, a dict "
+                         "with a numeric 'score', or None (no answer)")
+
+
+_custom_fn: Any = None
+
+
+def _score_custom(text: str, ground_truth: str, data_source: str, extra_json: str | None) -> _Result:
+    out = _custom_fn(data_source, text, ground_truth, json.loads(extra_json or "{}"))
+    if out is None:
+        return 0.0, "no_answer", None
+    score = out.get("score") if isinstance(out, dict) else out
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        return 0.0, "error", (f"the reward function returned {type(out).__name__} {str(out)[:80]!r}; expected a finite "
+                              "number, a dict with a numeric 'score', or None")
+    return float(score), ("ok" if score >= 1.0 else "wrong"), None
+
+
+def _worker_init(backend: Backend, fn: str | None = None) -> None:
     _exit_with_parent()
+    if backend == "custom":
+        global _custom_fn
+        _custom_fn = load_reward_fn(fn or "")
+        return
     # We pass parsing_timeout=None / timeout_seconds=None (our own alarm bounds each item); that
     # makes math-verify warn once per process that it has no timeout. It is handled: silence it.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -177,7 +235,10 @@ def _score_reasoning_gym(answer: str, score_fn: Any, rg_entry: str, partial_cred
 
 
 def _score_chunk(backend: Backend, items: list[_Item], timeout_s: float, partial_credit: bool = True) -> list[_Result]:
-    """Runs in a worker's main thread: score items one by one, each under its own alarm."""
+    """Runs in a worker's main thread: score items one by one, each under its own alarm.
+
+    For the custom backend an item's first field is the whole response and its last the
+    extra_info JSON (prompt id, reasoning-gym entry)."""
     previous = signal.signal(signal.SIGALRM, _raise_item_timeout)
     results: list[_Result] = []
     try:
@@ -186,7 +247,9 @@ def _score_chunk(backend: Backend, items: list[_Item], timeout_s: float, partial
                 score_fn = _rg_score_fn(data_source) if backend == "reasoning_gym" else None
                 signal.setitimer(signal.ITIMER_REAL, timeout_s)
                 try:
-                    if score_fn is None:
+                    if backend == "custom":
+                        result = _score_custom(answer, ground_truth, data_source, rg_entry)
+                    elif score_fn is None:
                         result = _score_math_verify(answer, ground_truth)
                     else:
                         result = _score_reasoning_gym(answer, score_fn, rg_entry or "{}", partial_credit)
@@ -224,6 +287,7 @@ class Verifier:
         startup_grace_s: float = 60.0,
         stall_slack_s: float = 5.0,
         partial_credit: bool = True,
+        fn: str | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown verifier backend {backend!r}; expected one of {BACKENDS}")
@@ -231,7 +295,10 @@ class Verifier:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if workers < 1 or chunk_size < 1:
             raise ValueError(f"workers and chunk_size must be >= 1, got {workers} and {chunk_size}")
+        if (backend == "custom") != (fn is not None):
+            raise ValueError("the custom verifier backend needs fn='package.module:function' (and only it takes one)")
         self.backend: Backend = backend
+        self.fn = fn
         # reasoning_gym only: keep a checker's partial credit as the reward, or score 1 / 0.
         self.partial_credit = partial_credit
         self.timeout_s = float(timeout_s)
@@ -266,7 +333,7 @@ class Verifier:
             max_workers=self.workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_worker_init,
-            initargs=(self.backend,),
+            initargs=(self.backend, self.fn),
         )
         self._pool = pool
         # One ping per worker spawns them all now (3.11 spawns a worker per submit while none is
@@ -328,14 +395,20 @@ class Verifier:
         """One Verdict per response (same order); responses[i] answers prompts[i]."""
         self._check_inputs(responses, prompts)
         answers = [last_boxed(r) for r in responses]
-        verdicts: list[Verdict | None] = [
-            Verdict(0.0, "no_answer", None) if a is None else None for a in answers
-        ]
-        items: dict[int, _Item] = {
-            i: (a, prompts[i].ground_truth, prompts[i].data_source, prompts[i].rg_entry)
-            for i, a in enumerate(answers)
-            if a is not None
-        }
+        if self.backend == "custom":  # the user's function sees the whole response and decides
+            verdicts: list[Verdict | None] = [None] * len(responses)
+            items: dict[int, _Item] = {
+                i: (r, prompts[i].ground_truth, prompts[i].data_source,
+                    json.dumps({"prompt_id": prompts[i].prompt_id, "rg_entry": prompts[i].rg_entry}))
+                for i, r in enumerate(responses)
+            }
+        else:
+            verdicts = [Verdict(0.0, "no_answer", None) if a is None else None for a in answers]
+            items = {
+                i: (a, prompts[i].ground_truth, prompts[i].data_source, prompts[i].rg_entry)
+                for i, a in enumerate(answers)
+                if a is not None
+            }
         if items:
             with self._lock:
                 results = self._run(items)
@@ -399,11 +472,12 @@ class Verifier:
 
 
 # ----------------------------------------------------------------------------- one pool per process
-_SHARED: dict[tuple[str, bool], Verifier] = {}
+_SHARED: dict[tuple, Verifier] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_verifier(backend: Backend = "math_verify", partial_credit: bool = True) -> Verifier:
+def shared_verifier(backend: Backend = "math_verify", partial_credit: bool = True, fn: str | None = None,
+                    timeout_s: float = 5.0) -> Verifier:
     """The process-wide Verifier of `backend`, started once and reused by every stage.
 
     Starting a pool spawns interpreters that import math-verify and sympy (~0.6 s, several
@@ -411,9 +485,10 @@ def shared_verifier(backend: Backend = "math_verify", partial_credit: bool = Tru
     closed when the process exits.
     """
     with _SHARED_LOCK:
-        v = _SHARED.get((backend, partial_credit))
+        key = (backend, partial_credit, fn, timeout_s)
+        v = _SHARED.get(key)
         if v is None:
-            v = _SHARED[(backend, partial_credit)] = Verifier(backend=backend, partial_credit=partial_credit)
+            v = _SHARED[key] = Verifier(backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s)
             if len(_SHARED) == 1:
                 import atexit
 

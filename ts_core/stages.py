@@ -37,7 +37,7 @@ from .data import Prompt, load_dataset
 from .evaluation import evaluate_prompts
 from .models import encode_prompt, load_model, resolve_model_path
 from .parquet_io import read_table, write_table_atomic
-from .rewards import Verifier, count_statuses, shared_verifier
+from .rewards import Verifier, check_reward_fn, count_statuses, shared_verifier
 from .rollout import HFEngine, SamplingParams
 from .run_dir import Manifest, RunDir
 from .schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
@@ -155,7 +155,8 @@ class Session:
     @property
     def verifier(self) -> "Verifier":
         # One pool per process, shared by every stage and session (see shared_verifier).
-        return shared_verifier(self.cfg.reward, self.cfg.reward_partial_credit)
+        r = self.cfg.reward
+        return shared_verifier(r.backend, r.partial_credit, r.fn, r.timeout_s)
 
     def label(self):
         """The task's solution label for diversity metrics (None: chain_sum's strategy share)."""
@@ -223,6 +224,8 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
             for split, src in (("train", cfg.data.train_path), ("validation", cfg.data.val_path)):
                 load_dataset(src)  # validates columns and ground truths, naming the file
                 shutil.copyfile(src, run.data_dir / f"{split}.parquet")
+    if cfg.reward.fn:  # the user's function on a real row, before any model is loaded
+        check_reward_fn(cfg.reward.fn, load_dataset(run.data_dir / "validation.parquet")[0])
     with t("model_load"):
         if not (run.policy(0) / "manifest.json").exists():
             model, tok = load_model(resolve_model_path(cfg.model.path), cfg.model.dtype)
