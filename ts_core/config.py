@@ -33,9 +33,21 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class LoraSettings(_Section):
+    r: int = Field(8, ge=1, le=1024, description="LoRA rank.")
+    alpha: float = Field(16.0, gt=0.0, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="Module names that get adapters (Llama/Qwen2 attention projections by default).")
+
+
 class ModelConfig(_Section):
     path: str = Field("builtin:tiny", description="Local HF checkpoint dir, or builtin:tiny / builtin:smollm2.")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights dtype for rollout and update.")
+    lora: LoraSettings | None = Field(
+        None, description="Train LoRA adapters (peft) instead of all weights: policy steps and pool snapshots then "
+        "hold only the adapter (megabytes); the engine samples from base + adapter merged.")
 
 
 class RewardConfig(_Section):

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from .checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
+from .lora import base_of, is_adapter
 from .parquet_io import shareable
 from .run_dir import RunDir
 
@@ -78,9 +79,18 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     shareable(tmp)  # mkdtemp makes 0700: the exported folder follows the umask
-    for f in sorted(src.iterdir()):
-        if f.is_file() and f.name not in _SKIP:
-            shutil.copyfile(f, tmp / f.name)
+    if is_adapter(src):  # a LoRA step: ship base + adapters merged, so any loader takes it as is
+        from peft import PeftModel
+
+        from .models import load_model
+
+        base, tok = load_model(base_of(src))
+        PeftModel.from_pretrained(base, str(src)).merge_and_unload().save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    else:
+        for f in sorted(src.iterdir()):
+            if f.is_file() and f.name not in _SKIP:
+                shutil.copyfile(f, tmp / f.name)
     cfg = yaml.safe_load(run.config_path.read_text()) if run.config_path.exists() else {}
     (tmp / "README.md").write_text(_card(run, step, cfg, _eval_metrics(run, step)))
     (tmp / "thinking_seeds.json").write_text(json.dumps({"run_id": run.run_id, "step": step}, indent=2))

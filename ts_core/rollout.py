@@ -19,6 +19,8 @@ from typing import Protocol, Sequence
 import torch
 from safetensors.torch import load_file
 
+from .lora import is_adapter, merged_state_dict
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -90,7 +92,9 @@ class HFEngine:
 
             verified(checkpoint_dir)
         state: dict[str, torch.Tensor] = {}
-        for f in files:
+        if is_adapter(checkpoint_dir):  # a LoRA step: base + adapters, merged by peft
+            state = merged_state_dict(checkpoint_dir, str(self.device))
+        for f in files if not state else []:
             state.update(load_file(str(f), device=str(self.device)))
         if not state:
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")

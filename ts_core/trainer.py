@@ -22,6 +22,7 @@ import torch
 from .checkpoints import OPTIMIZER_NAME, load_optimizer_state, save_checkpoint
 from .config import RunConfig, load_saved_config
 from .losses import LossInputs, LossSettings, Stats, compute_policy_loss
+from .lora import load_policy
 from .models import load_model
 from .parquet_io import read_table
 from .schemas import ROLLOUT_SCHEMA
@@ -203,8 +204,10 @@ def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, 
 
 
 def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters (all of them, or the LoRA adapters only)."""
     u = cfg.update
-    return torch.optim.AdamW(model.parameters(), lr=u.lr, betas=tuple(u.betas), weight_decay=u.weight_decay)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=u.lr, betas=tuple(u.betas), weight_decay=u.weight_decay)
 
 
 def gather_stats_dict(metrics: dict, accelerator) -> dict:
@@ -227,7 +230,7 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
 
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed + step)
-    model, tok = policy if policy is not None else load_model(policy_dir, cfg.model.dtype)
+    model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
     model.train()
     model.config.use_cache = False
     optimizer = make_optimizer(model, cfg)
