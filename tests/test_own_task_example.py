@@ -1,0 +1,44 @@
+"""The README's "Use your own task and model" example (docs/examples/own-task), on a tiny scale:
+the same file with a tiny random Llama instead of SmolLM2 and a smaller budget."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from hf_models import build
+
+from ts_core.config import load_config
+from ts_core.data import load_dataset
+from ts_core.loop import train
+from ts_core.parquet_io import read_table
+from ts_core.run_dir import RunDir
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = "docs/examples/own-task"
+
+
+@pytest.fixture()
+def example_on_path():
+    path = str(REPO_ROOT / EXAMPLE)
+    sys.path.insert(0, path)  # as PYTHONPATH=docs/examples/own-task in the README (spawn workers inherit it)
+    yield REPO_ROOT / EXAMPLE / "config.yaml"
+    sys.path.remove(path)
+    sys.modules.pop("my_reward", None)
+
+
+def test_own_task_example_runs(tmp_path, example_on_path):
+    model = build(tmp_path / "llama", "llama")
+    cfg = load_config(str(example_on_path), [
+        f"model.path={model}", "iterations=2", "data.train_size=30", "data.val_size=8", "data.test_size=8",
+        "rollout.prompts_per_iteration=4", "rollout.max_new_tokens=24", "eval.every=1", "eval.prompts=4",
+        "eval.samples=2", "pool.snapshot_every=1"])
+    assert (cfg.model.lora.r, cfg.reward.backend, cfg.logger) == (16, "custom", ["console", "tensorboard"])
+    run = train(RunDir.for_run("mine", tmp_path / "runs"), cfg)
+    sources = {p.data_source for p in load_dataset(run.data_dir / "train.parquet")}
+    assert sources == {"basic_arithmetic", "chain_sum"}
+    rows = read_table(run.rollouts(1)).to_pylist()
+    assert {r["status"] for r in rows} <= {"ok", "wrong", "no_answer"}
+    assert (run.policy(2) / "adapter_model.safetensors").is_file()  # LoRA adapters only
+    assert any((run.root / "tensorboard").iterdir())
+    assert sorted(p.name for p in run.policy_root.iterdir() if p.is_dir()) == ["step_000000", "step_000001",
+                                                                               "step_000002"]
