@@ -100,3 +100,25 @@ def test_lora_target_that_does_not_exist(tmp_path, reward_module):
         train(RunDir.for_run("bad", tmp_path / "runs"), cfg)
     with pytest.raises(ConfigError, match="model.lora.r"):
         load_config("tiny", ["model.lora.r=0"])
+
+
+def test_model_directory_without_weights_tokenizer_or_template(tmp_path):
+    from ts_core.models import ModelError, load_model
+
+    path = build(tmp_path / "m", "llama")
+    (path / "model.safetensors").rename(tmp_path / "w")
+    with pytest.raises(ModelError, match="has no .safetensors weights"):
+        load_model(path)
+    (tmp_path / "w").rename(path / "model.safetensors")
+    (path / "chat_template.jinja").unlink(missing_ok=True)
+    import json
+
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match="no chat template"):
+        load_model(path)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (path / f).unlink(missing_ok=True)
+    with pytest.raises(ModelError, match="has no tokenizer"):
+        load_model(path)

@@ -27,6 +27,7 @@ BUILTIN_MODELS = {
     "smollm2-chainsum": REPO_ROOT / "data" / "models" / "smollm2-135m-chainsum",  # ... --warmup
 }
 PAD, EOS = "<pad>", "<eos>"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 # Chat template of the tiny model: the user's text, a newline, then the answer. No role markers:
 # the model only ever sees one turn, and every character costs compute on a CPU.
 TINY_CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
@@ -106,7 +107,13 @@ def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32):
     weights = list(p.glob("*.safetensors"))
     if not weights:
         raise ModelError(f"{p} has no .safetensors weights; convert it (pickled .bin/.pt weights are never loaded)")
+    if not any((p / f).is_file() for f in TOKENIZER_FILES):
+        raise ModelError(f"{p} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save the tokenizer beside the "
+                         "weights (tokenizer.save_pretrained(dir))")
     tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    if tok.chat_template is None:
+        raise ModelError(f"{p}: the tokenizer has no chat template; set one (tokenizer.chat_template = ...; "
+                         "save_pretrained) so prompts are rendered the way the model was trained")
     model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, use_safetensors=True)
     model.eval()
     if tok.pad_token_id is None:
