@@ -209,6 +209,9 @@ def train(
 
     cfg = load_config(preset, set_)  # fail fast on a bad preset / key, before Prefect or torch start
     run = RunDir.for_run(run_id)
+    from ts_core.data import check_user_data
+
+    check_user_data(cfg.data)  # a user's data sets: refuse a bad file before anything is written
     con = _console()
     if not no_prefect:
         from flows.train import train_flow

@@ -30,6 +30,7 @@ from tasks import (continuation_task, evaluate_task, prepare_task, seeds_task, s
                    verify_task)
 from tasks.common import artifact_key, run_task, upstream_from
 from ts_core.config import RunConfig, load_config
+from ts_core.data import check_user_data
 from ts_core.loop import summary
 from ts_core.run_dir import RunDir
 from ts_core.stages import STAGES
@@ -88,6 +89,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
     cfg = load_config(preset, overrides or [])
     h = cfg.config_hash()
     run = RunDir.for_run(run_id)
+    check_user_data(cfg.data)  # before the lock creates the run directory
     run.acquire_lock()
     try:
         log.info("run %s (%s, config %s): %d iterations", run.root, cfg.algorithm, h, cfg.iterations)

@@ -92,15 +92,23 @@ def test_writer_failure_from_arrow_itself_cleans_up(tmp_path: Path) -> None:
 
 
 def test_read_errors_name_the_file_and_say_what_to_do(tmp_path: Path) -> None:
+    # Outside a run directory the file is someone's input: never advice to delete it.
     missing = tmp_path / "nope.parquet"
-    with pytest.raises(DataError, match=rf"not found: {missing}; re-run the stage"):
+    with pytest.raises(DataError, match=rf"not found: {missing}; check the path"):
         read_table(missing)
 
     path = write_table_atomic(_rollouts(50), tmp_path / "t.parquet", schema=ROLLOUT_SCHEMA)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(DataError, match=rf"{path}: it is truncated or corrupt.*Delete it and re-run"):
+    with pytest.raises(DataError, match=rf"{path}: it is truncated or corrupt.*export it again from its source"):
         read_table(path)
+    # A run's own file (tests/test_faults_errors.py has more): delete it and redo its stage.
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    own = tmp_path / "rollouts" / "iteration=0" / "rollouts.parquet"
+    own.parent.mkdir(parents=True)
+    own.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=rf"{own}: it is truncated or corrupt.*delete it and re-run the stage"):
+        read_table(own)
 
     path = write_table_atomic(_rollouts(), tmp_path / "r.parquet", schema=ROLLOUT_SCHEMA)
     with pytest.raises(DataError, match=r"lacks column\(s\) \['seed_id', 'source_age'.*Expected schema: run_id"):

@@ -28,6 +28,7 @@ __all__ = [
     "Message",
     "Prompt",
     "build_chain_sum_splits",
+    "check_user_data",
     "expressions_of",
     "load_dataset",
     "warmup_corpus",
@@ -212,11 +213,73 @@ def warmup_corpus(
     return out
 
 
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or getattr(pa.types, "is_list_view", lambda _: False)(t)
+
+
+def _struct_field(t: pa.DataType, name: str) -> pa.DataType | None:
+    if not pa.types.is_struct(t):
+        return None
+    i = t.get_field_index(name)
+    return t.field(i).type if i >= 0 else None
+
+
+# column -> (is the found type usable, what is expected, how to write it). Lenient where the code
+# that reads the column is: extra struct fields, large/dictionary strings, integer ground truths
+# (read as their text) and all-null optional columns load; anything else would be misread.
+_COLUMN_TYPES = {
+    "data_source": (_is_text, "string", "text naming the task, e.g. 'gsm8k'"),
+    "prompt": (
+        lambda t: _is_list(t) and _is_text(_struct_field(t.value_type, "content") or pa.null())
+        and (_struct_field(t.value_type, "role") is None or _is_text(_struct_field(t.value_type, "role"))),
+        "list<struct<role: string, content: string>>",
+        "a list of chat messages per row, e.g. [{'role': 'user', 'content': 'What is 2+3?'}]"),
+    "reward_model": (
+        lambda t: (gt := _struct_field(t, "ground_truth")) is not None
+        and (_is_text(gt) or pa.types.is_integer(gt)),
+        "struct<style: string, ground_truth: string>",
+        "a dict per row (not JSON text), e.g. {'style': 'rule', 'ground_truth': '5'}"),
+    "ability": (lambda t: _is_text(t) or pa.types.is_null(t), "string", "text such as 'math' (or drop the column)"),
+    "extra_info": (
+        lambda t: pa.types.is_null(t) or (pa.types.is_struct(t) and all(
+            (f := _struct_field(t, name)) is None or ok(f)
+            for name, ok in (("split", _is_text), ("index", lambda i: pa.types.is_integer(i) or _is_text(i)),
+                             ("rg_entry", _is_text)))),
+        "struct<split: string, index: int64, ...>",
+        "a dict per row (not JSON text), e.g. {'split': 'train', 'index': 0} (or drop the column)"),
+    "target": (lambda t: _is_text(t) or pa.types.is_null(t), "string", "a worked solution as text (or drop the column)"),
+}
+
+
+def _check_column_types(table: pa.Table, path: Path) -> None:
+    """DataError naming the first column whose type load_dataset cannot read, the expected and found
+    types and how to write the column (the usual slip: a dict column saved as JSON text)."""
+    for name, (ok, expected, how) in _COLUMN_TYPES.items():
+        if name not in table.column_names:
+            continue
+        found = table.schema.field(name).type
+        if not ok(found):
+            raise DataError(
+                f"{path}: column {name!r} has type {found}, expected {expected} (verl's data-set schema); "
+                f"to fix, write that column as {how}"
+            )
+
+
 def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
     """Read a verl-schema Parquet file (DATASET_SCHEMA; `ability`, `extra_info`, `target` may be
     absent) into Prompts. DataError names the file and the column or row that is wrong."""
     path = Path(path)
     table = read_table(path, schema=DATASET_SCHEMA, optional=DATASET_OPTIONAL_COLUMNS)
+    if table.num_rows == 0:
+        raise DataError(f"{path} has no rows: a data set needs at least one prompt; check how the file was made "
+                        "(a filter that dropped every row?) or point to another file")
+    _check_column_types(table, path)
     extra_info = table.column("extra_info").to_pylist() if "extra_info" in table.column_names else None
     targets = table.column("target").to_pylist() if "target" in table.column_names else None
     prompts: list[Prompt] = []
@@ -263,3 +326,12 @@ def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
             )
         )
     return prompts
+
+
+def check_user_data(data: Any) -> None:
+    """data.source=parquet (`data` is a DataConfig): read the user's train and validation files as a
+    run would, so a missing, empty, corrupt or wrongly typed one is refused in one line naming the
+    file -- call it before anything is written (run directory, lock, config.yaml)."""
+    if data.source == "parquet":
+        for path in (data.train_path, data.val_path):
+            load_dataset(path)

@@ -129,6 +129,40 @@ def _fsync_dir(directory: Path) -> None:
         os.close(dir_fd)
 
 
+# The folders of a run directory (ts_core.run_dir) that hold Parquet files the project writes.
+_RUN_FOLDERS = frozenset({"data", "corpus", "rollouts", "metrics", "evals", "manifests", "reports"})
+
+
+def _owning_run(path: Path) -> Path | None:
+    """The run directory `path` lies in (an ancestor with a config.yaml whose child folder on the
+    way is one of the run's own folders), or None for any other file -- a user's input, say."""
+    path = Path(os.path.abspath(path))
+    for depth, root in enumerate(path.parents):
+        if depth > 4:
+            break
+        rel = path.relative_to(root)
+        if len(rel.parts) > 1 and rel.parts[0] in _RUN_FOLDERS and (root / "config.yaml").is_file():
+            return root
+    return None
+
+
+def _fix_hint(path: Path, missing: bool) -> str:
+    """How to get an unusable file back, by where it lives: a file a run wrote itself can be
+    removed and redone by resuming the run; anything else is someone's input and is never ours
+    to delete."""
+    run = _owning_run(path)
+    if run is not None:
+        first = "" if missing else "delete it and "
+        return (f"the file belongs to run {run.name!r}, which writes it itself: {first}re-run the stage that writes "
+                f"it (`ts train --run-id {run.name}` with the run's preset and --set values resumes and redoes it; "
+                f"`ts check {run.name}` lists all damage)")
+    if missing:
+        return "check the path (a relative path is taken from the current directory)"
+    return ("this file is not one thinking-seeds wrote in a run directory, so keep it and write a good copy: "
+            "export it again from its source (e.g. pandas DataFrame.to_parquet or pyarrow.parquet.write_table) "
+            "and point to that")
+
+
 def read_table(
     path: str | os.PathLike[str],
     schema: pa.Schema | None = None,
@@ -136,21 +170,22 @@ def read_table(
 ) -> pa.Table:
     """Read a Parquet file, raising DataError that says what to do when it cannot be used.
 
-    - missing file -> "... not found: <path>; re-run the stage that writes it"
-    - truncated / corrupt file -> names the path and says to delete it and re-run the stage
+    - missing file -> names the path; for a file a run writes itself, which stage to redo
+    - truncated / corrupt file -> names the path; a run's own file may be deleted and its stage
+      redone, any other file (a user's data set) is never called disposable: export it again
     - with `schema`: every schema column except those in `optional` must be present, or the
       error names the missing ones and the expected schema. Types are not cast on read, so user
       files with compatible layouts (e.g. extra struct fields) still load.
     """
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"Parquet file not found: {path}; re-run the stage that writes it")
+        what = "is a directory, not a file" if path.is_dir() else "not found"
+        raise DataError(f"Parquet file {what}: {path}; {_fix_hint(path, missing=True)}")
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         raise DataError(
-            f"cannot read Parquet file {path}: it is truncated or corrupt ({e}). Delete it and "
-            "re-run the stage that writes it"
+            f"cannot read Parquet file {path}: it is truncated or corrupt ({e}); {_fix_hint(path, missing=False)}"
         ) from e
     if schema is not None:
         skip = set(optional)
@@ -168,7 +203,7 @@ def content_hash(path: str | os.PathLike[str]) -> str:
     """sha256 hex digest of the file's bytes (for stage manifests and cache keys)."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"cannot hash {path}: file not found; re-run the stage that writes it")
+        raise DataError(f"cannot hash {path}: file not found; {_fix_hint(path, missing=True)}")
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
