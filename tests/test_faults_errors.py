@@ -200,3 +200,46 @@ def test_a_runs_own_unreadable_file_may_be_redone(tmp_path):
         read_table(user)
     assert "delete" not in str(e.value).lower()
 
+
+# --- config values of the wrong type --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("iterations=2.5", "iterations: must be a whole number, e.g. 3 (got 2.5, which is a number)"),
+        ("iterations=2.0", "iterations: must be a whole number"),
+        ('iterations="3"', "iterations: must be a whole number, e.g. 3 (got '3', which is text)"),
+        ("rollout.group_size=true", "rollout.group_size: must be a whole number, e.g. 3 (got True, which is a bool)"),
+        ("update.lr=abc", "update.lr: must be a number, e.g. 0.5 or 1e-4 (got 'abc', which is text)"),
+        ("update.lr=true", "update.lr: must be a number"),
+        ("eval.seeded=yes_please", "eval.seeded: must be true or false (got 'yes_please', which is text)"),
+        ("eval.seeded=1", "eval.seeded: must be true or false (got 1, which is a whole number)"),
+        ('eval.seeded="true"', "eval.seeded: must be true or false (got 'true', which is text)"),
+        ("update.betas=[0.9, true]", "update.betas.1: must be a number"),
+    ],
+)
+def test_wrongly_typed_config_values_are_refused_not_coerced(override, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", [override])
+    assert needle in str(e.value)
+    r = runner.invoke(app, ["config", "show", "--set", override])
+    assert r.exit_code == 2 and needle in r.stderr
+    assert one_line(r.stderr.strip()).startswith("error: invalid configuration")
+
+
+def test_numbers_are_still_numbers(tmp_path):
+    assert parse_overrides(["a=1e-4", "b=3E5", "c=1.0e4", "d=-2e-5", "e=0.5", "f=1e", "g=1e-4x"]) == {
+        "a": 1e-4, "b": 3e5, "c": 1e4, "d": -2e-5, "e": 0.5, "f": "1e", "g": "1e-4x"}
+    cfg = load_config("tiny", ["update.lr=1e-4", "update.grad_clip=1", "update.betas=[0.9, 0.95]", "eval.seeded=false",
+                               "loss.clip_ratio_c=3"])
+    assert cfg.update.lr == 1e-4 and cfg.update.grad_clip == 1.0 and cfg.update.betas == (0.9, 0.95)
+    assert cfg.loss.clip_ratio_c == 3.0 and cfg.eval.seeded is False
+    save_config(cfg, tmp_path / "c.yaml")  # a run's config.yaml (betas as a YAML list) loads back
+    assert load_saved_config(tmp_path / "c.yaml") == cfg
+    text = load_config("tiny", ['model.path="1e5"'])  # quoted: text, and config.yaml keeps it text
+    save_config(text, tmp_path / "t.yaml")
+    assert load_saved_config(tmp_path / "t.yaml").model.path == "1e5"
+    for preset in ("tiny", "countdown", "smollm2"):
+        load_config(preset)
+

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,8 +30,11 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    # Unknown keys are errors: a typo like `prefix.ratio_mx` must not be silently ignored.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Unknown keys are errors: a typo like `prefix.ratio_mx` must not be silently ignored. Strict
+    # types: a value is never coerced into another type, so `iterations=2.5` or `2.0`, a bool for
+    # a number, a number or 'yes_please' for a bool and a quoted "3" are refused, not guessed at
+    # (a float key still takes an int: `update.lr=1` is 1.0).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
 
 
 class LoraSettings(_Section):
@@ -214,6 +218,11 @@ class UpdateConfig(_Section):
     launcher: Literal["in_process", "accelerate"] = Field("in_process", description="Run the update in this process or via `accelerate launch`.")
     num_processes: int = Field(1, ge=1, description="Processes for the accelerate launcher.")
 
+    @field_validator("betas", mode="before")
+    @classmethod
+    def _betas_from_yaml(cls, v: Any) -> Any:
+        return tuple(v) if isinstance(v, list) else v  # YAML (and config.yaml) has lists, not tuples
+
 
 class CheckpointConfig(_Section):
     keep_last: int | None = Field(
@@ -308,9 +317,31 @@ class RunConfig(_Section):
 # --------------------------------------------------------------------------------------------
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, plus YAML 1.2's floats that YAML 1.1 reads as strings: `1e-4`, `3E5`,
+    `1.0e4` (no dot or no exponent sign) are numbers, as a user means them -- with strict config
+    types a string would be refused for a float key."""
+
+
+class _YamlDumper(yaml.SafeDumper):
+    """The same resolver when writing: a string such as '1e5' is quoted, so it reads back as text."""
+
+
+for _cls in (_YamlLoader, _YamlDumper):
+    _cls.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = _load_yaml(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -352,7 +383,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r} has an empty key")
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = _load_yaml(raw) if raw.strip() else None
         node = nested
         parts = key.split(".")
         for part in parts[:-1]:
@@ -374,11 +405,33 @@ def _explain(err: ValidationError, origin: str) -> ConfigError:
         else:
             msg = e["msg"].removeprefix("Value error, ")
             # A section-level check already names its keys and values; a field check gets both added.
-            if isinstance(e.get("input"), dict):
+            if e["type"] in _WRONG_TYPE:  # strict types: say what the key takes, and what it got
+                value = e.get("input")
+                lines.append(f"{key}: must be {_WRONG_TYPE[e['type']]} (got {value!r}, which is {_yaml_type(value)})")
+            elif isinstance(e.get("input"), dict):
                 lines.append(msg)
             else:
                 lines.append(f"{key}: {msg} (got {e.get('input')!r})")
     return ConfigError(f"invalid configuration ({origin}):\n  " + "\n  ".join(lines))
+
+
+# pydantic's strict type errors -> what the key allows, in the words of a YAML value.
+_WRONG_TYPE = {
+    "int_type": "a whole number, e.g. 3",
+    "float_type": "a number, e.g. 0.5 or 1e-4",
+    "bool_type": "true or false",
+    "string_type": "text",
+    "list_type": "a list, e.g. [a, b]",
+    "tuple_type": "a list, e.g. [0.9, 0.999]",
+    "dict_type": "a mapping, e.g. {key: value}",
+    "model_type": "a mapping of this section's keys",
+}
+
+
+def _yaml_type(value: Any) -> str:
+    """The kind of value the user wrote, as YAML read it (a quoted "3" is text, `true` a bool)."""
+    return {bool: "a bool", int: "a whole number", float: "a number", str: "text", list: "a list",
+            dict: "a mapping", type(None): "null"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _section_for(loc: tuple) -> type[BaseModel] | None:
@@ -417,7 +470,7 @@ def config_from_dict(data: dict[str, Any], origin: str = "dict") -> RunConfig:
 
 
 def save_config(cfg: RunConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    path.write_text(yaml.dump(cfg.model_dump(mode="json"), Dumper=_YamlDumper, sort_keys=False))
 
 
 def load_saved_config(path: Path) -> RunConfig:
