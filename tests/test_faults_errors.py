@@ -243,3 +243,63 @@ def test_numbers_are_still_numbers(tmp_path):
     for preset in ("tiny", "countdown", "smollm2"):
         load_config(preset)
 
+
+# --- leftovers: vLLM weight loads verified; umask respected ----------------------------------------
+
+
+def test_vllm_load_weights_refuses_a_damaged_checkpoint(tmp_path, tiny_model_dir):
+    """VLLMEngine.load_weights goes through checkpoints.verified() like HFEngine's: vLLM is never
+    asked to load weights their manifest does not vouch for (no vLLM needed: the engine is a stub)."""
+    from ts_core.checkpoints import CheckpointError, save_checkpoint
+    from ts_core.models import load_model
+    from ts_core.vllm_engine import VLLMEngine
+
+    model, tok = load_model(tiny_model_dir)
+    ckpt = save_checkpoint(model, tok, tmp_path / "policy", 1)
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+
+    calls = []
+
+    class FakeLLM:
+        def collective_rpc(self, *a, **k):
+            calls.append("reload")
+
+        def apply_model(self, *a, **k):
+            calls.append("apply")
+
+        def reset_prefix_cache(self):
+            calls.append("reset")
+
+    eng = VLLMEngine.__new__(VLLMEngine)
+    eng.llm, eng.loaded_from, eng._tmp = FakeLLM(), None, tmp_path / "views"
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        eng.load_weights(ckpt)
+    assert calls == [] and eng.loaded_from is None
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_report_and_sft_control_files_follow_the_umask(tmp_path, umask_027):
+    from ts_core.report import _write_atomic
+    from ts_core.sft_control import _write_json_atomic
+
+    (tmp_path / "plain").write_text("x")
+    expected = stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+    assert expected == 0o640
+    md = _write_atomic(tmp_path / "reports" / "report.md", lambda f: f.write("# r"), mode="w")
+    png = _write_atomic(tmp_path / "reports" / "a.png", lambda f: f.write(b"\x89PNG"))
+    _write_json_atomic(tmp_path / "ctl" / "state.json", {"a": 1})
+    for p in (md, png, tmp_path / "ctl" / "state.json"):
+        assert stat.S_IMODE(p.stat().st_mode) == expected, p
+    assert json.loads((tmp_path / "ctl" / "state.json").read_text()) == {"a": 1}
+    assert [p.name for p in (tmp_path / "ctl").iterdir()] == ["state.json"]  # no temp file left

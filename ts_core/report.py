@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable
 
+from .parquet_io import shareable
 from .run_dir import RunDir
 from .sql import NAMED_QUERIES, QueryResult, connect, run_named
 
@@ -50,11 +51,11 @@ def _write_atomic(path: Path, write: Callable[[Any], None], mode: str = "wb") ->
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        shareable(tmp, fd)  # mkstemp makes 0600; a report gets the mode the umask gives any other file
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is for everyone who can read the run
         os.replace(tmp, path)
     except BaseException:
         try:

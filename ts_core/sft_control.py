@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 from .compare import CONTROL_METHOD, Job, JobResult, RunSpec, check_same_budget, run_jobs, train_seconds, write_marker
 from .config import ConfigError, RunConfig, load_config
+from .parquet_io import shareable
 from .run_dir import RunDir
 
 __all__ = ["CONTROL_FILE", "control_config", "control_run_id", "control_spec", "run_controls", "run_sft_control"]
@@ -74,9 +75,14 @@ def control_marker(compare_id: str, preset: str, base_overrides: Sequence[str], 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        shareable(tmp, fd)  # mkstemp makes 0600: the file gets the mode the umask gives any other file
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

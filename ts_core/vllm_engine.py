@@ -70,6 +70,14 @@ def _refresh_embedding_gemms(model) -> int:
     return n
 
 
+def _verify(ckpt: Path) -> None:
+    """Never hand vLLM weights their manifest does not vouch for (as HFEngine.load_weights)."""
+    if (ckpt / "manifest.json").is_file():
+        from .checkpoints import verified
+
+        verified(ckpt)
+
+
 def _read_json(p: Path) -> dict:
     import json
 
@@ -92,6 +100,7 @@ class VLLMEngine:
         from vllm import LLM
 
         ckpt = Path(initial_checkpoint_dir)
+        _verify(ckpt)
         config = _read_json(ckpt / "config.json")
         gen_cfg = _read_json(ckpt / "generation_config.json") if (ckpt / "generation_config.json").exists() else {}
         eos = gen_cfg.get("eos_token_id", config.get("eos_token_id"))
@@ -180,6 +189,7 @@ class VLLMEngine:
             return
         if not any(f.name != OPTIMIZER_FILE for f in checkpoint_dir.glob("*.safetensors")):
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
+        _verify(checkpoint_dir)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir(checkpoint_dir)),
                                                           "is_checkpoint_format": True})
         # The CPU backend packs every matmul weight into a oneDNN handle when it loads; the reload
