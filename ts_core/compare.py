@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .config import ALGORITHMS, ConfigError, RunConfig, load_config
+from .parquet_io import shareable
 
 __all__ = [
     "BUDGET_KEYS", "CONTROL_METHOD", "DEFAULT_METHODS", "FINAL_TEST_STAGE", "MARKER", "TRAINING_TIME_SQL",
@@ -299,6 +300,7 @@ def write_marker(run_root: Path, marker: dict[str, Any]) -> Path:
         if old == json.loads(text):
             return path
     fd, tmp = tempfile.mkstemp(dir=run_root, prefix=f".{MARKER}.", suffix=".tmp")
+    shareable(tmp, fd)  # mkstemp makes 0600: the marker follows the umask like every run file
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)

@@ -33,7 +33,7 @@ from .chain_sum import strategy_of
 from .checkpoints import HistoricalPool, list_checkpoints, save_checkpoint, snapshot_checkpoint, verify_checkpoint
 from .config import RunConfig, load_saved_config, save_config
 from .builtin_tasks import BUILTIN_TASKS, build_splits
-from .data import Prompt, load_dataset
+from .data import Prompt, check_user_data, load_dataset
 from .evaluation import evaluate_prompts
 from .models import encode_prompt, load_model, resolve_model_path
 from .parquet_io import read_table, write_table_atomic
@@ -202,6 +202,7 @@ class Session:
 
 def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
     """Write config.yaml, the data splits and θ_0 (a verified copy of the base model)."""
+    check_user_data(cfg.data)  # a user's bad Parquet is refused before anything is written
     run.root.mkdir(parents=True, exist_ok=True)
     if run.config_path.exists():
         old = load_saved_config(run.config_path)
