@@ -23,10 +23,10 @@ demo: install
 	$(BIN)/ts report $(RUN_ID)
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow --durations=10
 
 # The comparison of docs/results/main-lr1e-4 and the ablations of the README (~70 min, then ~25 +
 # ~55 + ~15 min on 2 cores; resumable: rerun after an interruption, finished runs are skipped).
