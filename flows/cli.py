@@ -360,6 +360,8 @@ def compare(
                                                     help="SFT control budget in seconds (default: the mean RL run's training time)."),
     control_corpus: Optional[int] = typer.Option(None, "--control-corpus", min=1,
                                                  help="Worked solutions generated for the SFT control (default 50000)."),
+    report_only: bool = typer.Option(False, "--report-only", help="Train nothing: write the report of the runs that "
+                                     "exist now (a comparison still running or stopped half-way)."),
 ) -> None:
     """Compare methods over seeds on one budget (resumable), add the SFT control, write the report."""
     import shlex
@@ -389,6 +391,15 @@ def compare(
     argv += (["--control-corpus", str(control_corpus)] if control_corpus is not None else [])
     command = " ".join(shlex.quote(a) for a in argv)
     con = _console()
+    if report_only:
+        from ts_core.compare import report_dir
+        from ts_core.compare_report import write_compare_report
+        from ts_core.run_dir import runs_root
+
+        path = write_compare_report(compare_id, runs_root(), report_dir(out, compare_id), command=command,
+                                    reference=reference)
+        con.print(f"[green]report (runs so far):[/] {path}")
+        return
     con.print(f"comparison [bold]{compare_id}[/]: {len(specs)} runs ({', '.join(method_list)} x seeds {seeds}"
               + (f" x sweep {', '.join(sweep)}" + (" one at a time" if one_at_a_time else "") if sweep else "")
               + (f", base point from {reference}" if reference else "") + f"), {parallel} at once")

@@ -538,6 +538,8 @@ def run_all(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, console
 
     Seed by seed (methods in their order within a seed): a comparison stopped half-way leaves
     complete paired sets (every method at seeds 0..s) rather than all seeds of the first methods.
+    Each run's final test follows its training in the same process (`ts_core.loop --final-test`),
+    so such a partial comparison has test numbers too (the report can be written at any time).
     """
     runs_dir = Path(runs_dir).resolve()
     jobs = []
@@ -545,7 +547,9 @@ def run_all(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, console
         root = runs_dir / spec.run_id
         write_marker(root, spec.marker())
         cmd = [sys.executable, "-m", "ts_core.loop", "--preset", spec.preset, "--run-id", spec.run_id,
-               "--runs-dir", str(runs_dir)]
+               "--runs-dir", str(runs_dir), "--final-test"]
+        if spec is specs[0]:
+            cmd.append("--final-test-base")  # θ_0 once per comparison, in the run final_test_jobs names
         for o in spec.overrides:
             cmd += ["--set", o]
         jobs.append(Job(spec.run_id, cmd, root / "train.log", done=is_complete(spec, runs_dir)))

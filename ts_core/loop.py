@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--runs-dir", type=Path, default=None, help="folder of run directories (default: $TS_RUNS_DIR or ./runs)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--final-test", action="store_true",
+                    help="after training, evaluate the final policy on the whole test split (eval.test_samples "
+                         "samples per prompt; the comparison's final-test stage), unless that is done")
+    ap.add_argument("--final-test-base", action="store_true", help="with --final-test: θ_0 as well")
     a = ap.parse_args(argv)
     cfg = load_config(a.preset, a.overrides)
     run = RunDir.for_run(a.run_id, a.runs_dir.resolve() if a.runs_dir else None)
@@ -110,6 +114,26 @@ def main(argv: list[str] | None = None) -> None:
 
     train(run, cfg, on_stage=on_stage)
     print(f"done {run.root} in {time.perf_counter() - t0:.1f}s", flush=True)
+    if a.final_test:
+        final_tests(run, cfg, base=a.final_test_base)
+
+
+def final_tests(run: RunDir, cfg: RunConfig, base: bool = False) -> None:
+    """The comparison's final test of this run's last policy (and θ_0), right after its training, so
+    a comparison stopped half-way still has test numbers for every run that finished."""
+    import time
+
+    from .checkpoint_eval import evaluate_checkpoint
+    from .compare import FINAL_TEST_STAGE
+
+    for step in ([0] if base else []) + [cfg.iterations]:
+        if run.metrics(step, FINAL_TEST_STAGE).exists():
+            continue
+        t = time.perf_counter()
+        out = evaluate_checkpoint(run.root, step, "test", seeded=False, all_prompts=True, stage=FINAL_TEST_STAGE,
+                                  samples=cfg.eval.test_samples)
+        print(f"final test θ_{step}: accuracy {out['metrics']['eval/accuracy']:.4f} in {time.perf_counter() - t:.1f}s",
+              flush=True)
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through compare.run_all's subprocesses

@@ -1,0 +1,27 @@
+"""`python -m ts_core.loop --final-test`: a comparison run evaluates its final policy (and θ_0) on the
+whole test split right after training, so a comparison stopped half-way has test numbers."""
+
+import pyarrow.parquet as pq
+from conftest import TINY_OVERRIDES
+
+from ts_core.compare import FINAL_TEST_STAGE
+from ts_core.loop import main
+from ts_core.run_dir import RunDir
+
+
+def test_final_test_after_training(tmp_path, tiny_model_dir, capsys):
+    args = ["--preset", "tiny", "--run-id", "ft", "--runs-dir", str(tmp_path), "--final-test", "--final-test-base",
+            "--set", f"model.path={tiny_model_dir}", "--set", "eval.test_samples=4", "--set", "eval.seeded=false"]
+    for o in TINY_OVERRIDES:
+        args += ["--set", o]
+    main(args)
+    run = RunDir.for_run("ft", tmp_path)
+    for step in (0, 2):
+        m = {r["name"]: r["value"] for r in pq.read_table(run.metrics(step, FINAL_TEST_STAGE)).to_pylist()}
+        assert m["eval/prompts"] == 8 and "eval/pass@4" in m  # the whole test split, k up to test_samples
+        rows = pq.read_table(run.root / "evals" / FINAL_TEST_STAGE / f"step_{step:06d}.parquet").to_pylist()
+        assert len(rows) == 8 and all(r["n"] == 4 for r in rows)
+    out = capsys.readouterr().out
+    assert "final test θ_0" in out and "final test θ_2" in out
+    main(args)  # resumed: nothing is evaluated again
+    assert "final test" not in capsys.readouterr().out
