@@ -15,12 +15,9 @@ import random
 from pathlib import Path
 from typing import Any, Iterator
 
-import pyarrow as pa
-
 from .countdown import GEN_CONFIG, numbers_target, question, random_solution
-from .data import SPLITS, _derived_seed, load_dataset
-from .parquet_io import DataError, write_table_atomic
-from .schemas import DATASET_SCHEMA
+from .data import _derived_seed, fill_splits, load_dataset
+from .parquet_io import DataError
 
 __all__ = ["DATA_SOURCE", "build_countdown_splits", "countdown_keys_of", "countdown_warmup_corpus", "problem_key"]
 
@@ -60,26 +57,12 @@ def build_countdown_splits(out_dir: str | os.PathLike[str], train_size: int, val
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
     total = sum(sizes.values())
     limit = 2 * total + 1000
-    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
-    seen: set[str] = set()
-    order = [s for s in SPLITS for _ in range(sizes[s])]
-    stream = _entries(seed, "splits", limit)
-    rng = random.Random(_derived_seed(seed, "countdown/targets"))
-    for split in order:
-        for entry in stream:
-            key = problem_key(*numbers_target(entry))
-            if key not in seen:
-                seen.add(key)
-                rows[split].append(_row(entry, split, len(rows[split]), rng))
-                break
-        else:
-            raise ValueError(f"countdown: found only {len(seen)} distinct problems in {limit} draws, but {total} "
-                             "were asked for; lower data.train_size / val_size / test_size")
-    out = Path(out_dir)
-    paths = {split: write_table_atomic(pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA), out / name,
-                                       schema=DATASET_SCHEMA)
-             for split, name in SPLITS.items()}
-    return {s: paths[s] for s in ("train", "validation", "test")}
+    rng = random.Random(_derived_seed(seed, "countdown/targets"))  # the worked solutions' choices
+    return fill_splits(
+        out_dir, sizes, _entries(seed, "splits", limit), key=lambda e: problem_key(*numbers_target(e)),
+        row=lambda e, split, i: _row(e, split, i, rng),
+        shortage=lambda found: (f"countdown: found only {found} distinct problems in {limit} draws, but {total} "
+                                "were asked for; lower data.train_size / val_size / test_size"))
 
 
 def countdown_keys_of(path: str | os.PathLike[str]) -> set[str]:

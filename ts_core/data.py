@@ -15,7 +15,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import pyarrow as pa
 
@@ -28,6 +28,7 @@ __all__ = [
     "Message",
     "Prompt",
     "build_chain_sum_splits",
+    "fill_splits",
     "check_user_data",
     "expressions_of",
     "load_dataset",
@@ -139,29 +140,39 @@ def build_chain_sum_splits(
     # Collisions are rare for the default ranges (~3% of 10k draws); 4x + 1000 draws is ample,
     # and running out means the space itself is too small, which we report.
     limit = 4 * total + 1000
+    stream = (entry for _, entry in _entries(seed, "splits", min_terms, max_terms, min_digits, max_digits, limit))
+    return fill_splits(
+        out_dir, sizes, stream, key=lambda e: compact(e["metadata"]["expression"]), row=_row,
+        shortage=lambda found: (
+            f"chain_sum: found only {found} distinct expressions in {limit} draws, but "
+            f"{total} were asked for (train {train_size}, validation {val_size}, test {test_size}) "
+            f"with terms {min_terms}-{max_terms}, digits {min_digits}-{max_digits}; lower the "
+            "sizes or widen the term/digit ranges"))
+
+
+def fill_splits(out_dir: str | os.PathLike[str], sizes: dict[str, int], stream: Iterator[dict[str, Any]],
+                key: Callable[[dict[str, Any]], Hashable], row: Callable[[dict[str, Any], str, int], dict[str, Any]],
+                shortage: Callable[[int], str]) -> dict[str, Path]:
+    """The split contract every generated task shares: ONE stream fills test, then validation, then
+    train, skipping every entry whose `key` was already used, so the splits are disjoint and the
+    held-out splits do not move when only the train size changes. `row(entry, split, index)` makes
+    the verl row; `shortage(found)` is the error text when the stream runs out. Writes the three
+    files (DATASET_SCHEMA) atomically and returns {split: path} in train/validation/test order."""
     rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
-    seen: set[str] = set()
-    order = [s for s in SPLITS for _ in range(sizes[s])]
-    stream = _entries(seed, "splits", min_terms, max_terms, min_digits, max_digits, limit)
-    for split in order:
-        for _, entry in stream:
-            expr = compact(entry["metadata"]["expression"])
-            if expr not in seen:
-                seen.add(expr)
-                rows[split].append(_row(entry, split, len(rows[split])))
+    seen: set[Hashable] = set()
+    for split in [s for s in SPLITS for _ in range(sizes[s])]:
+        for entry in stream:
+            k = key(entry)
+            if k not in seen:
+                seen.add(k)
+                rows[split].append(row(entry, split, len(rows[split])))
                 break
         else:
-            raise ValueError(
-                f"chain_sum: found only {len(seen)} distinct expressions in {limit} draws, but "
-                f"{total} were asked for (train {train_size}, validation {val_size}, test {test_size}) "
-                f"with terms {min_terms}-{max_terms}, digits {min_digits}-{max_digits}; lower the "
-                "sizes or widen the term/digit ranges"
-            )
+            raise ValueError(shortage(len(seen)))
     out = Path(out_dir)
-    paths: dict[str, Path] = {}
-    for split, name in SPLITS.items():
-        table = pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA)
-        paths[split] = write_table_atomic(table, out / name, schema=DATASET_SCHEMA)
+    paths = {split: write_table_atomic(pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA), out / name,
+                                       schema=DATASET_SCHEMA)
+             for split, name in SPLITS.items()}
     return {s: paths[s] for s in ("train", "validation", "test")}
 
 

@@ -26,11 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import pyarrow as pa
-
-from .data import SPLITS, _derived_seed
-from .parquet_io import write_table_atomic
-from .schemas import DATASET_SCHEMA
+from .data import _derived_seed, fill_splits
 
 __all__ = ["INSTRUCTION", "build_reasoning_gym_splits", "check_task_names", "known_task_names"]
 
@@ -82,22 +78,8 @@ def build_reasoning_gym_splits(out_dir: str | os.PathLike[str], tasks: Sequence[
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
     total = sum(sizes.values())
     limit = 3 * total + 1000
-    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
-    seen: set[tuple[str, str]] = set()
-    stream = _stream(tasks, seed, limit)
-    for split in [s for s in SPLITS for _ in range(sizes[s])]:
-        for entry in stream:
-            key = (entry["metadata"]["source_dataset"], entry["question"])
-            if key not in seen:
-                seen.add(key)
-                rows[split].append(_row(entry, split, len(rows[split])))
-                break
-        else:
-            raise ValueError(f"data.tasks: only {len(seen)} distinct questions in {limit} draws of "
-                             f"{', '.join(t.name for t in tasks)}, but {total} were asked for; lower data.train_size / "
-                             "val_size / test_size or widen the tasks' configs")
-    out = Path(out_dir)
-    paths = {split: write_table_atomic(pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA), out / name,
-                                       schema=DATASET_SCHEMA)
-             for split, name in SPLITS.items()}
-    return {s: paths[s] for s in ("train", "validation", "test")}
+    return fill_splits(
+        out_dir, sizes, _stream(tasks, seed, limit), key=lambda e: (e["metadata"]["source_dataset"], e["question"]),
+        row=_row, shortage=lambda found: (
+            f"data.tasks: only {found} distinct questions in {limit} draws of {', '.join(t.name for t in tasks)}, but "
+            f"{total} were asked for; lower data.train_size / val_size / test_size or widen the tasks' configs"))
