@@ -214,9 +214,22 @@ class UpdateConfig(_Section):
     epochs: int = Field(1, ge=1, description="Passes over the iteration's rollouts.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass (the batch split in this many parts).")
     micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward (gradient accumulation).")
-    recompute_old_logprobs: bool = Field(False, description="Recompute π_old with the trainer instead of trusting the engine (needed for vLLM/bf16).")
+    mixed_precision: Literal["no", "bf16"] = Field(
+        "no", description="bf16: the update's forward runs under bf16 autocast (in process: torch.autocast; accelerate "
+        "launcher: --mixed_precision bf16) with fp32 master weights and fp32 AdamW state (needs model.dtype=float32), "
+        "and the engine generates with bf16 weights; no: everything in model.dtype.")
+    recompute_old_logprobs: bool | None = Field(
+        None, description="Recompute π_old with the trainer's own forward (same precision, same micro-batches as the "
+        "first optimizer step) instead of trusting the engine's log-probs. Unset: on exactly when engine and trainer "
+        "numerics differ (model.dtype=bfloat16 or update.mixed_precision=bf16), so on-policy ratios stay exactly 1; "
+        "false is refused then. Set true for vLLM in float32 if its parity matters to you.")
     launcher: Literal["in_process", "accelerate"] = Field("in_process", description="Run the update in this process or via `accelerate launch`.")
     num_processes: int = Field(1, ge=1, description="Processes for the accelerate launcher.")
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _no_is_text(cls, v: Any) -> Any:
+        return "no" if v is False else v  # YAML 1.1 reads a bare `no` (accelerate's word) as false
 
     @field_validator("betas", mode="before")
     @classmethod
@@ -242,6 +255,13 @@ class EvalConfig(_Section):
     seeded: bool = Field(True, description="At the final evaluation, also sample continuations of historical seeds (λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) for the explorable-space pass@k.")
 
 
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
+# Keys left out of config_hash: `device` says where a run computes, not what (a run started on a CPU
+# may resume on a GPU), and keys added after runs existed hash only when set away from their default,
+# so those runs' stages stay complete.
+_HASH_ALWAYS_OUT = (("device",),)
+_HASH_OUT_AT_DEFAULT = {("update", "mixed_precision"): "no"}
+
 ALGORITHMS = ("grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
 
 
@@ -251,6 +271,9 @@ class RunConfig(_Section):
     )
     iterations: int = Field(10, ge=1, description="Training iterations.")
     seed: int = Field(0, description="Seed for sampling and data order.")
+    device: str = Field(
+        "auto", description="Where the engine and the trainer run: auto (the first CUDA GPU when torch sees one, else "
+        "the CPU), cpu, cuda or cuda:N. Checkpoints are always written from CPU copies, so a run resumes on any device.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="How responses are scored (a backend "
                                  "name alone, e.g. reward=reasoning_gym, is short for {backend: reasoning_gym}).")
     logger: list[Literal["console", "tensorboard", "mlflow", "wandb"]] = Field(
@@ -271,6 +294,40 @@ class RunConfig(_Section):
     @classmethod
     def _reward_shorthand(cls, v: Any) -> Any:
         return {"backend": v} if isinstance(v, str) else v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not DEVICE_RE.match(v):
+            raise ValueError("must be auto, cpu, cuda or cuda:N (e.g. cuda:1)")
+        return v
+
+    @model_validator(mode="after")
+    def _precision_consistent(self) -> "RunConfig":
+        u = self.update
+        if u.mixed_precision == "bf16" and self.model.dtype != "float32":
+            raise ValueError("update.mixed_precision=bf16 keeps fp32 master weights: set model.dtype=float32 "
+                             f"(got {self.model.dtype}; model.dtype=bfloat16 trains bf16 weights without mixed precision)")
+        if u.recompute_old_logprobs is None:  # automatic: resolved here, so config.yaml records the choice
+            u.recompute_old_logprobs = self.precision_differs
+        elif not u.recompute_old_logprobs and self.precision_differs:
+            raise ValueError(f"update.recompute_old_logprobs=false with {self._precision_text()}: the engine's bf16 "
+                             "log-probs are not the trainer's, so on-policy ratios would not be 1; leave it unset or true")
+        return self
+
+    @property
+    def engine_dtype(self) -> str:
+        """The engine's weights dtype: bf16 generation whenever bf16 is in play, else model.dtype."""
+        return "bfloat16" if self.precision_differs else self.model.dtype
+
+    @property
+    def precision_differs(self) -> bool:
+        """Whether the engine's numerics differ from the trainer's (bf16 anywhere: rounding differs between a
+        KV-cached decode and the trainer's full forward, or between bf16 weights and fp32 masters under autocast)."""
+        return self.model.dtype == "bfloat16" or self.update.mixed_precision == "bf16"
+
+    def _precision_text(self) -> str:
+        return "update.mixed_precision=bf16" if self.update.mixed_precision == "bf16" else f"model.dtype={self.model.dtype}"
 
     @model_validator(mode="after")
     def _algorithm_consistent(self) -> "RunConfig":
@@ -307,9 +364,27 @@ class RunConfig(_Section):
         return self.rollout.seeds_per_group > 0
 
     def config_hash(self) -> str:
-        """Stable hash of every setting: part of each stage's cache key."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """Stable hash of every setting that changes what is computed: part of each stage's cache key."""
+        data = self.model_dump(mode="json")
+        for path in _HASH_ALWAYS_OUT:
+            _drop(data, path)
+        for path, default in _HASH_OUT_AT_DEFAULT.items():
+            if _get(data, path) == default:
+                _drop(data, path)
+        blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _get(data: dict, path: tuple[str, ...]) -> Any:
+    for part in path:
+        data = data.get(part, {}) if isinstance(data, dict) else {}
+    return data
+
+
+def _drop(data: dict, path: tuple[str, ...]) -> None:
+    for part in path[:-1]:
+        data = data.get(part, {})
+    data.pop(path[-1], None)
 
 
 # --------------------------------------------------------------------------------------------
