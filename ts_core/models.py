@@ -90,8 +90,38 @@ def tiny_llama(vocab_size: int, pad_id: int, eos_id: int, *, hidden: int = 128, 
     return LlamaForCausalLM(cfg)
 
 
-def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32):
+class DeviceError(ValueError):
+    """A `device` setting this machine cannot honour, with what to do about it."""
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """`auto` -> the first CUDA GPU when torch sees one, else the CPU; `cpu`, `cuda`, `cuda:N` as given.
+
+    Called when a model is placed, never at import: nothing here touches CUDA before a model needs it.
+    """
+    if isinstance(spec, torch.device):
+        return spec
+    spec = (spec or "auto").strip()
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__} has no CUDA" if torch.version.cuda is None else "no GPU is visible"
+            raise DeviceError(f"device={spec}, but {build}; use device=cpu or device=auto")
+        index = int(spec.split(":", 1)[1]) if ":" in spec else 0
+        if index >= torch.cuda.device_count():
+            raise DeviceError(f"device={spec}, but only {torch.cuda.device_count()} GPU(s) are visible (cuda:0..)")
+        return torch.device("cuda", index)
+    raise DeviceError(f"device must be auto, cpu, cuda or cuda:N, got {spec!r}")
+
+
+def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32, device: str | torch.device | None = None):
     """Load a local HF causal LM and its tokenizer (safetensors only, no hub).
+
+    The weights are read on the CPU and then moved to `device` (None: stay on the CPU; "auto": the
+    GPU when there is one; see resolve_device).
 
     A checkpoint written by save_checkpoint is verified against its manifest first (once per
     process and on-disk state), so corrupt or truncated weights end in a one-line CheckpointError
@@ -115,6 +145,8 @@ def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32):
         raise ModelError(f"{p}: the tokenizer has no chat template; set one (tokenizer.chat_template = ...; "
                          "save_pretrained) so prompts are rendered the way the model was trained")
     model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, use_safetensors=True)
+    if device is not None:
+        model.to(resolve_device(device))
     model.eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

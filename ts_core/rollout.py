@@ -65,6 +65,9 @@ class HFEngine:
 
     Contexts are left-padded into one batch so all rows decode in lock-step with one KV cache;
     rows that hit EOS keep running masked (cheaper than re-batching on a tiny model).
+    Everything runs on the model's device: the batch, the KV cache, the sampling generator and the
+    per-step tensors; only the finished tokens and log-probs come back to the CPU, once per batch.
+    Log-probs are taken from float32 logits whatever the weights' dtype (bf16 weights: bf16 matmuls).
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 128):
@@ -136,11 +139,13 @@ class HFEngine:
         L = max(len(c) for c in contexts)
         if min(len(c) for c in contexts) == 0:
             raise ValueError("empty context: every prompt needs at least one token")
-        ids = torch.full((B, L), self.pad_id, dtype=torch.long, device=dev)
-        attn = torch.zeros((B, L), dtype=torch.long, device=dev)
+        # Built on the CPU and moved once (one host-to-device copy, not one per row).
+        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
         for i, c in enumerate(contexts):
             ids[i, L - len(c) :] = torch.tensor(list(c), dtype=torch.long)
             attn[i, L - len(c) :] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
         past, logits = res.past_key_values, res.logits[:, -1, :]

@@ -35,7 +35,7 @@ from .config import RunConfig, load_saved_config, save_config
 from .builtin_tasks import BUILTIN_TASKS, build_splits
 from .data import Prompt, check_user_data, load_dataset
 from .evaluation import evaluate_prompts
-from .models import encode_prompt, load_model, resolve_model_path
+from .models import encode_prompt, load_model, resolve_device, resolve_model_path
 from .parquet_io import read_table, write_table_atomic
 from .rewards import Verifier, check_reward_fn, count_statuses, shared_verifier
 from .rollout import HFEngine, SamplingParams
@@ -129,7 +129,8 @@ class Session:
         if self._engine is None:
             # One engine per (run, engine kind, dtype) and process: the stages of a Prefect flow
             # run as tasks in one process, and each only swaps the weights it needs.
-            key = (str(self.run.root.resolve()), self.cfg.rollout.engine, self.cfg.model.dtype, self.cfg.rollout.batch_size)
+            key = (str(self.run.root.resolve()), self.cfg.rollout.engine, self.cfg.engine_dtype, self.cfg.device,
+                   self.cfg.rollout.batch_size)
             self._engine = _ENGINES.get(key)
             if self._engine is None:
                 with (timer or Timer())("model_load"):
@@ -138,7 +139,8 @@ class Session:
 
                         self._engine = VLLMEngine(self.run.policy(0), self.cfg)
                     else:
-                        model, tok = load_model(self.run.policy(0), self.cfg.model.dtype)
+                        # On cfg.device, in bf16 whenever bf16 is in play (cfg.engine_dtype).
+                        model, tok = load_model(self.run.policy(0), self.cfg.engine_dtype, device=self.cfg.device)
                         self._engine = HFEngine(model, tok, batch_size=self.cfg.rollout.batch_size)
                 for old in _ENGINES.values():  # keep one: a process moving on to another run frees the last
                     if hasattr(old, "close"):
@@ -526,8 +528,12 @@ def _free_port() -> int:
 
 def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> list[str]:
     n = cfg.update.num_processes
+    precision = cfg.update.mixed_precision  # accelerate's own words: no | bf16
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no"]
+           "--mixed_precision", precision, "--dynamo_backend", "no"]
+    device = resolve_device(cfg.device)  # a device this machine lacks fails here, in one line
+    if device.type == "cuda" and device.index and n == 1:
+        cmd += ["--gpu_ids", str(device.index)]  # device=cuda:N: the worker sees that GPU as cuda:0
     if n > 1:
         # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7). A free rendezvous port
         # per launch: the default 29500 can still be held by a run killed a moment ago.
@@ -537,8 +543,8 @@ def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, 
             "--metrics-out", str(metrics_path)]
     if ref is not None:
         cmd += ["--ref", str(ref)]
-    if not torch.cuda.is_available():
-        cmd += ["--cpu"]
+    if device.type == "cpu":
+        cmd += ["--cpu"]  # device=cpu, or auto without a GPU
     return cmd
 
 

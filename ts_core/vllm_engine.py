@@ -109,7 +109,8 @@ class VLLMEngine:
             raise ValueError(f"{ckpt}/config.json has no eos_token_id: the engine could never stop a response")
         self.eos_id = self.eos_ids[0]
 
-        dtype = getattr(getattr(cfg, "model", None), "dtype", "float32")
+        # The engine's precision (RunConfig.engine_dtype): bf16 under update.mixed_precision=bf16 too.
+        dtype = getattr(cfg, "engine_dtype", None) or getattr(getattr(cfg, "model", None), "dtype", "float32")
         rollout = getattr(cfg, "rollout", None)
         batch = max_num_seqs or getattr(rollout, "batch_size", 128)
         limit = int(config.get("max_position_embeddings") or 2048)
