@@ -7,11 +7,17 @@ multiplied by N because DDP averages gradients. So N processes compute the same 
 up to float summation order (tested).
 
     accelerate launch --num_processes 1 -m ts_core.trainer --policy P --rollouts R --out O --config C
+
+Devices and precision: the model trains on `cfg.device` (in process) or the accelerator's device.
+With `update.mixed_precision=bf16` the forward runs under bf16 autocast while the weights and the
+AdamW state stay fp32 (the master copy); backward and the optimizer step run outside autocast.
+θ_{k+1} is always written from a CPU copy.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 from dataclasses import dataclass
@@ -23,7 +29,7 @@ from .checkpoints import OPTIMIZER_NAME, load_optimizer_state, save_checkpoint
 from .config import RunConfig, load_saved_config
 from .losses import LossInputs, LossSettings, Stats, compute_policy_loss
 from .lora import load_policy
-from .models import load_model
+from .models import load_model, resolve_device
 from .parquet_io import read_table
 from .schemas import ROLLOUT_SCHEMA
 from .scoring import score_responses
@@ -83,17 +89,25 @@ def _padded(rows: list[list[float]], T: int, device) -> torch.Tensor:
     return out.to(device)
 
 
+def autocast(cfg: RunConfig, model):
+    """The update's forward precision: bf16 autocast on the model's device, or nothing (fp32/model.dtype)."""
+    if cfg.update.mixed_precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
+
+
 def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSettings, ref_model=None):
     """Forward one micro-batch and return the LossOutput (loss with grad)."""
     need_entropy = True  # entropy statistics are cheap at these sizes and drive the analysis
-    sc = score_responses(model, mb.contexts, mb.responses, pad_id=pad_id,
-                         temperature=cfg.rollout.temperature, with_entropy=need_entropy)
+    with autocast(cfg, model):  # the forward only: the loss itself is computed on float32 log-probs
+        sc = score_responses(model, mb.contexts, mb.responses, pad_id=pad_id,
+                             temperature=cfg.rollout.temperature, with_entropy=need_entropy)
     dev = sc.logprobs.device
     T = sc.logprobs.shape[1]
     prefix_mask = torch.arange(T, device=dev)[None, :] < torch.tensor(mb.prefix_len, device=dev)[:, None]
     ref = None
     if ref_model is not None:
-        with torch.no_grad():
+        with torch.no_grad(), autocast(cfg, ref_model):
             ref = score_responses(ref_model, mb.contexts, mb.responses, pad_id=pad_id,
                                   temperature=cfg.rollout.temperature, with_entropy=False).logprobs
     inp = LossInputs(
@@ -141,18 +155,50 @@ def _loss_token_count(b: Batch, prefix_loss: str) -> int:
     return sum(len(r) - (p if prefix_loss == "context" else 0) for r, p in zip(b.responses, b.prefix_len))
 
 
-def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int) -> None:
-    """π_old from the trainer itself (on continuation tokens), for engines whose numerics differ."""
-    mbs = cfg.update.micro_batch_size
-    with torch.no_grad():
-        for s in range(0, len(batch), mbs):
-            idx = list(range(s, min(len(batch), s + mbs)))
+def schedule(n: int, cfg: RunConfig, epoch: int, rank: int, world: int,
+             order: list[int] | None = None) -> list[tuple[list[int], list[list[int]]]]:
+    """One epoch of the update: per optimizer step, (its mini-batch, this rank's micro-batches).
+
+    `order` is shuffled in place (seeded by run seed and epoch, the same on every rank, so shards
+    stay disjoint); train_on_batch passes one list to every epoch (each reshuffles the last order).
+    """
+    u = cfg.update
+    order = list(range(n)) if order is None else order
+    random.Random(cfg.seed * 1000 + epoch).shuffle(order)
+    n_mb = min(u.mini_batches, len(order))
+    steps = []
+    for m in range(n_mb):
+        mini = order[m * len(order) // n_mb : (m + 1) * len(order) // n_mb]
+        shard = mini[rank::world]
+        steps.append((mini, [shard[s : s + u.micro_batch_size] for s in range(0, len(shard), u.micro_batch_size)]))
+    return steps
+
+
+def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int, world: int = 1) -> dict[str, float]:
+    """π_old from the trainer itself, for engines whose numerics differ (bf16, vLLM).
+
+    Scored in the update's own precision (autocast) and in the micro-batches of the first optimizer
+    step of every rank, so that step's forward sees the very same inputs: on-policy ratios start at
+    exactly 1 on unchanged weights, not at 1 ± the engine's rounding. Returns how far the engine's
+    log-probs were from the trainer's on the tokens the engine sampled with θ_k (after any prefix).
+    """
+    max_diff, sum_diff, n_tok = 0.0, 0.0, 0
+    with torch.no_grad(), autocast(cfg, model):
+        for idx in (i for r in range(world) for _, micro in schedule(len(batch), cfg, 0, r, world) for i in micro):
             mb = batch.select(idx)
             sc = score_responses(model, mb.contexts, mb.responses, pad_id=pad_id,
                                  temperature=cfg.rollout.temperature, with_entropy=False)
+            new = sc.logprobs.float().cpu()
             for j, i in enumerate(idx):
-                n = len(batch.responses[i])
-                batch.old_logprobs[i] = sc.logprobs[j, :n].tolist()
+                n, p = len(batch.responses[i]), batch.prefix_len[i]
+                old = batch.old_logprobs[i]
+                if len(old) == n and n > p:
+                    d = (new[j, p:n] - torch.tensor(old[p:], dtype=torch.float32)).abs()
+                    max_diff, sum_diff, n_tok = max(max_diff, float(d.max())), sum_diff + float(d.sum()), n_tok + n - p
+                batch.old_logprobs[i] = new[j, :n].tolist()
+    if not n_tok:
+        return {}
+    return {"actor/engine_logprob_diff/max": max_diff, "actor/engine_logprob_diff/mean": sum_diff / n_tok}
 
 
 def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, accelerator=None, ref_model=None) -> dict:
@@ -164,27 +210,19 @@ def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, 
     grad_norms: list[float] = []
     order = list(range(len(batch)))
     for epoch in range(u.epochs):
-        # Same shuffle on every rank (seeded by run seed and epoch): shards stay disjoint.
-        random.Random(cfg.seed * 1000 + epoch).shuffle(order)
-        n_mb = min(u.mini_batches, len(order))
-        for m in range(n_mb):
-            mini = order[m * len(order) // n_mb : (m + 1) * len(order) // n_mb]
+        for mini, micro in schedule(len(batch), cfg, epoch, rank, world, order):
             mini_b = batch.select(mini)
             settings = loss_settings(
                 cfg,
                 global_tokens=float(max(1, _loss_token_count(mini_b, cfg.prefix.loss))),
                 global_seqs=float(max(1, sum(1 for r in mini_b.responses if r))),
             )
-            shard = mini[rank::world]
             optimizer.zero_grad(set_to_none=True)
-            for s in range(0, max(1, len(shard)), u.micro_batch_size):
-                idx = shard[s : s + u.micro_batch_size]
-                if not idx:
-                    break
+            for idx in micro:
                 out = micro_loss(model, batch.select(idx), cfg, pad_id, settings, ref_model)
                 loss = out.loss * world  # DDP averages over ranks; we want the global sum
                 if accelerator is not None:
-                    accelerator.backward(loss)
+                    accelerator.backward(loss)  # outside autocast, as torch recommends
                 else:
                     loss.backward()
                 stats.merge(out.stats)
@@ -231,6 +269,10 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed + step)
     model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
+    # In process: cfg.device; under accelerate: its device (prepare would move it too, but the
+    # π_old recompute below runs before prepare and must see the training device's numerics).
+    device = accelerator.device if accelerator is not None else resolve_device(cfg.device)
+    model.to(device)
     model.train()
     model.config.use_cache = False
     optimizer = make_optimizer(model, cfg)
@@ -240,18 +282,24 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
 
         verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
     if opt_path.exists():
-        load_optimizer_state(optimizer, opt_path)
+        load_optimizer_state(optimizer, opt_path)  # torch moves the state to the parameters' device
     ref_model = None
     if cfg.loss.kl_coef > 0:
-        ref_model, _ = load_model(ref_dir, cfg.model.dtype)
+        ref_model, _ = load_model(ref_dir, cfg.model.dtype, device=device)
     batch = load_batch(Path(rollouts_path))
+    engine_diff: dict[str, float] = {}
     if cfg.update.recompute_old_logprobs:
-        recompute_old_logprobs(model, batch, cfg, tok.pad_token_id)
+        world = accelerator.num_processes if accelerator is not None else 1
+        engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
 
     if accelerator is not None:
         model, optimizer = accelerator.prepare(model, optimizer)
     t1 = time.perf_counter()
     metrics = train_on_batch(model, batch, cfg, tok.pad_token_id, optimizer, accelerator, ref_model)
+    metrics.update(engine_diff)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # so perf/fwd_bwd_s is the GPU's time, not the launch queue's
+        metrics["perf/cuda_max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     t2 = time.perf_counter()
     metrics = gather_stats_dict(metrics, accelerator)
 
@@ -264,6 +312,7 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
     model.eval()
     model.config.use_cache = True
     t3 = time.perf_counter()
+    model.to("cpu")  # θ_{k+1} is written from a CPU copy (fp32 masters under mixed precision)
     # Timing split for bench/iteration.py: loading, forward/backward + optimizer, saving.
     metrics["perf/load_s"] = t1 - t0
     metrics["perf/fwd_bwd_s"] = t2 - t1
@@ -288,7 +337,9 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="force CPU (gloo) even if a GPU is visible")
     a = ap.parse_args()
     cfg = load_saved_config(a.config)
-    acc = Accelerator(cpu=a.cpu)
+    # Mixed precision comes from the launcher (--mixed_precision bf16, see stages.accelerate_command);
+    # the forward's explicit autocast (trainer.autocast) is the same bf16 autocast, so both agree.
+    acc = Accelerator(cpu=a.cpu or cfg.device == "cpu")
     metrics = run_update(a.policy, a.rollouts, a.out_root, a.step, cfg, ref_dir=a.ref, accelerator=acc)
     if acc.is_main_process:
         tmp = a.metrics_out.with_suffix(".tmp")
