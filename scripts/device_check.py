@@ -1,0 +1,172 @@
+"""The device check of issue #16: the plain loop (no Prefect) on a GPU in bf16, and its CPU half.
+
+    python scripts/device_check.py --out DIR [--cpu-only] [--iterations 3]
+
+Cases: grpo and thinking_seeds, each for a few iterations of the plain loop with
+`update.mixed_precision=bf16` (bf16 engine, bf16-autocast trainer with fp32 masters, π_old
+recomputed by the trainer):
+  - on the CPU: the bundled tiny model (builtin:tiny);
+  - on CUDA (unless --cpu-only or no GPU): builtin:tiny and a randomly initialised ~100M-parameter
+    Llama built here, offline, from a config (the chain_sum character tokenizer; its samples are
+    noise that runs to max_new_tokens, which is what a throughput figure wants).
+Per case: generation tokens/s (every token any engine call sampled, over the time spent in those
+calls), update seconds per iteration and per optimizer step, peak GPU memory, and the max |log-prob|
+difference between the engine and the trainer on the same tokens (the trainer's recompute). All to
+DIR/device_check.json; a table on stdout. Exit status 1 if any case failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from ts_core.config import load_config  # noqa: E402
+from ts_core.loop import train  # noqa: E402
+from ts_core.rollout import HFEngine  # noqa: E402
+from ts_core.run_dir import RunDir  # noqa: E402
+
+# ~100M parameters: 12 layers of hidden 768 (4·768² attention + 3·768·2560 MLP each) = 99.6M.
+LLAMA_100M = dict(hidden=768, layers=12, heads=12, intermediate=2560, max_positions=512)
+RUN = ["eval.every=1000", "eval.prompts=8", "eval.samples=2", "data.train_size=256", "data.val_size=16",
+       "data.test_size=16", "logger=[console]"]
+
+
+def build_llama_100m(path: Path) -> int:
+    from ts_core.chain_sum import CHARSET
+    from ts_core.models import char_tokenizer, count_params, tiny_llama
+
+    tok = char_tokenizer(CHARSET)
+    model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=0, **LLAMA_100M)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return count_params(model)
+
+
+class GenMeter:
+    """Counts sampled tokens and the time spent in HFEngine.generate (which ends in a host copy)."""
+
+    def __init__(self):
+        self.tokens, self.seconds = 0, 0.0
+        self._orig = HFEngine.generate
+        meter = self
+
+        def generate(engine, contexts, params, max_new=None):
+            t0 = time.perf_counter()
+            out = meter._orig(engine, contexts, params, max_new)
+            meter.seconds += time.perf_counter() - t0
+            meter.tokens += sum(len(g.token_ids) for g in out)
+            return out
+
+        HFEngine.generate = generate
+
+    def close(self):
+        HFEngine.generate = self._orig
+
+
+def run_case(name: str, model_path: str, algorithm: str, device: str, iterations: int, runs: Path,
+             params: int | None) -> dict:
+    case = {"model": name, "params": params, "algorithm": algorithm, "device": device, "precision": "bf16",
+            "iterations": iterations, "status": "error"}
+    t0 = time.perf_counter()
+    meter = GenMeter()
+    try:
+        cfg = load_config("tiny", [f"model.path={model_path}", f"algorithm={algorithm}", f"device={device}",
+                                   "update.mixed_precision=bf16", f"iterations={iterations}", *RUN])
+        assert cfg.update.recompute_old_logprobs and cfg.engine_dtype == "bfloat16"
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        updates: list[dict] = []
+        update_wall: list[float] = []
+
+        def on_stage(k, stage, m):
+            if stage == "update":
+                updates.append(dict(m.metrics))
+                update_wall.append(sum(m.seconds.values()))
+            print(f"  {name}/{algorithm}/{device} iteration {k} {stage} {sum(m.seconds.values()):.2f}s", flush=True)
+
+        train(RunDir.for_run(f"{name}-{algorithm}-{device.replace(':', '')}", runs), cfg, on_stage=on_stage)
+        steps = sum(u.get("actor/optimizer_steps", 1.0) for u in updates)
+        diffs = [u["actor/engine_logprob_diff/max"] for u in updates if "actor/engine_logprob_diff/max" in u]
+        case.update(
+            status="ok",
+            gen_tokens=meter.tokens,
+            gen_s=round(meter.seconds, 3),
+            gen_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter.seconds else None,
+            update_s_per_iteration=round(sum(update_wall) / len(update_wall), 4),
+            update_s_per_step=round(sum(u["perf/fwd_bwd_s"] for u in updates) / steps, 4),
+            engine_trainer_max_abs_logprob_diff=max(diffs) if diffs else None,
+            engine_trainer_mean_abs_logprob_diff=(sum(u["actor/engine_logprob_diff/mean"] for u in updates) / len(updates)
+                                                  if diffs else None),
+            loss_finite=all(math.isfinite(u.get("actor/pg_loss", 0.0)) for u in updates),
+            peak_gpu_mem_gib=(round(torch.cuda.max_memory_allocated() / 2**30, 3) if device.startswith("cuda") else None),
+        )
+        if not case["loss_finite"]:
+            case["status"] = "error"
+            case["error"] = "non-finite loss"
+    except Exception as e:  # noqa: BLE001 - one failed case must not hide the others' figures
+        case["error"] = f"{type(e).__name__}: {e}"[:2000]
+        traceback.print_exc()
+    finally:
+        meter.close()
+    case["wall_s"] = round(time.perf_counter() - t0, 2)
+    return case
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "device_check_out"))
+    ap.add_argument("--cpu-only", action="store_true", help="only the CPU half (what CI runs)")
+    ap.add_argument("--iterations", type=int, default=3)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    cuda = torch.cuda.is_available()
+    res: dict = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu": {"skipped": a.cpu_only or not cuda,
+                "reason": "--cpu-only" if a.cpu_only else (None if cuda else "torch sees no CUDA device")},
+        "cases": [],
+    }
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ts-device-check-") as tmp:
+        runs = Path(tmp) / "runs"
+        plan = [("tiny", "builtin:tiny", None, "cpu")]
+        if not res["gpu"]["skipped"]:
+            llama = Path(tmp) / "llama-100m"
+            n = build_llama_100m(llama)
+            plan = [("tiny", "builtin:tiny", None, "cuda"), ("llama-100m", str(llama), n, "cuda")] + plan
+        for name, path, n, device in plan:
+            for algorithm in ("grpo", "thinking_seeds"):
+                case = run_case(name, path, algorithm, device, a.iterations, runs, n)
+                res["cases"].append(case)
+                (a.out / "device_check.json").write_text(json.dumps(res, indent=2))  # partial results survive a kill
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    (a.out / "device_check.json").write_text(json.dumps(res, indent=2))
+    cols = ("model", "algorithm", "device", "status", "gen_tokens_per_s", "update_s_per_step", "update_s_per_iteration",
+            "peak_gpu_mem_gib", "engine_trainer_max_abs_logprob_diff", "wall_s")
+    print("\t".join(cols))
+    for c in res["cases"]:
+        print("\t".join(str(c.get(k)) for k in cols))
+    print(f"device check: {len(res['cases'])} cases in {res['wall_s']} s -> {a.out / 'device_check.json'}")
+    return 0 if all(c["status"] == "ok" for c in res["cases"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
