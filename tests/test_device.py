@@ -218,6 +218,18 @@ def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
     assert any(not torch.equal(w0[k], w[k]) for k in w), "the bf16 update did not move the weights"
 
 
+def test_bf16_under_accelerate_launch_on_cpu(tmp_path, tiny_overrides):
+    """`accelerate launch --mixed_precision bf16 ... --cpu`: the same exact recompute, in the worker."""
+    run, cfg, s = _verified(tmp_path, tiny_overrides + UPDATE + ["device=cpu", "update.mixed_precision=bf16",
+                                                                  "update.launcher=accelerate", "update.mini_batches=1"])
+    s.close()
+    m = update(Session(run, cfg), 0)
+    assert all(math.isfinite(v) for v in m.metrics.values()), m.metrics
+    assert m.metrics["actor/engine_logprob_diff/max"] > 0
+    assert abs(m.metrics["actor/ratio_mean/on_policy"] - 1.0) <= 1e-6  # one step: unchanged weights throughout
+    assert {t.dtype for t in load_file(str(run.policy(1) / "model.safetensors")).values()} == {torch.float32}
+
+
 # --- the device check's CPU half ----------------------------------------------------------------
 
 
