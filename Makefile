@@ -59,6 +59,9 @@ ablations-countdown: compare-countdown
 countdown-model: install
 	$(BIN)/python -m ts_core.warmup --task countdown --out data/models/tiny-countdown --steps 6000 --schedule cosine \
 	  --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 --threads 1
+	$(BIN)/python -m ts_core.warmup --task countdown --init data/models/tiny-countdown --out data/models/tiny-countdown \
+	  --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 --eval-from 400 --eval-prompts 128 \
+	  --max-new-tokens 80 --until-plateau 0.02 --threads 1
 
 .PHONY: install demo test test-slow compare ablations compare-countdown ablations-countdown countdown-model
 

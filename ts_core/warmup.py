@@ -27,7 +27,7 @@ from .builtin_tasks import BUILTIN_TASKS, get_task
 from .config import DataConfig
 from .data import load_dataset
 from .evaluation import evaluate_prompts
-from .models import BUILTIN_MODELS, char_tokenizer, count_params, encode_prompt, tiny_llama
+from .models import BUILTIN_MODELS, char_tokenizer, count_params, encode_prompt, load_model, tiny_llama
 from .rewards import Verifier
 from .rollout import HFEngine
 
@@ -110,12 +110,19 @@ def build_tiny_model(
     seed: int = 0,
     warmup_steps: int = 75,
     data_cfg: DataConfig | None = None,
+    init: Path | None = None,
+    until_plateau: float | None = None,
 ) -> dict:
     """Warm a fresh tiny Llama up on `task`'s worked solutions and save the chosen candidate.
 
     `target` = a pass@1 band: the candidate in it with the most pass@n headroom (the chain_sum demo
     model, stopped early on purpose). `target=None`: the last candidate (a model trained to its
     supervised plateau: countdown, `schedule="cosine"`), with the plateau check in the report.
+
+    `init`: continue from that model (and its tokenizer) instead of a fresh one, evaluating it first
+    (step 0): a second phase at a low constant lr when the first one ended still improving. With
+    `until_plateau`, training stops at the first evaluation after which the last three pass@1 lie
+    within that spread (e.g. 0.02 = ±1 point); its report nests the report of `init`.
     """
     t0 = time.time()
     torch.manual_seed(seed)
@@ -127,12 +134,18 @@ def build_tiny_model(
     val_prompts = load_dataset(splits["validation"])[:eval_prompts]
     pairs = spec.warmup_corpus(corpus_size, seed, held_out, data_cfg)
 
-    tok = char_tokenizer(spec.charset)
-    model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed)
+    init_report = None
+    if init is not None:
+        model, tok = load_model(init)
+        init_report = json.loads((Path(init) / "warmup_report.json").read_text()) if (Path(init) / "warmup_report.json").is_file() else None
+    else:
+        tok = char_tokenizer(spec.charset)
+        model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed)
     ids, labels, _ = encode_corpus(tok, pairs)
     total = steps if schedule == "cosine" else None
     opt, sched = sft_optimizer(model, lr, warmup_steps, total, min_lr_factor)
-    gen = torch.Generator().manual_seed(seed)
+    # A continued warm-up draws other batches than its first phase did from the same corpus.
+    gen = torch.Generator().manual_seed(seed + (1 if init is not None else 0))
     verifier = Verifier(backend=spec.reward, partial_credit=False)
     engine = HFEngine(model, tok, batch_size=256)
 
@@ -140,10 +153,10 @@ def build_tiny_model(
     with Progress(TextColumn("warm-up"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[info]}")) as bar:
         bar_task = bar.add_task("sft", total=steps, info="")
-        for step in range(1, steps + 1):
-            loss = sft_step(model, opt, sched, ids, labels, batch_size, gen, tok.pad_token_id)
+        for step in range(0 if init is not None else 1, steps + 1):
+            loss = sft_step(model, opt, sched, ids, labels, batch_size, gen, tok.pad_token_id) if step else float("nan")
             info = f"loss {loss:.3f}"
-            if step >= eval_from and (step % eval_every == 0 or step == steps):
+            if step == 0 or (step >= eval_from and (step % eval_every == 0 or step == steps)):
                 model.eval()
                 res = evaluate_prompts(engine, tok, val_prompts, verifier, n=eval_samples, max_new_tokens=max_new_tokens,
                                        seed=seed, label=None if task == "chain_sum" else spec.label)
@@ -156,6 +169,10 @@ def build_tiny_model(
                                    "dir": str(cdir)})
                 info += f" | pass@1 {res.pass_at_k[1]:.3f} pass@{eval_samples} {res.pass_at_k[eval_samples]:.3f}"
                 bar.console.log(f"step {step}: {info}")
+                last3 = [c["pass@1"] for c in candidates[-3:]]
+                if until_plateau is not None and len(last3) == 3 and max(last3) - min(last3) <= until_plateau:
+                    bar.console.log(f"plateau: the last three pass@1 {last3} lie within {until_plateau}")
+                    break
             bar.update(bar_task, advance=1, info=info)
     verifier.close()
 
@@ -181,6 +198,8 @@ def build_tiny_model(
         # The lr the warm-up ended at: the SFT control continues from there ("more of the same training").
         "final_lr": sched.get_last_lr()[0],
         "corpus_size": corpus_size, "seed": seed, "warmup_steps": warmup_steps, "build_seconds": round(time.time() - t0, 1),
+        "steps_done": candidates[-1]["step"] if candidates else 0, "until_plateau": until_plateau,
+        "init": {"path": str(init), "report": init_report} if init is not None else None,
         "eval": {"prompts": len(val_prompts), "samples": eval_samples, "split": "validation", "max_new_tokens": max_new_tokens},
         "torch_threads": torch.get_num_threads(),
         "rebuild": REBUILD[task] if task in REBUILD else "python -m ts_core.warmup",
@@ -195,8 +214,12 @@ def build_tiny_model(
 # How each bundled model was built (the defaults of `main` are the chain_sum demo model's).
 REBUILD = {
     "chain_sum": "python -m ts_core.warmup",
+    # Phase 1 (cosine) ended still improving, so phase 2 continues at its final lr until a plateau.
     "countdown": "python -m ts_core.warmup --task countdown --out data/models/tiny-countdown --steps 6000 "
-                 "--schedule cosine --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 --threads 1",
+                 "--schedule cosine --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 "
+                 "--threads 1 && python -m ts_core.warmup --task countdown --init data/models/tiny-countdown --out "
+                 "data/models/tiny-countdown --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 "
+                 "--eval-from 400 --eval-prompts 128 --max-new-tokens 80 --until-plateau 0.02 --threads 1",
 }
 
 
@@ -219,13 +242,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup-steps", type=int, default=75, help="linear learning-rate ramp, then the schedule")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    ap.add_argument("--init", type=Path, default=None, help="continue from this model (a second phase) instead of a fresh one")
+    ap.add_argument("--until-plateau", type=float, default=None,
+                    help="stop once the last three evaluations' pass@1 lie within this spread (e.g. 0.02)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     rep = build_tiny_model(a.out, task=a.task, steps=a.steps, batch_size=a.batch_size, lr=a.lr, schedule=a.schedule,
                            corpus_size=a.corpus_size, eval_every=a.eval_every, eval_from=min(a.eval_from, a.steps),
                            eval_prompts=a.eval_prompts, max_new_tokens=a.max_new_tokens, seed=a.seed,
-                           warmup_steps=a.warmup_steps, target=None if a.select == "last" else (0.15, 0.30))
+                           warmup_steps=a.warmup_steps, target=None if a.select == "last" else (0.15, 0.30),
+                           init=a.init, until_plateau=a.until_plateau)
     print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
     chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
     print("chosen:", json.dumps(chosen))
