@@ -16,7 +16,6 @@ finishes an interrupted comparison and rewrites the report. `ts compare` calls t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -31,7 +30,6 @@ from ts_core.compare_report import write_compare_report
 from ts_core.run_dir import runs_root
 from ts_core.sft_control import run_controls
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def _rows(results: Sequence[JobResult]) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ metrics; stage column `evaluate-<split>`), and a table artifact shows them in th
 
 from __future__ import annotations
 
-import os
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
@@ -19,7 +18,6 @@ from tasks.common import artifact_key
 from tasks.evaluate import evaluate_checkpoint_task
 from ts_core.run_dir import RunDir
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 @flow(name="evaluate", flow_run_name="evaluate-{run_id}-{split}")

@@ -18,7 +18,6 @@ and ts_core itself skips stages whose outputs are intact (see `tasks/common.py`)
 
 from __future__ import annotations
 
-import os
 from contextlib import AbstractContextManager
 
 from prefect import flow, get_run_logger
@@ -35,7 +34,6 @@ from ts_core.loop import summary
 from ts_core.run_dir import RunDir
 from ts_core.stages import STAGES
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 class TrainProgress(AbstractContextManager):

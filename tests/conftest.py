@@ -25,6 +25,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+# Prefect gives its temporary server 20 s to start; on a loaded 2-core machine (experiments running
+# beside the suite) that is not enough and a flow test fails before it starts.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 _prefect_home = tempfile.mkdtemp(prefix="ts-test-prefect-home-")
 atexit.register(shutil.rmtree, _prefect_home, ignore_errors=True)
 os.environ["PREFECT_HOME"] = _prefect_home
