@@ -15,6 +15,7 @@ from ts_core.run_dir import RunDir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "docs/examples/own-task"
+pytestmark = pytest.mark.slow  # a whole run with LoRA, a reasoning-gym mixture and TensorBoard: CI's slow step
 
 
 @pytest.fixture()

@@ -25,7 +25,7 @@ def runs(tmp_path_factory, tiny_model_dir):
     base = tmp_path_factory.mktemp("runs")
     out = {}
     for name, extra in (("all", []), ("kept", ["checkpoint.keep_last=2"])):
-        cfg = load_config("tiny", SMALL + ["iterations=6", f"model.path={tiny_model_dir}"] + extra)
+        cfg = load_config("tiny", SMALL + ["iterations=4", f"model.path={tiny_model_dir}"] + extra)
         out[name] = train(RunDir.for_run(name, base), cfg)
     return base, out
 
@@ -33,31 +33,31 @@ def runs(tmp_path_factory, tiny_model_dir):
 def test_keep_last_bounds_the_policy_steps_and_resume_redoes_nothing(runs, tiny_model_dir):
     base, r = runs
     steps = lambda run: sorted(int(p.name[5:]) for p in run.policy_root.glob("step_*") if p.is_dir())  # noqa: E731
-    assert steps(r["all"]) == [0, 1, 2, 3, 4, 5, 6]
-    assert steps(r["kept"]) == [0, 5, 6]  # θ_0, the last two
-    assert sorted(p.name for p in r["kept"].policy_root.glob("*.pruned")) == [f"step_{k:06d}.pruned" for k in (1, 2, 3, 4)]
-    assert _du(r["kept"].policy_root) < 0.6 * _du(r["all"].policy_root)
+    assert steps(r["all"]) == [0, 1, 2, 3, 4]
+    assert steps(r["kept"]) == [0, 3, 4]  # θ_0, the last two
+    assert sorted(p.name for p in r["kept"].policy_root.glob("*.pruned")) == [f"step_{k:06d}.pruned" for k in (1, 2)]
+    assert _du(r["kept"].policy_root) < 0.7 * _du(r["all"].policy_root)
     # the pruned steps' updates count as done: a resume writes no manifest again
     before = {p: p.stat().st_mtime_ns for p in (r["kept"].root / "manifests").rglob("*.json")}
-    cfg = load_config("tiny", SMALL + ["iterations=6", f"model.path={tiny_model_dir}", "checkpoint.keep_last=2"])
+    cfg = load_config("tiny", SMALL + ["iterations=4", f"model.path={tiny_model_dir}", "checkpoint.keep_last=2"])
     train(r["kept"], cfg)
     assert {p: p.stat().st_mtime_ns for p in (r["kept"].root / "manifests").rglob("*.json")} == before
     # same weights as the run that kept everything
-    wa, wb = load_file(r["all"].policy(6) / "model.safetensors"), load_file(r["kept"].policy(6) / "model.safetensors")
+    wa, wb = load_file(r["all"].policy(4) / "model.safetensors"), load_file(r["kept"].policy(4) / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_export_loads_with_transformers_and_matches_the_policy(runs, tmp_path):
     base, r = runs
-    res = CliRunner().invoke(app, ["--runs-dir", str(base), "export", "all", "--step", "6", "--out", str(tmp_path / "m")])
+    res = CliRunner().invoke(app, ["--runs-dir", str(base), "export", "all", "--step", "4", "--out", str(tmp_path / "m")])
     assert res.exit_code == 0, res.output
     out = tmp_path / "m"
     assert not (out / "optimizer.safetensors").exists() and not (out / "manifest.json").exists()
     card = (out / "README.md").read_text()
-    assert "policy step 6" in card and "evaluate: eval/accuracy" in card and "algorithm: grpo" in card
+    assert "policy step 4" in card and "evaluate: eval/accuracy" in card and "algorithm: grpo" in card
     model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
-    ref = AutoModelForCausalLM.from_pretrained(r["all"].policy(6), local_files_only=True)
+    ref = AutoModelForCausalLM.from_pretrained(r["all"].policy(4), local_files_only=True)
     ids = torch.tensor([tok("Compute 1+2.")["input_ids"]])
     assert torch.equal(model(ids).logits, ref(ids).logits)
     assert tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == "x\n"
@@ -68,7 +68,7 @@ def test_export_refuses_pruned_steps_and_non_empty_folders(runs, tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     for args, msg in ((["kept", "--step", "2", "--out", str(tmp_path / "a")], "was pruned by checkpoint.keep_last"),
-                      (["all", "--step", "6", "--out", str(tmp_path / "full")], "not empty"),
+                      (["all", "--step", "4", "--out", str(tmp_path / "full")], "not empty"),
                       (["nope", "--out", str(tmp_path / "b")], "no run 'nope'")):
         res = CliRunner().invoke(app, ["--runs-dir", str(base), "export", *args])
         assert res.exit_code == 2 and msg in res.output, res.output

@@ -12,6 +12,8 @@ from ts_core.loop import train
 from ts_core.run_dir import RunDir
 from ts_core.sql import connect, query
 
+pytestmark = pytest.mark.slow  # three trackers' start-up (~40 s on a loaded machine): CI's slow step
+
 SMALL = ["iterations=2", "rollout.prompts_per_iteration=4", "data.train_size=40", "data.val_size=8", "data.test_size=8",
          "eval.prompts=4", "eval.samples=2", "eval.every=1", "eval.seeded=false",
          "logger=[console, tensorboard, mlflow, wandb]"]
