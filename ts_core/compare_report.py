@@ -420,6 +420,16 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
     def vals(runs: list[str], name: str) -> list[float]:
         return [per_run.get(r, {}).get(name, float("nan")) for r in runs]
 
+    def n_done(runs: list[str]) -> int:
+        """Runs that finished (final test taken, or last policy evaluated): a comparison still running
+        has planned runs without results, or with only their first evaluations."""
+        def finished(r: str) -> bool:
+            v, cfg = per_run.get(r, {}), data["configs"].get(r) or {}
+            return "test/accuracy" in v or (cfg.get("iterations") is not None and v.get("final_step") == cfg["iterations"])
+        return sum(1 for r in runs if finished(r))
+
+    done = n_done([m["run_id"] for m in data["members"]])
+
     claims = claims_markdown(data, variants, runs_dir)  # also adds hard/* values to data
     results = _results_table(data, compare_id)
     write_table_atomic(results, out / "results.parquet")
@@ -433,7 +443,9 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
     rl = [m for m in data["members"] if m["method"] != CONTROL_METHOD]
     ref_cfg = data["configs"].get(rl[0]["run_id"]) if rl else None
     md.append(f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')} from `{runs_dir.resolve()}`: "
-              f"{len(data['members'])} runs, {len(variants)} variants, seeds {', '.join(map(str, seeds))}. "
+              + (f"{len(data['members'])} runs" if done == len(data["members"]) else
+                 f"{done} of the {len(data['members'])} planned runs have results so far (the comparison is incomplete)")
+              + f", {len(variants)} variants, seeds {', '.join(map(str, seeds))}. "
               "Cells are mean ± std over seeds (sample std; a single seed shows its value).")
     md.append("")
     if claims:
@@ -469,7 +481,7 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
             b = data["base_test"]
             rows.append(["θ_0 (base model)", "—", format_cell(b.get("test/accuracy"))]
                         + [format_cell(b.get(f"test/pass@{k}")) for k in tks[1:]] + [format_cell(b.get(div))])
-        rows += [[v, str(len(runs)), _cell(vals(runs, "test/accuracy"))] + [_cell(vals(runs, f"test/pass@{k}")) for k in tks[1:]]
+        rows += [[v, str(n_done(runs)), _cell(vals(runs, "test/accuracy"))] + [_cell(vals(runs, f"test/pass@{k}")) for k in tks[1:]]
                  + [_cell(vals(runs, div))] for v, runs in variants.items()]
         md.append(_md_table(cols, rows))
     base_variant = _baseline(data, variants)
@@ -501,7 +513,7 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
         md.append(_md_table(["variant"] + [label[n] for n in names], rows))
     md += ["## Final in-training evaluation (validation)", ""]
     cols = ["variant", "seeds", "final step", "accuracy", "strategy b", "seeded accuracy", "distinct correct / prompt"]
-    rows = [[v, str(len(runs)), _cell(vals(runs, "final_step"), 0, count=True), _cell(vals(runs, "eval/accuracy")),
+    rows = [[v, str(n_done(runs)), _cell(vals(runs, "final_step"), 0, count=True), _cell(vals(runs, "eval/accuracy")),
              _cell(vals(runs, "eval/strategy_b")), _cell(vals(runs, "eval_seeded/accuracy")),
              _cell(vals(runs, "eval/distinct_correct_solutions"), 2)] for v, runs in variants.items()]
     md.append(_md_table(cols, rows))
