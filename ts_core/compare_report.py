@@ -425,7 +425,9 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
         has planned runs without results, or with only their first evaluations."""
         def finished(r: str) -> bool:
             v, cfg = per_run.get(r, {}), data["configs"].get(r) or {}
-            return "test/accuracy" in v or (cfg.get("iterations") is not None and v.get("final_step") == cfg["iterations"])
+            if "test/accuracy" in v:
+                return True
+            return v.get("final_step") == cfg["iterations"] if "iterations" in cfg else "final_step" in v
         return sum(1 for r in runs if finished(r))
 
     done = n_done([m["run_id"] for m in data["members"]])
