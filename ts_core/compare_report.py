@@ -431,6 +431,12 @@ def write_compare_report(compare_id: str, runs_dir: Path, out_dir: Path, command
         return sum(1 for r in runs if finished(r))
 
     done = n_done([m["run_id"] for m in data["members"]])
+    # A run still training has first evaluations and per-iteration metrics: none of it may enter a
+    # table, a paired difference or a curve until the run has finished.
+    unfinished = {m["run_id"] for m in data["members"] if not n_done([m["run_id"]])}
+    for r in unfinished:
+        per_run.pop(r, None)
+        data["curves"].pop(r, None)
 
     claims = claims_markdown(data, variants, runs_dir)  # also adds hard/* values to data
     results = _results_table(data, compare_id)
