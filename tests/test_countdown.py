@@ -3,6 +3,7 @@ the warm-up corpus, the binary reward and the solution-pattern label."""
 
 import json
 import random
+import re
 
 import pytest
 
@@ -79,8 +80,10 @@ def test_splits_disjoint_deterministic_and_warmup_excludes_held_out(tmp_path):
     assert corpus == countdown_warmup_corpus(300, seed=3, exclude=held_out)
     for p in load_dataset(a["train"])[:5]:  # every row carries a valid worked solution (LUFFY, SFT control)
         md = json.loads(p.rg_entry)["metadata"]
-        assert sum(int(t) * (1 if i == 0 or s == "+" else -1) for i, (s, t) in enumerate(
-            __import__("re").findall(r"([+-]?)(\d+)", last_boxed(p.target)))) == md["target"]
+        expr = last_boxed(p.target)
+        assert valid_patterns(md["numbers"], md["target"]) and signature(expr) is not None
+        assert sorted(int(x) for x in re.findall(r"\d+", expr)) == sorted(md["numbers"])
+        assert eval(expr, {"__builtins__": {}}) == md["target"]  # digits and +/- only (signature checked it)
 
 
 def test_task_label_is_the_pattern_of_correct_answers_only():

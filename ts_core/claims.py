@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
+from .compare import CONTROL_METHOD
 from .metrics import pass_at_k
 
 __all__ = ["HARD_THRESHOLD", "claims_markdown", "mean_ci", "t_quantile_975", "verdict"]
@@ -230,9 +231,9 @@ def _regime(data, variants, grpo: str, kmax: int | None) -> list[str]:
     if kmax:
         rows.append([f"θ_0 test pass@{kmax} → GRPO", f"{base.get(f'test/pass@{kmax}', float('nan')):.4f}",
                      _mean_of(data, variants[grpo], f"test/pass@{kmax}")])
-    if "sft_control" in variants:
+    if CONTROL_METHOD in variants:
         rows.append(["θ_0 test pass@1 → SFT control (same compute)", f"{base.get('test/accuracy', float('nan')):.4f}",
-                     _mean_of(data, variants["sft_control"], "test/accuracy")])
+                     _mean_of(data, variants[CONTROL_METHOD], "test/accuracy")])
     rows.append(["on-policy clip fraction (GRPO, last iterations)", "—",
                  _mean_of(data, variants[grpo], "actor/pg_clipfrac/on_policy")])
     md += _table(["check", "θ_0", "after training (mean [95% CI] over seeds)"], rows)

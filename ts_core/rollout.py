@@ -94,11 +94,10 @@ class HFEngine:
             from .checkpoints import verified
 
             verified(checkpoint_dir)
-        state: dict[str, torch.Tensor] = {}
         if is_adapter(checkpoint_dir):  # a LoRA step: base + adapters, merged by peft
             state = merged_state_dict(checkpoint_dir, str(self.device))
-        for f in files if not state else []:
-            state.update(load_file(str(f), device=str(self.device)))
+        else:
+            state = {k: v for f in files for k, v in load_file(str(f), device=str(self.device)).items()}
         if not state:
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
         missing, unexpected = self.model.load_state_dict(state, strict=False)
