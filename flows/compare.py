@@ -1,15 +1,15 @@
 """The comparison flow: methods x seeds (x sweeps) on one budget, the SFT control, the report.
 
-    plan            ts_core.compare.plan: run specs; budgets checked equal
-    runs            ts_core.compare.run_all: one `python -m ts_core.loop` process per run, `parallel` at once
-    sft control     ts_core.sft_control.run_controls: more warm-up for the mean RL training time, per seed
-    final test      ts_core.compare.run_final_tests: every final policy (and θ_0) on the whole test split
-    report          ts_core.compare_report.write_compare_report -> <out_dir>/<compare_id>/report.md
+    plan            thinking_seeds.experiments.compare.plan: run specs; budgets checked equal
+    runs            thinking_seeds.experiments.compare.run_all: one `python -m thinking_seeds.pipeline.loop` process per run, `parallel` at once
+    sft control     thinking_seeds.experiments.sft_control.run_controls: more warm-up for the mean RL training time, per seed
+    final test      thinking_seeds.experiments.compare.run_final_tests: every final policy (and θ_0) on the whole test split
+    report          thinking_seeds.experiments.compare_report.write_compare_report -> <out_dir>/<compare_id>/report.md
                     (with `reference`, an earlier comparison's unswept runs as the ablation's base point)
 
 Every step is resumable: completed runs and controls are skipped, so re-running the same command
 finishes an interrupted comparison and rewrites the report. `ts compare` calls this flow (or, with
---no-prefect, the same ts_core functions in order: `ts_core.compare.run_comparison`).
+--no-prefect, the same ts_core functions in order: `thinking_seeds.experiments.compare.run_comparison`).
 
     python -m flows.compare --methods grpo,thinking_seeds --seeds 0,1 --id demo
 """
@@ -23,12 +23,12 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from tasks.common import artifact_key
-from ts_core.compare import (DEFAULT_METHODS, JobResult, RunSpec, plan, raise_on_failures, reference_members,
+from thinking_seeds.tasks.common import artifact_key
+from thinking_seeds.experiments.compare import (DEFAULT_METHODS, JobResult, RunSpec, plan, raise_on_failures, reference_members,
                              report_dir, run_all, run_final_tests)
-from ts_core.compare_report import write_compare_report
-from ts_core.run_dir import runs_root
-from ts_core.sft_control import run_controls
+from thinking_seeds.experiments.compare_report import write_compare_report
+from thinking_seeds.store.run_dir import runs_root
+from thinking_seeds.experiments.sft_control import run_controls
 
 
 
@@ -116,7 +116,7 @@ if __name__ == "__main__":  # pragma: no cover
     import shlex
     import sys
 
-    from ts_core.compare import parse_list, parse_sweep
+    from thinking_seeds.experiments.compare import parse_list, parse_sweep
 
     ap = argparse.ArgumentParser(description="Run the comparison flow (`ts compare` calls it too).")
     ap.add_argument("--preset", default="tiny")

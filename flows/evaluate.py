@@ -14,9 +14,9 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from tasks.common import artifact_key
-from tasks.evaluate import evaluate_checkpoint_task
-from ts_core.run_dir import RunDir
+from thinking_seeds.tasks.common import artifact_key
+from thinking_seeds.tasks.evaluate import evaluate_checkpoint_task
+from thinking_seeds.store.run_dir import RunDir
 
 
 

@@ -1,4 +1,4 @@
-"""The report flow: a thin Prefect wrapper around `ts_core.report.write_report`.
+"""The report flow: a thin Prefect wrapper around `thinking_seeds.evals.report.write_report`.
 
     prefect deploy ... flows/report.py:report_flow      |  ts report RUN_ID
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from ts_core.report import write_report
+from thinking_seeds.evals.report import write_report
 
 
 @flow(name="report", log_prints=True)

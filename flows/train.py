@@ -25,14 +25,14 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from tasks import (continuation_task, evaluate_task, prepare_task, seeds_task, snapshot_task, update_task,
+from thinking_seeds.tasks import (continuation_task, evaluate_task, prepare_task, seeds_task, snapshot_task, update_task,
                    verify_task)
-from tasks.common import artifact_key, run_task, upstream_from
-from ts_core.config import RunConfig, load_config
-from ts_core.data import check_user_data
-from ts_core.loop import summary
-from ts_core.run_dir import RunDir
-from ts_core.stages import STAGES
+from thinking_seeds.tasks.common import artifact_key, run_task, upstream_from
+from thinking_seeds.config import RunConfig, load_config
+from thinking_seeds.data.sources import check_user_data
+from thinking_seeds.pipeline.loop import summary
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.pipeline.stages import STAGES
 
 
 

@@ -34,10 +34,10 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from ts_core.config import load_config  # noqa: E402
-from ts_core.loop import train  # noqa: E402
-from ts_core.rollout import HFEngine  # noqa: E402
-from ts_core.run_dir import RunDir  # noqa: E402
+from thinking_seeds.config import load_config  # noqa: E402
+from thinking_seeds.pipeline.loop import train  # noqa: E402
+from thinking_seeds.engine.rollout import HFEngine  # noqa: E402
+from thinking_seeds.store.run_dir import RunDir  # noqa: E402
 
 # ~100M parameters: 12 layers of hidden 768 (4·768² attention + 3·768·2560 MLP each) = 99.6M.
 LLAMA_100M = dict(hidden=768, layers=12, heads=12, intermediate=2560, max_positions=512)
@@ -46,8 +46,8 @@ RUN = ["eval.every=1000", "eval.prompts=8", "eval.samples=2", "data.train_size=2
 
 
 def build_llama_100m(path: Path) -> int:
-    from ts_core.chain_sum import CHARSET
-    from ts_core.models import char_tokenizer, count_params, tiny_llama
+    from thinking_seeds.data.chain_sum import CHARSET
+    from thinking_seeds.engine.models import char_tokenizer, count_params, tiny_llama
 
     tok = char_tokenizer(CHARSET)
     model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=0, **LLAMA_100M)

@@ -1,4 +1,4 @@
-"""Prefect tasks: one per stage of SPEC §2, thin wrappers over `ts_core.loop.run_stage`."""
+"""Prefect tasks: one per stage of SPEC §2, thin wrappers over `thinking_seeds.pipeline.loop.run_stage`."""
 
 from .continuation import continuation_task
 from .evaluate import evaluate_checkpoint_task, evaluate_task

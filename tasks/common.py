@@ -1,7 +1,7 @@
 """What every stage task shares: the stage contract of SPEC §6 on the Prefect side.
 
-A stage task is a thin wrapper: it builds a `ts_core.stages.Session` over the run directory, calls
-`ts_core.loop.run_stage(session, stage, k)` and returns the stage's small Manifest as a dict.
+A stage task is a thin wrapper: it builds a `thinking_seeds.pipeline.stages.Session` over the run directory, calls
+`thinking_seeds.pipeline.loop.run_stage(session, stage, k)` and returns the stage's small Manifest as a dict.
 
 Two layers decide whether a stage runs, and they agree:
 
@@ -34,9 +34,9 @@ from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 from prefect.utilities.hashing import hash_objects
 
-from ts_core.loop import run_prepare, run_stage
-from ts_core.run_dir import Manifest, RunDir
-from ts_core.stages import Session, upstream_of
+from thinking_seeds.pipeline.loop import run_prepare, run_stage
+from thinking_seeds.store.run_dir import Manifest, RunDir
+from thinking_seeds.pipeline.stages import Session, upstream_of
 
 RESULTS_DIRNAME = ".prefect-results"
 
@@ -116,7 +116,7 @@ def execute_stage(stage: str, run_dir: str, k: int, config_hash: str, upstream: 
 
 
 def execute_prepare(run_dir: str, config: dict) -> dict:
-    from ts_core.config import config_from_dict
+    from thinking_seeds.config import config_from_dict
 
     return asdict(run_prepare(RunDir(Path(run_dir)), config_from_dict(config, origin="prepare task")))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect import task
 
-from ts_core.checkpoint_eval import evaluate_checkpoint
+from thinking_seeds.pipeline.checkpoint_eval import evaluate_checkpoint
 
 from .common import STAGE_TASK_OPTIONS, Upstream, execute_stage
 

@@ -1,6 +1,6 @@
 """Prefect task for the update stage (SPEC §2.5): θ_k + rollouts -> θ_{k+1} with the loss of SPEC §3.
 
-With `update.launcher=accelerate` ts_core runs `accelerate launch -m ts_core.trainer` as a
+With `update.launcher=accelerate` ts_core runs `accelerate launch -m thinking_seeds.train.trainer` as a
 subprocess (N processes: DDP; gloo on CPU); otherwise the update runs in this process.
 """
 

@@ -1,4 +1,4 @@
-"""A hand-made run directory written with the real contracts (ts_core.schemas, RunDir.write_metrics),
+"""A hand-made run directory written with the real contracts (thinking_seeds.store.schemas, RunDir.write_metrics),
 small enough that every number a query or report shows can be checked by hand.
 
 Used by test_sql.py, test_report.py and test_cli.py. Expected values are spelled out in those tests.
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ts_core.config import load_config, save_config
-from ts_core.parquet_io import write_table_atomic
-from ts_core.run_dir import RunDir
-from ts_core.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+from thinking_seeds.config import load_config, save_config
+from thinking_seeds.store.parquet_io import write_table_atomic
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
 
 POPS = ("on_policy", "continuation", "prefix", "all")
 

@@ -49,8 +49,8 @@ TINY_OVERRIDES = [
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from ts_core.chain_sum import CHARSET
-    from ts_core.models import char_tokenizer, tiny_llama
+    from thinking_seeds.data.chain_sum import CHARSET
+    from thinking_seeds.engine.models import char_tokenizer, tiny_llama
 
     path = tmp_path_factory.mktemp("tiny-random-model")
     tok = char_tokenizer(CHARSET)

@@ -30,7 +30,7 @@ def build(path: Path, arch: str) -> Path:
     """A ~50k-parameter random `arch` ('llama' | 'qwen2') model with its tokenizer, saved at `path`."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    from ts_core.chain_sum import question, solution
+    from thinking_seeds.data.chain_sum import question, solution
 
     corpus = [question(f"{a}+{b}-{c}") + " " + solution(f"{a}+{b}-{c}", "a") for a in range(1, 20)
               for b in range(1, 20, 3) for c in range(1, 20, 5)]

@@ -2,7 +2,7 @@
 
     python tests/resume_driver.py {loop|flow} RUN_ID [--pause-at STAGE:K --marker FILE] [--set KEY=VALUE]...
 
-`loop` runs `ts_core.loop.train`, `flow` runs the Prefect `train_flow` (tasks in this process).
+`loop` runs `thinking_seeds.pipeline.loop.train`, `flow` runs the Prefect `train_flow` (tasks in this process).
 `--pause-at seeds:K` blocks the seeds stage of iteration K at the atomic rename of its prefixes
 file (the temp file is complete, the final name not yet there); `--pause-at update:K` blocks the
 update at the rename of θ_{K+1}'s checkpoint directory. The driver then writes FILE and sleeps, so
@@ -44,8 +44,8 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     a = ap.parse_args()
 
-    from ts_core.config import load_config
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.config import load_config
+    from thinking_seeds.store.run_dir import RunDir
 
     run = RunDir.for_run(a.run_id)
     if a.pause_at:
@@ -59,11 +59,11 @@ def main() -> None:
             raise SystemExit(f"--pause-at: unsupported stage {stage!r}")
 
     if a.mode == "loop":
-        from ts_core.loop import train
+        from thinking_seeds.pipeline.loop import train
 
         train(run, load_config("tiny", a.overrides))
     else:
-        from flows.train import train_flow
+        from thinking_seeds.flows.train import train_flow
 
         train_flow(preset="tiny", run_id=a.run_id, overrides=a.overrides)
     print("DONE", run.root)

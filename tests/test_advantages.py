@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ts_core.advantages import (
+from thinking_seeds.algo.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_rloo_outcome_advantage,
     get_adv_estimator,

@@ -7,7 +7,7 @@ import re
 import pytest
 import reasoning_gym
 
-from ts_core.chain_sum import (
+from thinking_seeds.data.chain_sum import (
     CHARSET,
     compact,
     evaluate,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ts_core.checkpoints import (
+from thinking_seeds.store.checkpoints import (
     MANIFEST_NAME,
     OPTIMIZER_NAME,
     CheckpointError,
@@ -347,7 +347,7 @@ def test_duplicate_steps_are_refused():
 
 
 def test_snapshot_links_model_files_without_optimizer(tmp_path, model_and_tokenizer):
-    from ts_core.checkpoints import snapshot_checkpoint
+    from thinking_seeds.store.checkpoints import snapshot_checkpoint
 
     model, tok = model_and_tokenizer
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

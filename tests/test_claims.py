@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ts_core.claims import claims_markdown, hard_subset_stats, mean_ci, t_quantile_975, verdict
+from thinking_seeds.experiments.claims import claims_markdown, hard_subset_stats, mean_ci, t_quantile_975, verdict
 
 
 def test_mean_ci_uses_student_t():

@@ -9,7 +9,7 @@ import yaml
 from _synthetic_run import ITERATIONS, make_run
 from typer.testing import CliRunner
 
-from flows.cli import _is_user_error, app
+from thinking_seeds.flows.cli import _is_user_error, app
 
 runner = CliRunner()
 
@@ -142,9 +142,9 @@ def test_bad_set_key_names_the_key():
 
 
 def test_error_classes_handled():
-    from ts_core.config import ConfigError
-    from ts_core.parquet_io import DataError
-    from ts_core.run_dir import RunLockedError
+    from thinking_seeds.config import ConfigError
+    from thinking_seeds.store.parquet_io import DataError
+    from thinking_seeds.store.run_dir import RunLockedError
 
     for e in (ConfigError("x"), DataError("x"), ValueError("x"), RunLockedError("x")):
         assert _is_user_error(e)

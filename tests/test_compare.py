@@ -17,10 +17,10 @@ import pytest
 from conftest import TINY_OVERRIDES
 from typer.testing import CliRunner
 
-from flows.cli import app
-from ts_core.compare import (FINAL_TEST_STAGE, CompareError, Job, check_same_budget, compare_members, parse_list, parse_sweep, plan,
+from thinking_seeds.flows.cli import app
+from thinking_seeds.experiments.compare import (FINAL_TEST_STAGE, CompareError, Job, check_same_budget, compare_members, parse_list, parse_sweep, plan,
                              raise_on_failures, run_jobs)
-from ts_core.config import ConfigError, load_config
+from thinking_seeds.config import ConfigError, load_config
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -350,7 +350,7 @@ def test_cli_compare_errors(tmp_path):
 
 def test_compare_flow_resumes_the_comparison(e2e, tiny_model_dir, monkeypatch):
     """The Prefect flow over the finished comparison: every run and control is skipped, the report rewritten."""
-    from flows.compare import compare_flow
+    from thinking_seeds.flows.compare import compare_flow
 
     runs, out, _, _ = e2e
     monkeypatch.setenv("TS_RUNS_DIR", str(runs))
@@ -380,21 +380,21 @@ def test_run_jobs_reports_failures_and_keeps_going(tmp_path):
 
 
 def test_cli_compare_failure_exits_1(monkeypatch, tmp_path):
-    import ts_core.compare
+    import thinking_seeds.experiments.compare
 
     def fail(**kwargs):
         raise CompareError("1 of 1 runs failed; rerun the same command to resume them.")
 
-    monkeypatch.setattr(ts_core.compare, "run_comparison", fail)
+    monkeypatch.setattr(thinking_seeds.experiments.compare, "run_comparison", fail)
     r = runner.invoke(app, ["compare", "--methods", "grpo", "--seeds", "0", "--no-prefect"], env={"TS_RUNS_DIR": str(tmp_path)})
     assert r.exit_code == 1 and "1 of 1 runs failed" in r.output and "Traceback" not in r.output
 
 
 def test_report_mean_and_std_over_seeds(tmp_path):
     """Hand-made runs (2 variants x 2 seeds): every cell is the mean ± sample std of known numbers."""
-    from ts_core.compare import write_marker
-    from ts_core.compare_report import write_compare_report
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.experiments.compare import write_marker
+    from thinking_seeds.experiments.compare_report import write_compare_report
+    from thinking_seeds.store.run_dir import RunDir
 
     acc = {("grpo", 0): 0.2, ("grpo", 1): 0.4, ("thinking_seeds", 0): 0.5, ("thinking_seeds", 1): 0.6}
     for (method, seed), a in acc.items():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ts_core.config import ALGORITHMS, ConfigError, load_config, load_saved_config, parse_overrides, save_config
+from thinking_seeds.config import ALGORITHMS, ConfigError, load_config, load_saved_config, parse_overrides, save_config
 
 
 def test_tiny_preset_and_overrides():

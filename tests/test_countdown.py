@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from ts_core.builtin_tasks import get_task
-from ts_core.countdown import CHARSET, question, random_solution, signature, solution, valid_patterns
-from ts_core.countdown_data import build_countdown_splits, countdown_keys_of, countdown_warmup_corpus
-from ts_core.data import load_dataset
-from ts_core.rewards import Verifier, last_boxed
+from thinking_seeds.data.builtin_tasks import get_task
+from thinking_seeds.data.countdown import CHARSET, question, random_solution, signature, solution, valid_patterns
+from thinking_seeds.data.countdown_data import build_countdown_splits, countdown_keys_of, countdown_warmup_corpus
+from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.data.rewards import Verifier, last_boxed
 
 
 def test_formats_and_patterns():

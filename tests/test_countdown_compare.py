@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from thinking_seeds.flows.cli import app
 
 pytestmark = pytest.mark.slow
 

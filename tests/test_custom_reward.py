@@ -6,12 +6,12 @@ import textwrap
 
 import pytest
 
-from ts_core.config import ConfigError, load_config
-from ts_core.data import Message, Prompt, load_dataset
-from ts_core.loop import train
-from ts_core.parquet_io import read_table
-from ts_core.rewards import Verifier
-from ts_core.run_dir import RunDir
+from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.data.sources import Message, Prompt, load_dataset
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store.parquet_io import read_table
+from thinking_seeds.data.rewards import Verifier
+from thinking_seeds.store.run_dir import RunDir
 
 MODULE = '''
 import time

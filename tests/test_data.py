@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ts_core.chain_sum import compact, evaluate, question, solution, strategy_of
-from ts_core.data import build_chain_sum_splits, expressions_of, load_dataset, warmup_corpus
-from ts_core.parquet_io import DataError, content_hash, read_table, write_table_atomic
-from ts_core.schemas import DATASET_SCHEMA
+from thinking_seeds.data.chain_sum import compact, evaluate, question, solution, strategy_of
+from thinking_seeds.data.sources import build_chain_sum_splits, expressions_of, load_dataset, warmup_corpus
+from thinking_seeds.store.parquet_io import DataError, content_hash, read_table, write_table_atomic
+from thinking_seeds.store.schemas import DATASET_SCHEMA
 
 def _expr(q: str) -> str:
     return q.removeprefix("Compute ").removesuffix(". Answer in \\boxed{}.")

@@ -23,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ts_core.run_dir import RunDir
+from thinking_seeds.store.run_dir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 PREFECT = str(Path(sys.executable).parent / "prefect")

@@ -22,13 +22,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ts_core.config import ConfigError, load_config
-from ts_core.loop import run_prepare, run_stage
-from ts_core.models import DeviceError, resolve_device
-from ts_core.parquet_io import read_table, write_table_atomic
-from ts_core.run_dir import RunDir
-from ts_core.schemas import ROLLOUT_SCHEMA
-from ts_core.stages import Session, accelerate_command, update
+from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.pipeline.loop import run_prepare, run_stage
+from thinking_seeds.engine.models import DeviceError, resolve_device
+from thinking_seeds.store.parquet_io import read_table, write_table_atomic
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
+from thinking_seeds.pipeline.stages import Session, accelerate_command, update
 
 REPO = Path(__file__).resolve().parent.parent
 UPDATE = ["update.micro_batch_size=8", "update.mini_batches=2", "update.lr=1e-3"]
@@ -164,10 +164,10 @@ def test_explicit_cpu_device_runs(tmp_path, tiny_overrides):
 
 def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
     """bf16 engine, bf16-autocast trainer with fp32 masters: finite loss and ratios, π_old recomputed."""
-    from ts_core.lora import load_policy
-    from ts_core.losses import Stats
-    from ts_core.trainer import autocast, load_batch, loss_settings, micro_loss, recompute_old_logprobs, schedule
-    from ts_core.scoring import score_responses
+    from thinking_seeds.engine.lora import load_policy
+    from thinking_seeds.algo.losses import Stats
+    from thinking_seeds.train.trainer import autocast, load_batch, loss_settings, micro_loss, recompute_old_logprobs, schedule
+    from thinking_seeds.engine.scoring import score_responses
 
     run, cfg, s = _verified(tmp_path, tiny_overrides + UPDATE + ["device=cpu", "update.mixed_precision=bf16"])
     try:

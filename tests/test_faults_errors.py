@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from ts_core.config import ConfigError, load_config, load_saved_config, parse_overrides, save_config
-from ts_core.data import load_dataset
-from ts_core.parquet_io import DataError, content_hash, read_table
+from thinking_seeds.flows.cli import app
+from thinking_seeds.config import ConfigError, load_config, load_saved_config, parse_overrides, save_config
+from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.store.parquet_io import DataError, content_hash, read_table
 
 runner = CliRunner()
 
@@ -105,7 +105,7 @@ def test_ts_train_refuses_a_wrongly_typed_data_set_in_one_line_and_writes_nothin
 def test_the_train_flow_refuses_a_bad_data_set_before_making_the_run_directory(tmp_path, runs_dir):
     """A deployment calls the flow without the CLI: the flow checks the files before its lock
     creates the run directory."""
-    from flows.train import train_flow
+    from thinking_seeds.flows.train import train_flow
 
     bad = write(tmp_path / "train.parquet", prompt=[1, 2])
     overrides = ["data.source=parquet", f"data.train_path={bad}", f"data.val_path={write(tmp_path / 'val.parquet')}"]
@@ -132,8 +132,8 @@ def test_a_data_set_without_rows_is_refused_naming_the_file(tmp_path):
 
 
 def test_prepare_refuses_an_empty_data_set_before_loading_the_model(tmp_path, monkeypatch):
-    from ts_core import stages
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.pipeline import stages
+    from thinking_seeds.store.run_dir import RunDir
 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded before the data set was checked")
@@ -250,9 +250,9 @@ def test_numbers_are_still_numbers(tmp_path):
 def test_vllm_load_weights_refuses_a_damaged_checkpoint(tmp_path, tiny_model_dir):
     """VLLMEngine.load_weights goes through checkpoints.verified() like HFEngine's: vLLM is never
     asked to load weights their manifest does not vouch for (no vLLM needed: the engine is a stub)."""
-    from ts_core.checkpoints import CheckpointError, save_checkpoint
-    from ts_core.models import load_model
-    from ts_core.vllm_engine import VLLMEngine
+    from thinking_seeds.store.checkpoints import CheckpointError, save_checkpoint
+    from thinking_seeds.engine.models import load_model
+    from thinking_seeds.engine.vllm_engine import VLLMEngine
 
     model, tok = load_model(tiny_model_dir)
     ckpt = save_checkpoint(model, tok, tmp_path / "policy", 1)
@@ -290,8 +290,8 @@ def umask_027():
 
 
 def test_report_and_sft_control_files_follow_the_umask(tmp_path, umask_027):
-    from ts_core.report import _write_atomic
-    from ts_core.sft_control import _write_json_atomic
+    from thinking_seeds.evals.report import _write_atomic
+    from thinking_seeds.experiments.sft_control import _write_json_atomic
 
     (tmp_path / "plain").write_text("x")
     expected = stat.S_IMODE((tmp_path / "plain").stat().st_mode)

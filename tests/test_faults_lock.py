@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ts_core.run_dir import RunDir, RunLockedError
+from thinking_seeds.store.run_dir import RunDir, RunLockedError
 
 REPO = Path(__file__).resolve().parent.parent
 RACERS = 12
@@ -26,7 +26,7 @@ RACERS = 12
 _RACER = r"""
 import sys, time
 from pathlib import Path
-from ts_core.run_dir import RunDir, RunLockedError
+from thinking_seeds.store.run_dir import RunDir, RunLockedError
 run = RunDir(Path(sys.argv[1]))
 start = float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))
@@ -81,7 +81,7 @@ def test_many_simultaneous_starts_have_exactly_one_owner(tmp_path, stale):
 def test_live_owner_refused_then_taken_over_when_it_dies(tmp_path):
     run = RunDir.for_run("r", tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys,time; from pathlib import Path; from ts_core.run_dir import RunDir; "
+        [sys.executable, "-c", "import sys,time; from pathlib import Path; from thinking_seeds.store.run_dir import RunDir; "
          "RunDir(Path(sys.argv[1])).acquire_lock(); print('held', flush=True); time.sleep(60)", str(run.root)],
         stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:
@@ -128,9 +128,9 @@ def test_takeover_removes_what_a_killed_writer_left(tmp_path):
 def test_files_and_folders_respect_the_umask(tmp_path, umask, tiny_model_dir):
     import pyarrow as pa
 
-    from ts_core.checkpoints import save_checkpoint
-    from ts_core.models import load_model
-    from ts_core.parquet_io import write_table_atomic
+    from thinking_seeds.store.checkpoints import save_checkpoint
+    from thinking_seeds.engine.models import load_model
+    from thinking_seeds.store.parquet_io import write_table_atomic
 
     model, tok = load_model(tiny_model_dir)
     old = os.umask(umask)

@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 _OWNER = r"""
 import subprocess, sys, time
 from pathlib import Path
-from ts_core.rewards import Verifier
-from ts_core.run_dir import RunDir
+from thinking_seeds.data.rewards import Verifier
+from thinking_seeds.store.run_dir import RunDir
 
 if __name__ == "__main__":
     RunDir(Path(sys.argv[1])).acquire_lock()

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 from _synthetic_run import make_run, snapshot_files
 
-from ts_core.sql import QueryError, connect, query
+from thinking_seeds.store.sql import QueryError, connect, query
 
 REPO = Path(__file__).resolve().parent.parent
 # 10^15 pairs against a 10^5-row build side: streams in little memory and never ends

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from ts_core import checkpoints
-from ts_core.checkpoints import CheckpointError, save_checkpoint, verify_checkpoint
-from ts_core.config import load_config
-from ts_core.loop import train
-from ts_core.models import load_model
-from ts_core.rollout import HFEngine
-from ts_core.run_dir import RunDir
+from thinking_seeds.store import checkpoints
+from thinking_seeds.store.checkpoints import CheckpointError, save_checkpoint, verify_checkpoint
+from thinking_seeds.config import load_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.engine.models import load_model
+from thinking_seeds.engine.rollout import HFEngine
+from thinking_seeds.store.run_dir import RunDir
 
 
 def flip_byte(path: Path, offset: int | None = None) -> None:
@@ -105,7 +105,7 @@ def test_resume_redoes_a_damaged_step(runs_dir, tiny_overrides, where):
 def test_ts_check_names_the_damage_and_the_stage_to_redo(runs_dir, tiny_overrides):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from thinking_seeds.flows.cli import app
 
     cfg = load_config("tiny", tiny_overrides)
     run = train(RunDir.for_run("chk", runs_dir), cfg)

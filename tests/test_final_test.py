@@ -1,12 +1,12 @@
-"""`python -m ts_core.loop --final-test`: a comparison run evaluates its final policy (and θ_0) on the
+"""`python -m thinking_seeds.pipeline.loop --final-test`: a comparison run evaluates its final policy (and θ_0) on the
 whole test split right after training, so a comparison stopped half-way has test numbers."""
 
 import pyarrow.parquet as pq
 from conftest import TINY_OVERRIDES
 
-from ts_core.compare import FINAL_TEST_STAGE
-from ts_core.loop import main
-from ts_core.run_dir import RunDir
+from thinking_seeds.experiments.compare import FINAL_TEST_STAGE
+from thinking_seeds.pipeline.loop import main
+from thinking_seeds.store.run_dir import RunDir
 
 
 def test_final_test_after_training(tmp_path, tiny_model_dir, capsys):

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ts_core.config import load_config
-from ts_core.loop import train
-from ts_core.models import load_model
-from ts_core.parquet_io import read_table
-from ts_core.run_dir import RunDir
-from ts_core.scoring import score_responses
+from thinking_seeds.config import load_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.engine.models import load_model
+from thinking_seeds.store.parquet_io import read_table
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.engine.scoring import score_responses
 
 SMALL = [
     "iterations=2", "rollout.prompts_per_iteration=6", "rollout.group_size=6",

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ts_core.losses import LossInputs, LossSettings, aggregate, compute_policy_loss, kl_penalty
+from thinking_seeds.algo.losses import LossInputs, LossSettings, aggregate, compute_policy_loss, kl_penalty
 
 
 def make_inputs(logprobs, old=None, behaviour=None, adv=(1.0,), mask=None, prefix=None, seeded=None, entropy=None):

@@ -4,7 +4,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from ts_core.metrics import (
+from thinking_seeds.algo.metrics import (
     avg_at_k,
     distinct_n,
     effective_entropy,

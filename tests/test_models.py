@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from ts_core.chain_sum import CHARSET, question, solution
-from ts_core.models import BUILTIN_MODELS, ModelError, char_tokenizer, count_params, encode_prompt, load_model, resolve_model_path
+from thinking_seeds.data.chain_sum import CHARSET, question, solution
+from thinking_seeds.engine.models import ModelError, builtin_model_path, char_tokenizer, count_params, encode_prompt, load_model, resolve_model_path
 
 
 def test_char_tokenizer_round_trip():
@@ -23,7 +23,7 @@ def test_bundled_tiny_model_is_a_standard_llama():
     model, tok = load_model("builtin:tiny")
     assert type(model).__name__ == "LlamaForCausalLM"
     assert 0.5e6 < count_params(model) < 1.5e6
-    report = json.loads((BUILTIN_MODELS["tiny"] / "warmup_report.json").read_text())
+    report = json.loads((builtin_model_path("tiny") / "warmup_report.json").read_text())
     assert report["chosen_step"] > 0 and report["in_target_band"]
     with torch.no_grad():
         out = model(input_ids=torch.tensor([encode_prompt(tok, [{"role": "user", "content": question("1+2")}])]))
@@ -41,7 +41,7 @@ def test_errors_say_what_to_do(tmp_path):
 
 
 def test_warmup_builds_a_loadable_model(tmp_path):
-    from ts_core.warmup import build_tiny_model
+    from thinking_seeds.train.warmup import build_tiny_model
 
     out = tmp_path / "m"
     rep = build_tiny_model(out, steps=4, corpus_size=300, eval_from=2, eval_every=2, eval_prompts=4, eval_samples=2)

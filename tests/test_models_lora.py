@@ -11,12 +11,12 @@ from hf_models import build
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from ts_core.config import ConfigError, load_config
-from ts_core.export import export_policy
-from ts_core.lora import merged_state_dict
-from ts_core.loop import train
-from ts_core.parquet_io import read_table
-from ts_core.run_dir import RunDir
+from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.pipeline.export import export_policy
+from thinking_seeds.engine.lora import merged_state_dict
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store.parquet_io import read_table
+from thinking_seeds.store.run_dir import RunDir
 
 # A reward the random models earn about half the time, so advantages (and gradients) are not zero.
 REWARD = '''
@@ -103,7 +103,7 @@ def test_lora_target_that_does_not_exist(tmp_path, reward_module):
 
 
 def test_model_directory_without_weights_tokenizer_or_template(tmp_path):
-    from ts_core.models import ModelError, load_model
+    from thinking_seeds.engine.models import ModelError, load_model
 
     path = build(tmp_path / "m", "llama")
     (path / "model.safetensors").rename(tmp_path / "w")

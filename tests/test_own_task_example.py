@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from hf_models import build
 
-from ts_core.config import load_config
-from ts_core.data import load_dataset
-from ts_core.loop import train
-from ts_core.parquet_io import read_table
-from ts_core.run_dir import RunDir
+from thinking_seeds.config import load_config
+from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store.parquet_io import read_table
+from thinking_seeds.store.run_dir import RunDir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "docs/examples/own-task"

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ts_core.parquet_io import DataError, content_hash, read_table, write_table_atomic
-from ts_core.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+from thinking_seeds.store.parquet_io import DataError, content_hash, read_table, write_table_atomic
+from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
 
 
 def _rollouts(n: int = 3) -> pa.Table:

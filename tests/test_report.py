@@ -1,4 +1,4 @@
-"""ts_core.report / flows.report: the Markdown report and its plots over a hand-made run."""
+"""thinking_seeds.evals.report / flows.report: the Markdown report and its plots over a hand-made run."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 import pytest
 from _synthetic_run import make_run
 
-from ts_core.parquet_io import DataError
-from ts_core.report import PLOTS, format_cell, write_report
+from thinking_seeds.store.parquet_io import DataError
+from thinking_seeds.evals.report import PLOTS, format_cell, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -64,7 +64,7 @@ def test_report_of_an_empty_run(tmp_path):
 
 def test_report_flow_wraps_write_report(report, monkeypatch):
     pytest.importorskip("prefect")
-    from flows.report import report_flow
+    from thinking_seeds.flows.report import report_flow
 
     base, path = report
     monkeypatch.setenv("TS_RUNS_DIR", str(base))

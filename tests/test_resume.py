@@ -4,7 +4,7 @@
 
 Each case runs `tests/resume_driver.py` in its own process group, lets it block inside the stage
 (at the atomic rename that would publish the stage's output), SIGKILLs the group, and re-runs it.
-Both the plain loop (`ts_core.loop.train`) and the Prefect flow (`flows.train.train_flow`) are covered.
+Both the plain loop (`thinking_seeds.pipeline.loop.train`) and the Prefect flow (`flows.train.train_flow`) are covered.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ts_core.config import load_config
-from ts_core.loop import train
-from ts_core.parquet_io import read_table
-from ts_core.run_dir import RunDir
+from thinking_seeds.config import load_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store.parquet_io import read_table
+from thinking_seeds.store.run_dir import RunDir
 
 DRIVER = Path(__file__).resolve().parent / "resume_driver.py"
 RUN_ID = "resume"

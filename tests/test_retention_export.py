@@ -6,10 +6,10 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from flows.cli import app
-from ts_core.config import load_config
-from ts_core.loop import train
-from ts_core.run_dir import RunDir
+from thinking_seeds.flows.cli import app
+from thinking_seeds.config import load_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store.run_dir import RunDir
 
 SMALL = ["rollout.prompts_per_iteration=4", "data.train_size=40", "data.val_size=8", "data.test_size=8",
          "eval.prompts=4", "eval.samples=2", "eval.every=2", "eval.seeded=false", "algorithm=grpo",

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ts_core.chain_sum import solution
-from ts_core.data import Message, Prompt, build_chain_sum_splits, load_dataset
-from ts_core.rewards import STATUSES, Verdict, Verifier, count_statuses, last_boxed
+from thinking_seeds.data.chain_sum import solution
+from thinking_seeds.data.sources import Message, Prompt, build_chain_sum_splits, load_dataset
+from thinking_seeds.data.rewards import STATUSES, Verdict, Verifier, count_statuses, last_boxed
 
 # sympy evaluates nested factorials of 9 for ever, in Python code an alarm can interrupt
 SLOW_ANSWER = "so \\boxed{9!!!!}"

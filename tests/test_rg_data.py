@@ -5,10 +5,10 @@ from collections import Counter
 
 import pytest
 
-from ts_core.config import ConfigError, load_config
-from ts_core.data import load_dataset
-from ts_core.rewards import Verifier
-from ts_core.rg_data import INSTRUCTION, build_reasoning_gym_splits
+from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.data.rewards import Verifier
+from thinking_seeds.data.rg_data import INSTRUCTION, build_reasoning_gym_splits
 
 TASKS = "data.tasks=[{name: countdown, weight: 3, config: {min_numbers: 3, max_numbers: 3}}, {name: basic_arithmetic, weight: 1}]"
 

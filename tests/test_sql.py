@@ -1,4 +1,4 @@
-"""ts_core.sql: views over a hand-made run, the named queries' numbers, and read-only enforcement."""
+"""thinking_seeds.store.sql: views over a hand-made run, the named queries' numbers, and read-only enforcement."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 from _synthetic_run import EVAL, ITERATIONS, POPS, clipfrac, entropy, make_run, rollout_rows, snapshot_files
 
-from ts_core.parquet_io import DataError
-from ts_core.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
-from ts_core.sql import NAMED_QUERIES, QueryError, connect, query, run_named, view_columns
+from thinking_seeds.store.parquet_io import DataError
+from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, query, run_named, view_columns
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import struct
 
 import pytest
 
-from ts_core.config import ConfigError, load_config
-from ts_core.loop import train
-from ts_core.run_dir import RunDir
-from ts_core.sql import connect, query
+from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.sql import connect, query
 
 pytestmark = pytest.mark.slow  # three trackers' start-up (~40 s on a loaded machine): CI's slow step
 

@@ -17,14 +17,14 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from flows.evaluate import evaluate_flow
-from flows.train import train_flow
-from tasks.common import RESULTS_DIRNAME, StageCachePolicy, artifact_key
-from ts_core.config import load_saved_config
-from ts_core.parquet_io import read_table, write_table_atomic
-from ts_core.run_dir import RunDir
-from ts_core.schemas import ROLLOUT_SCHEMA
-from ts_core.stages import STAGES
+from thinking_seeds.flows.evaluate import evaluate_flow
+from thinking_seeds.flows.train import train_flow
+from thinking_seeds.tasks.common import RESULTS_DIRNAME, StageCachePolicy, artifact_key
+from thinking_seeds.config import load_saved_config
+from thinking_seeds.store.parquet_io import read_table, write_table_atomic
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
+from thinking_seeds.pipeline.stages import STAGES
 
 RUN_ID = "flow_test"
 

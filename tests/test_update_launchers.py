@@ -21,12 +21,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ts_core.config import load_config
-from ts_core.loop import run_prepare, run_stage
-from ts_core.parquet_io import read_table, write_table_atomic
-from ts_core.run_dir import RunDir
-from ts_core.schemas import ROLLOUT_SCHEMA
-from ts_core.stages import Session, accelerate_command, update
+from thinking_seeds.config import load_config
+from thinking_seeds.pipeline.loop import run_prepare, run_stage
+from thinking_seeds.store.parquet_io import read_table, write_table_atomic
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
+from thinking_seeds.pipeline.stages import Session, accelerate_command, update
 
 # Two mini-batches of 4-sequence micro-batches: several optimizer steps and gradient accumulation.
 UPDATE = ["update.micro_batch_size=4", "update.mini_batches=2", "update.lr=1e-3", "loss.entropy_coeff=0.01"]
@@ -70,7 +70,7 @@ def test_accelerate_command_uses_gloo_ddp_on_cpu(verified_run, tmp_path):
     c.update.launcher, c.update.num_processes = "accelerate", 2
     cmd = accelerate_command(run, c, 0, tmp_path / "m.json", None)
     assert cmd[cmd.index("--num_processes") + 1] == "2" and "--multi_gpu" in cmd  # `--cpu` alone runs one
-    assert "--cpu" in cmd[cmd.index("ts_core.trainer"):]  # the trainer's flag: Accelerator(cpu=True)
+    assert "--cpu" in cmd[cmd.index("thinking_seeds.train.trainer"):]  # the trainer's flag: Accelerator(cpu=True)
 
 
 def test_one_and_two_processes_match_in_process(verified_run, tmp_path):
@@ -112,7 +112,7 @@ def test_kill_9_of_the_run_stops_its_accelerate_update(tmp_path, tiny_overrides,
     marker = str(tmp_path / "runs" / "orphan" / "policy")  # in the trainer's command line
     try:
         deadline = time.monotonic() + 300
-        while len(_procs_with("ts_core.trainer")) == 0 or not _procs_with(marker):
+        while len(_procs_with("thinking_seeds.train.trainer")) == 0 or not _procs_with(marker):
             assert proc.poll() is None, "the run ended before its update could be caught"
             assert time.monotonic() < deadline, "no accelerate update started"
             time.sleep(0.05)

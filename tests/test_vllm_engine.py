@@ -24,12 +24,12 @@ vllm = pytest.importorskip("vllm")
 
 torch.set_num_threads(1)
 
-from ts_core.chain_sum import CHARSET  # noqa: E402
-from ts_core.config import load_config  # noqa: E402
-from ts_core.models import char_tokenizer, load_model, tiny_llama  # noqa: E402
-from ts_core.rollout import SamplingParams  # noqa: E402
-from ts_core.scoring import score_responses  # noqa: E402
-from ts_core.vllm_engine import VLLMEngine  # noqa: E402
+from thinking_seeds.data.chain_sum import CHARSET  # noqa: E402
+from thinking_seeds.config import load_config  # noqa: E402
+from thinking_seeds.engine.models import char_tokenizer, load_model, tiny_llama  # noqa: E402
+from thinking_seeds.engine.rollout import SamplingParams  # noqa: E402
+from thinking_seeds.engine.scoring import score_responses  # noqa: E402
+from thinking_seeds.engine.vllm_engine import VLLMEngine  # noqa: E402
 
 TOL = 1e-4  # float32 on both sides
 
@@ -176,11 +176,11 @@ def test_top_p_is_refused(engine, hf):
 
 
 def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
-    """`ts_core.loop.train` end to end with rollout.engine=vllm; the recorded log-probs are the ones
+    """`thinking_seeds.pipeline.loop.train` end to end with rollout.engine=vllm; the recorded log-probs are the ones
     the trainer recomputes (on-policy: θ_k; seeds: the historical checkpoint's)."""
-    from ts_core.loop import train
-    from ts_core.parquet_io import read_table
-    from ts_core.run_dir import RunDir
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.parquet_io import read_table
+    from thinking_seeds.store.run_dir import RunDir
 
     engine.close()  # one engine at a time in this process (each holds its own KV cache)
     base = _save_tiny(tmp_path / "base", 3)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
+from thinking_seeds.assets import PRESETS_DIR  # package data: data/presets in a checkout
 
 
 class ConfigError(ValueError):
@@ -77,7 +77,7 @@ class RewardConfig(_Section):
         if self.backend == "custom":
             if not self.fn:
                 raise ValueError("reward.backend=custom needs reward.fn=package.module:function")
-            from .rewards import load_reward_fn  # imports the user's module: a typo fails here, before any work
+            from thinking_seeds.plugins import load_reward_fn  # imports the user's module: a typo fails here, before any work
 
             load_reward_fn(self.fn)
         elif self.fn:
@@ -120,7 +120,7 @@ class DataConfig(_Section):
             if not self.tasks:
                 raise ValueError("data.source=reasoning_gym needs data.tasks, e.g. "
                                  "--set 'data.tasks=[{name: countdown}, {name: basic_arithmetic, weight: 2}]'")
-            from .rg_data import check_task_names  # imports reasoning-gym: only for this source
+            from thinking_seeds.plugins import check_task_names  # imports reasoning-gym: only for this source
 
             names = [t.name for t in self.tasks]
             if len(set(names)) != len(names):
@@ -345,7 +345,7 @@ class RunConfig(_Section):
             raise ValueError(f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)")
         if self.prefix.source == "dataset" and self.algorithm != "luffy":
             raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")
-        from .tracking import check_loggers  # a tracker whose package is missing fails here, before any work
+        from thinking_seeds.plugins import check_loggers  # a tracker whose package is missing fails here, before any work
 
         check_loggers(self.logger)
         if self.data.source in ("reasoning_gym", "countdown") and self.reward.backend == "math_verify":

@@ -1,0 +1,482 @@
+"""The verifier: reward each response against its prompt's ground truth, with a status per item.
+
+    with Verifier(backend="math_verify", timeout_s=5.0, workers=1) as v:
+        verdicts = v.score_batch(responses, prompts)      # list[Verdict], same order
+        counts = count_statuses(verdicts)                  # {'ok': .., 'wrong': .., ...}
+
+Status (SPEC §2 step 4): ok (correct) | wrong | no_answer (no `\\boxed{...}`) | timeout | error.
+A timeout or a checker failure is never a silent 0 reward with status 'wrong': it is counted.
+
+Why worker processes: math-verify bounds its parse/verify time with `signal.alarm`, which only
+works in a process's main thread (it raises ValueError elsewhere), and a pathological answer can
+hang sympy. So scoring runs in a persistent spawn-context process pool, created lazily and reused
+across calls. Two layers of time limits:
+
+- inner, per item: each worker arms its own SIGALRM timer (`timeout_s`) around one item, in its
+  main thread, so one slow item costs at most `timeout_s` and is marked 'timeout'. math-verify's
+  own alarms are switched off so the two do not cancel each other.
+- outer, per batch: if no chunk finishes within `chunk_size * timeout_s + stall_slack_s`, a worker is stuck where signals cannot reach (C code holding the GIL). The pool is
+  killed and recreated; the items of the stuck chunks are retried one by one and an item that
+  stalls again is marked 'timeout'. A crashed worker is handled the same way ('error').
+
+Items go to the pool in chunks (default 16) so 128 responses cost 8 round trips, not 128.
+Answers are extracted in the caller (cheap), so responses without one never reach the pool.
+
+Note: spawn workers import the caller's `__main__` module; scripts that use a Verifier must guard
+their entry point with `if __name__ == "__main__":`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing
+import os
+import signal
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from thinking_seeds.plugins import load_reward_fn
+
+if TYPE_CHECKING:  # the worker imports this module: keep its import cheap
+    from thinking_seeds.data.sources import Prompt
+
+__all__ = ["BACKENDS", "STATUSES", "Status", "Verdict", "Verifier", "check_reward_fn", "count_statuses", "last_boxed",
+           "load_reward_fn"]
+
+Status = Literal["ok", "wrong", "no_answer", "timeout", "error"]
+STATUSES: tuple[Status, ...] = ("ok", "wrong", "no_answer", "timeout", "error")
+Backend = Literal["math_verify", "reasoning_gym", "custom"]
+BACKENDS: tuple[Backend, ...] = ("math_verify", "reasoning_gym", "custom")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """reward in [0, 1]; answer = content of the last \\boxed{...} (None when there is none);
+    detail = why, for 'timeout' and 'error' (the exception text), else None."""
+
+    reward: float
+    status: Status
+    answer: str | None
+    detail: str | None = None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` with balanced braces; None if absent, unclosed or empty."""
+    start = text.rfind("\\boxed{")
+    while start != -1:
+        depth = 0
+        for i in range(start + len("\\boxed"), len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    content = text[start + len("\\boxed{") : i].strip()
+                    return content or None
+        # Unclosed (e.g. a truncated response): an earlier, complete box may still be the answer.
+        start = text.rfind("\\boxed{", 0, start)
+    return None
+
+
+def count_statuses(verdicts: Sequence[Verdict]) -> dict[str, int]:
+    """{status: count} over all STATUSES (zeros included, so metric columns are stable)."""
+    counts = {s: 0 for s in STATUSES}
+    for v in verdicts:
+        counts[v.status] += 1
+    return counts
+
+
+# ----------------------------------------------------------------------------- worker side
+# An item sent to a worker: (answer, ground_truth, data_source, rg_entry JSON or None).
+_Item = tuple[str, str, str, "str | None"]
+# A worker's answer for one item: (reward, status, detail).
+_Result = tuple[float, str, "str | None"]
+
+
+class _ItemTimeout(BaseException):
+    # BaseException, not Exception: math-verify and sympy catch `Exception` broadly and would
+    # turn our timeout into a silent "not equal".
+    pass
+
+
+def _raise_item_timeout(signum: int, frame: Any) -> None:
+    raise _ItemTimeout()
+
+
+def _ping() -> bool:
+    return True
+
+
+def _exit_with_parent() -> None:
+    """In a worker: exit as soon as the process that spawned it is gone (kill -9 included).
+
+    multiprocessing hands every spawned child a sentinel pipe of its parent; waiting on it costs
+    nothing and wakes exactly when the parent dies, whichever thread started the pool (the
+    PR_SET_PDEATHSIG alternative fires when that *thread* ends, which would kill a pool built by a
+    short-lived Prefect task thread).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def wait_then_exit() -> None:
+        parent.join()
+        os._exit(1)
+
+    threading.Thread(target=wait_then_exit, daemon=True, name="ts-exit-with-parent").start()
+
+
+def check_reward_fn(path: str, prompt: "Prompt") -> None:
+    """Call the user's function once on a real row (an empty response): ValueError in one line if
+    it raises or returns anything but a number, a dict with a numeric 'score', or None."""
+    fn = load_reward_fn(path)
+    extra = {"prompt_id": prompt.prompt_id, "rg_entry": prompt.rg_entry}
+    try:
+        out = fn(prompt.data_source, "", prompt.ground_truth, extra)
+    except Exception as e:
+        raise ValueError(f"reward.fn={path!r} raised {type(e).__name__}: {e} on an empty response to prompt "
+                         f"{prompt.prompt_id}; it must return a score (0 for a wrong or empty answer)") from None
+    score = out.get("score") if isinstance(out, dict) else out
+    if out is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+        raise ValueError(f"reward.fn={path!r} returned {type(out).__name__} {str(out)[:60]!r}; expected a number, a dict "
+                         "with a numeric 'score', or None (no answer)")
+
+
+_custom_fn: Any = None
+
+
+def _score_custom(text: str, ground_truth: str, data_source: str, extra_json: str | None) -> _Result:
+    out = _custom_fn(data_source, text, ground_truth, json.loads(extra_json or "{}"))
+    if out is None:
+        return 0.0, "no_answer", None
+    score = out.get("score") if isinstance(out, dict) else out
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        return 0.0, "error", (f"the reward function returned {type(out).__name__} {str(out)[:80]!r}; expected a finite "
+                              "number, a dict with a numeric 'score', or None")
+    return float(score), ("ok" if score >= 1.0 else "wrong"), None
+
+
+def _worker_init(backend: Backend, fn: str | None = None) -> None:
+    _exit_with_parent()
+    if backend == "custom":
+        global _custom_fn
+        _custom_fn = load_reward_fn(fn or "")
+        return
+    # We pass parsing_timeout=None / timeout_seconds=None (our own alarm bounds each item); that
+    # makes math-verify warn once per process that it has no timeout. It is handled: silence it.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    # Pay imports and lazy initialisation (sympy, the LaTeX grammar) at start-up, so the first
+    # item's alarm does not count them and a small timeout_s cannot fail it spuriously.
+    if backend == "math_verify":
+        _score_math_verify("1", "1")
+    else:
+        import reasoning_gym  # noqa: F401
+
+
+_rg_score_fns: dict[str, Any] = {}
+
+
+def _rg_score_fn(data_source: str) -> Any:
+    fn = _rg_score_fns.get(data_source)
+    if fn is None:
+        import reasoning_gym
+
+        # Builds the data set with its default config once per worker; called outside the item's
+        # alarm because some data sets load files when built.
+        fn = _rg_score_fns[data_source] = reasoning_gym.get_score_answer_fn(data_source)
+    return fn
+
+
+def _score_math_verify(answer: str, ground_truth: str) -> _Result:
+    from math_verify import parse, verify
+
+    gold_text = ground_truth if "\\boxed" in ground_truth else f"\\boxed{{{ground_truth}}}"
+    gold = parse(gold_text, parsing_timeout=None)  # type: ignore[arg-type]
+    if not gold:
+        return 0.0, "error", f"math-verify cannot parse the ground truth {ground_truth!r}"
+    pred = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)  # type: ignore[arg-type]
+    # Gold first: verify() is asymmetric (e.g. set/interval relations are judged from the gold).
+    ok = verify(gold, pred, timeout_seconds=None)
+    return (1.0, "ok", None) if ok else (0.0, "wrong", None)
+
+
+def _score_reasoning_gym(answer: str, score_fn: Any, rg_entry: str, partial_credit: bool = True) -> _Result:
+    reward = float(score_fn(answer, json.loads(rg_entry)))
+    if not partial_credit:  # e.g. countdown's 0.05 for "right numbers, wrong value" becomes 0
+        reward = 1.0 if reward >= 1.0 else 0.0
+    # reasoning-gym gives partial credit for some tasks: the reward is kept, 'ok' means full.
+    return reward, ("ok" if reward >= 1.0 else "wrong"), None
+
+
+def _score_chunk(backend: Backend, items: list[_Item], timeout_s: float, partial_credit: bool = True) -> list[_Result]:
+    """Runs in a worker's main thread: score items one by one, each under its own alarm.
+
+    For the custom backend an item's first field is the whole response and its last the
+    extra_info JSON (prompt id, reasoning-gym entry)."""
+    previous = signal.signal(signal.SIGALRM, _raise_item_timeout)
+    results: list[_Result] = []
+    try:
+        for answer, ground_truth, data_source, rg_entry in items:
+            try:
+                score_fn = _rg_score_fn(data_source) if backend == "reasoning_gym" else None
+                signal.setitimer(signal.ITIMER_REAL, timeout_s)
+                try:
+                    if backend == "custom":
+                        result = _score_custom(answer, ground_truth, data_source, rg_entry)
+                    elif score_fn is None:
+                        result = _score_math_verify(answer, ground_truth)
+                    else:
+                        result = _score_reasoning_gym(answer, score_fn, rg_entry or "{}", partial_credit)
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            except _ItemTimeout:
+                result = (0.0, "timeout", f"{backend} took longer than {timeout_s} s on answer {answer[:80]!r}")
+            except Exception as e:  # a checker bug or bad input: counted as 'error', with the reason
+                result = (0.0, "error", f"{type(e).__name__}: {e}"[:500])
+            results.append(result)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return results
+
+
+# ----------------------------------------------------------------------------- caller side
+@dataclass
+class _Unit:
+    """A chunk of item indices sent as one task; `last_chance` units are singletons being retried
+    after a stall or crash: failing again gives the item its final status."""
+
+    indices: list[int]
+    last_chance: bool = False
+
+
+class Verifier:
+    """Scores responses in a persistent worker pool. Thread-safe; call `close()` (or use `with`)."""
+
+    def __init__(
+        self,
+        backend: Backend = "math_verify",
+        timeout_s: float = 5.0,
+        workers: int = 1,
+        chunk_size: int = 16,
+        startup_grace_s: float = 60.0,
+        stall_slack_s: float = 5.0,
+        partial_credit: bool = True,
+        fn: str | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown verifier backend {backend!r}; expected one of {BACKENDS}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if workers < 1 or chunk_size < 1:
+            raise ValueError(f"workers and chunk_size must be >= 1, got {workers} and {chunk_size}")
+        if (backend == "custom") != (fn is not None):
+            raise ValueError("the custom verifier backend needs fn='package.module:function' (and only it takes one)")
+        self.backend: Backend = backend
+        self.fn = fn
+        # reasoning_gym only: keep a checker's partial credit as the reward, or score 1 / 0.
+        self.partial_credit = partial_credit
+        self.timeout_s = float(timeout_s)
+        self.workers = workers
+        self.chunk_size = chunk_size
+        # A new pool spawns interpreters and imports math-verify/sympy: seconds on a loaded
+        # 2-core machine. It gets this long to answer a ping before it counts as broken.
+        self.startup_grace_s = startup_grace_s
+        self.stall_slack_s = stall_slack_s
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut the worker pool down (a later score_batch starts a new one)."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        """The live pool, or a new one whose every worker has started and imported math-verify."""
+        if self._pool is not None:
+            return self._pool
+        pool = ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_init,
+            initargs=(self.backend, self.fn),
+        )
+        self._pool = pool
+        # One ping per worker spawns them all now (3.11 spawns a worker per submit while none is
+        # idle). Start-up failures surface here as one clear error instead of every item scored
+        # 'error', and later stall windows need no start-up allowance.
+        pings = [pool.submit(_ping) for _ in range(self.workers)]
+        done, not_done = wait(pings, timeout=self.startup_grace_s)
+        failure = next((f.exception() for f in done if f.exception() is not None), None)
+        if not_done or failure is not None:
+            self._kill_pool()
+            why = f"did not start within {self.startup_grace_s} s" if failure is None else f"failed: {failure!r}"
+            raise RuntimeError(
+                f"verifier worker pool {why}. Workers are spawned processes that import "
+                "thinking_seeds.data.rewards and math_verify, and the caller's __main__ module: guard a "
+                "script's entry point with `if __name__ == '__main__':`, and check that "
+                "math-verify imports in this environment"
+            ) from failure
+        return pool
+
+    def _kill_pool(self) -> None:
+        # shutdown() cannot stop a running task, and a stuck worker would never exit; kill the
+        # processes first. (_processes is private, but 3.11 has no public way: 3.14 adds
+        # kill_workers().)
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """PIDs of the live worker processes (empty before the first call and after close())."""
+        # No lock: a monitoring thread must not wait for a running batch.
+        procs = dict(getattr(self._pool, "_processes", None) or {})
+        return sorted(p.pid for p in procs.values() if p.is_alive())
+
+    # -- scoring
+    def _check_inputs(self, responses: Sequence[str], prompts: Sequence[Prompt]) -> None:
+        if len(responses) != len(prompts):
+            raise ValueError(f"score_batch: {len(responses)} responses but {len(prompts)} prompts; pass one prompt per response")
+        if self.backend == "reasoning_gym":
+            from reasoning_gym.factory import DATASETS
+
+            for p in prompts:
+                if p.rg_entry is None:
+                    raise ValueError(
+                        f"prompt {p.prompt_id} has no rg_entry (extra_info.rg_entry), which the "
+                        "'reasoning_gym' backend needs; use backend='math_verify' or build the data "
+                        "with thinking_seeds.data.sources"
+                    )
+                if p.data_source not in DATASETS:
+                    raise ValueError(
+                        f"prompt {p.prompt_id}: data_source {p.data_source!r} is not a reasoning-gym "
+                        "data set; use backend='math_verify'"
+                    )
+
+    def score_batch(self, responses: Sequence[str], prompts: Sequence[Prompt]) -> list[Verdict]:
+        """One Verdict per response (same order); responses[i] answers prompts[i]."""
+        self._check_inputs(responses, prompts)
+        answers = [last_boxed(r) for r in responses]
+        if self.backend == "custom":  # the user's function sees the whole response and decides
+            verdicts: list[Verdict | None] = [None] * len(responses)
+            items: dict[int, _Item] = {
+                i: (r, prompts[i].ground_truth, prompts[i].data_source,
+                    json.dumps({"prompt_id": prompts[i].prompt_id, "rg_entry": prompts[i].rg_entry}))
+                for i, r in enumerate(responses)
+            }
+        else:
+            verdicts = [Verdict(0.0, "no_answer", None) if a is None else None for a in answers]
+            items = {
+                i: (a, prompts[i].ground_truth, prompts[i].data_source, prompts[i].rg_entry)
+                for i, a in enumerate(answers)
+                if a is not None
+            }
+        if items:
+            with self._lock:
+                results = self._run(items)
+            for i, (reward, status, detail) in results.items():
+                verdicts[i] = Verdict(reward, status, answers[i], detail)  # type: ignore[arg-type]
+        assert all(v is not None for v in verdicts)
+        return verdicts  # type: ignore[return-value]
+
+    def _run(self, items: dict[int, _Item]) -> dict[int, _Result]:
+        indices = list(items)
+        size = min(self.chunk_size, max(1, math.ceil(len(indices) / self.workers)))
+        queue = [_Unit(indices[k : k + size]) for k in range(0, len(indices), size)]
+        results: dict[int, _Result] = {}
+
+        def give_up_or_split(unit: _Unit, status: str, detail: str) -> list[_Unit]:
+            if unit.last_chance:
+                results[unit.indices[0]] = (0.0, status, detail)
+                return []
+            return [_Unit([i], last_chance=True) for i in unit.indices]
+
+        while queue:
+            pool = self._get_pool()
+            futures: dict[Future[list[_Result]], _Unit] = {}
+            try:
+                for unit in queue:
+                    payload = [items[i] for i in unit.indices]
+                    futures[pool.submit(_score_chunk, self.backend, payload, self.timeout_s, self.partial_credit)] = unit
+            except BrokenProcessPool:
+                # A worker died between calls (killed, OOM): nothing of this round ran; redo it.
+                self._kill_pool()
+                continue
+            # Every item is bounded by its worker's alarm, so some chunk must finish within this
+            # window; the slack covers IPC and scheduling on a busy machine.
+            window = max(len(u.indices) for u in queue) * self.timeout_s + self.stall_slack_s
+            queue = []
+            pending = set(futures)
+            broken = False
+            while pending:
+                done, pending = wait(pending, timeout=window, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    unit = futures[fut]
+                    try:
+                        for i, r in zip(unit.indices, fut.result()):
+                            results[i] = r
+                    except BrokenProcessPool as e:
+                        broken = True
+                        queue += give_up_or_split(unit, "error", f"verifier worker crashed: {e}")
+                if not done:  # stalled: a worker is stuck beyond the reach of its own alarm
+                    for fut in pending:
+                        unit = futures[fut]
+                        if fut.running():
+                            detail = f"verifier worker stalled for {window:.0f} s; pool restarted"
+                            queue += give_up_or_split(unit, "timeout", detail)
+                        else:
+                            queue.append(unit)  # never started: innocent, resubmit as is
+                    broken = True
+                    break
+            if broken:
+                self._kill_pool()
+        return results
+
+
+# ----------------------------------------------------------------------------- one pool per process
+_SHARED: dict[tuple, Verifier] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_verifier(backend: Backend = "math_verify", partial_credit: bool = True, fn: str | None = None,
+                    timeout_s: float = 5.0) -> Verifier:
+    """The process-wide Verifier of `backend`, started once and reused by every stage.
+
+    Starting a pool spawns interpreters that import math-verify and sympy (~0.6 s, several
+    seconds on a loaded machine); per stage that was most of the verification time. The pool is
+    closed when the process exits.
+    """
+    with _SHARED_LOCK:
+        key = (backend, partial_credit, fn, timeout_s)
+        v = _SHARED.get(key)
+        if v is None:
+            v = _SHARED[key] = Verifier(backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s)
+            if len(_SHARED) == 1:
+                import atexit
+
+                atexit.register(close_shared_verifiers)
+        return v
+
+
+def close_shared_verifiers() -> None:
+    with _SHARED_LOCK:
+        for v in _SHARED.values():
+            v.close()
+        _SHARED.clear()

@@ -1,0 +1,184 @@
+"""Generation engines: sample continuations of token-id prompts and record their log-probs.
+
+Every engine answers one question: given token-id contexts (a prompt, or a prompt plus a seed
+prefix), sample a continuation under the *currently loaded* weights and return, for each sampled
+token, log π(token | context) at the sampling temperature (before top-p truncation, so that the
+trainer can recompute exactly the same number). Weight swaps between the current policy and
+historical checkpoints happen in place (`load_weights`), so one engine serves a whole stage.
+
+`HFEngine` is plain transformers with a KV cache; `thinking_seeds.engine.vllm_engine.VLLMEngine` (optional) has
+the same interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import torch
+from safetensors.torch import load_file
+
+from thinking_seeds.engine.lora import is_adapter, merged_state_dict
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    seed: int = 0
+
+
+@dataclass
+class Generation:
+    """One sampled continuation. `token_ids` excludes the context; `logprobs` aligns with it."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finished: bool  # ended with EOS (True) or hit max_new_tokens (False)
+
+
+class Engine(Protocol):
+    def load_weights(self, checkpoint_dir: str | Path) -> None: ...
+
+    def generate(
+        self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """Sample one continuation per context; `max_new[i]` caps row i (default params.max_new_tokens)."""
+        ...
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero the tail of each row outside the smallest set with mass >= top_p (renormalised later)."""
+    if top_p >= 1.0:
+        return probs
+    sorted_p, idx = probs.sort(dim=-1, descending=True)
+    cum = sorted_p.cumsum(-1)
+    drop = cum - sorted_p > top_p  # keep the token that crosses the threshold
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+
+
+class HFEngine:
+    """Batched sampling with a transformers causal LM on CPU or GPU.
+
+    Contexts are left-padded into one batch so all rows decode in lock-step with one KV cache;
+    rows that hit EOS keep running masked (cheaper than re-batching on a tiny model).
+    Everything runs on the model's device: the batch, the KV cache, the sampling generator and the
+    per-step tensors; only the finished tokens and log-probs come back to the CPU, once per batch.
+    Log-probs are taken from float32 logits whatever the weights' dtype (bf16 weights: bf16 matmuls).
+    """
+
+    def __init__(self, model, tokenizer, batch_size: int = 128):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.loaded_from: str | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def load_weights(self, checkpoint_dir: str | Path) -> None:
+        """Swap in another checkpoint's weights (same architecture) without rebuilding the model."""
+        checkpoint_dir = Path(checkpoint_dir)
+        files = [f for f in sorted(checkpoint_dir.glob("*.safetensors")) if f.name != "optimizer.safetensors"]
+        # Identity of the weights on disk, not just the path: a re-run may rewrite a directory.
+        tag = str(checkpoint_dir) + "|" + ",".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
+        if self.loaded_from == tag:
+            return
+        if (checkpoint_dir / "manifest.json").is_file():  # never swap in weights its manifest does not vouch for
+            from thinking_seeds.store.checkpoints import verified
+
+            verified(checkpoint_dir)
+        if is_adapter(checkpoint_dir):  # a LoRA step: base + adapters, merged by peft
+            state = merged_state_dict(checkpoint_dir, str(self.device))
+        else:
+            state = {k: v for f in files for k, v in load_file(str(f), device=str(self.device)).items()}
+        if not state:
+            raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        # Tied embeddings are saved once; anything else missing means another architecture.
+        missing = [k for k in missing if "lm_head" not in k]
+        if missing or unexpected:
+            raise ValueError(
+                f"checkpoint {checkpoint_dir} does not fit the engine's model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
+        self.loaded_from = tag
+
+    def set_model(self, model, tag: str | None = None) -> None:
+        """Generate with an in-memory model (e.g. the policy right after an update)."""
+        self.model = model.eval()
+        self.loaded_from = tag
+
+    @torch.no_grad()
+    def generate(
+        self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
+    ) -> list[Generation]:
+        limits = [params.max_new_tokens] * len(contexts) if max_new is None else [min(m, params.max_new_tokens) for m in max_new]
+        if len(limits) != len(contexts):
+            raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+        # One generator per call: the same (contexts, params.seed) give the same samples.
+        gen = torch.Generator(device=self.device).manual_seed(params.seed)
+        out: list[Generation] = []
+        for start in range(0, len(contexts), self.batch_size):
+            end = start + self.batch_size
+            out.extend(self._generate_batch(contexts[start:end], limits[start:end], params, gen))
+        return out
+
+    def _generate_batch(self, contexts, limits: list[int], params: SamplingParams, gen: torch.Generator) -> list[Generation]:
+        dev = self.device
+        B = len(contexts)
+        if max(limits) <= 0:
+            return [Generation([], [], False) for _ in contexts]
+        steps = max(limits)
+        L = max(len(c) for c in contexts)
+        if min(len(c) for c in contexts) == 0:
+            raise ValueError("empty context: every prompt needs at least one token")
+        # Built on the CPU and moved once (one host-to-device copy, not one per row).
+        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, L - len(c) :] = torch.tensor(list(c), dtype=torch.long)
+            attn[i, L - len(c) :] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        past, logits = res.past_key_values, res.logits[:, -1, :]
+        next_pos = pos[:, -1] + 1
+
+        tokens = torch.full((B, steps), self.pad_id, dtype=torch.long, device=dev)
+        logps = torch.zeros((B, steps), dtype=torch.float32, device=dev)
+        limit_t = torch.tensor(limits, dtype=torch.long, device=dev)
+        done = limit_t <= 0
+        lengths = limit_t.clamp(min=0)
+        for t in range(steps):
+            logp_all = torch.log_softmax(logits.float() / params.temperature, dim=-1)
+            probs = _top_p_filter(logp_all.exp(), params.top_p)
+            tok = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
+            tokens[:, t] = tok
+            logps[:, t] = torch.where(done, 0.0, logp_all.gather(-1, tok[:, None]).squeeze(-1))
+            newly = ~done & (tok == self.eos_id)
+            lengths = torch.where(newly, t + 1, lengths)
+            done = done | newly | (limit_t <= t + 1)  # a row at its cap stops (not finished)
+            if bool(done.all()) or t == steps - 1:
+                break
+            attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
+            res = self.model(
+                input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                past_key_values=past, use_cache=True,
+            )
+            past, logits = res.past_key_values, res.logits[:, -1, :]
+            next_pos = next_pos + 1
+
+        tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
+        gens = []
+        for i in range(B):
+            n = int(lengths[i])
+            ids_i = tokens[i, :n].tolist()
+            gens.append(Generation(ids_i, logps[i, :n].tolist(), finished=bool(ids_i) and ids_i[-1] == self.eos_id))
+        return gens

@@ -1,0 +1,261 @@
+"""`VLLMEngine`: the `Engine` interface of `thinking_seeds.engine.rollout` on vLLM (optional extra).
+
+    rollout.engine: vllm        # in a preset, or --set rollout.engine=vllm
+
+Same contract as `HFEngine`:
+
+- prompts are token ids (`TokensPrompt`): the engine never re-tokenises text, so a seed prefix is
+  continued exactly as the historical checkpoint wrote it;
+- each sampled token comes with log π(token | context) of the *temperature-scaled* distribution,
+  log_softmax(logits / T), before top-p — vLLM's `logprobs_mode="processed_logprobs"` returns the
+  log-softmax after temperature *and* top-k/top-p, which is the same number when top_p = 1 (the
+  only nucleus setting this engine accepts; with top_p < 1 the processed value is renormalised
+  over the nucleus and would not match the trainer's recomputation);
+- seeded sampling: request i of a call gets its own seed derived from (params.seed, i), so the
+  same (contexts, params) give the same samples whatever the batch composition;
+- per-row `max_new` caps and EOS stop (the EOS token is part of `token_ids`, `finished=True`);
+- weight swaps between checkpoints in one running engine: `collective_rpc("reload_weights",
+  weights_path=...)` then `reset_prefix_cache()` (cached KV blocks belong to the old weights).
+  `model.load_weights` through `apply_model` does not work on the CPU backend (SPEC §7), and on
+  CPU the tied lm_head's packed GEMM must be rebuilt after the reload (see `load_weights`).
+
+vLLM is imported lazily, here only: the project installs and tests without it. The engine runs
+vLLM in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: no engine-core subprocess, 3–8 s start on a
+CPU). On CPU it runs eagerly (no torch.compile warm-up) with an explicit KV-cache budget.
+
+Environment knobs (all optional): TS_VLLM_KV_CACHE_GIB (KV cache, default sized from the batch),
+TS_VLLM_MAX_MODEL_LEN (default: min(model limit, 2048)), TS_VLLM_EAGER=0 (allow torch.compile).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from thinking_seeds.engine.rollout import Generation, SamplingParams
+
+# Before vllm is imported anywhere: the engine core stays in this process.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# Do not pin OpenMP threads to cores: the update runs in this process too, on shared cores.
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+OPTIMIZER_FILE = "optimizer.safetensors"
+
+
+def request_seed(seed: int, i: int) -> int:
+    """A well-mixed 63-bit seed for request i of a call seeded with `seed`."""
+    h = hashlib.blake2b(f"{seed}/{i}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+
+
+def _refresh_embedding_gemms(model) -> int:
+    """Worker side: rebuild the CPU GEMM handles of embedding / lm_head layers from their weights."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return 0
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    n = 0
+    for module in model.modules():
+        qm = getattr(module, "quant_method", None)
+        if isinstance(qm, UnquantizedEmbeddingMethod) and getattr(module, "weight", None) is not None:
+            qm.process_weights_after_loading(module)
+            n += 1
+    return n
+
+
+def _verify(ckpt: Path) -> None:
+    """Never hand vLLM weights their manifest does not vouch for (as HFEngine.load_weights)."""
+    if (ckpt / "manifest.json").is_file():
+        from thinking_seeds.store.checkpoints import verified
+
+        verified(ckpt)
+
+
+def _read_json(p: Path) -> dict:
+    import json
+
+    return json.loads(p.read_text())
+
+
+class VLLMEngine:
+    """vLLM behind the `Engine` protocol. `cfg` is a `RunConfig` (model dtype, rollout sizes)."""
+
+    def __init__(self, initial_checkpoint_dir: str | Path, cfg=None, *, max_model_len: int | None = None,
+                 kv_cache_gib: float | None = None, enforce_eager: bool | None = None, max_num_seqs: int | None = None):
+        try:
+            import vllm  # noqa: F401
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "rollout.engine=vllm needs vLLM: build its environment with `bash scripts/install_vllm_cpu.sh` "
+                "(CPU, .venv-vllm) or install the `vllm` extra on a GPU machine"
+            ) from e
+        import torch
+        from vllm import LLM
+
+        ckpt = Path(initial_checkpoint_dir)
+        _verify(ckpt)
+        config = _read_json(ckpt / "config.json")
+        gen_cfg = _read_json(ckpt / "generation_config.json") if (ckpt / "generation_config.json").exists() else {}
+        eos = gen_cfg.get("eos_token_id", config.get("eos_token_id"))
+        self.eos_ids: list[int] = sorted(set(eos if isinstance(eos, list) else [eos])) if eos is not None else []
+        if not self.eos_ids:
+            raise ValueError(f"{ckpt}/config.json has no eos_token_id: the engine could never stop a response")
+        self.eos_id = self.eos_ids[0]
+
+        # The engine's precision (RunConfig.engine_dtype): bf16 under update.mixed_precision=bf16 too.
+        dtype = getattr(cfg, "engine_dtype", None) or getattr(getattr(cfg, "model", None), "dtype", "float32")
+        rollout = getattr(cfg, "rollout", None)
+        batch = max_num_seqs or getattr(rollout, "batch_size", 128)
+        limit = int(config.get("max_position_embeddings") or 2048)
+        max_len = max_model_len or int(os.environ.get("TS_VLLM_MAX_MODEL_LEN", min(limit, 2048)))
+        max_len = min(max_len, limit)
+        if kv_cache_gib is None and os.environ.get("TS_VLLM_KV_CACHE_GIB"):
+            kv_cache_gib = float(os.environ["TS_VLLM_KV_CACHE_GIB"])
+        if kv_cache_gib is None:
+            kv_cache_gib = self._default_kv_gib(config, dtype, batch, max_len)
+        if enforce_eager is None:
+            enforce_eager = os.environ.get("TS_VLLM_EAGER", "1") != "0"
+
+        self._tmp = Path(tempfile.mkdtemp(prefix="ts-vllm-weights-"))
+        self.loaded_from: str | None = None
+        set_threads = torch.set_num_threads  # the CPU worker replaces it with a no-op; restore it below
+        try:
+            self.llm = LLM(
+                model=str(self._weights_dir(ckpt)),
+                tokenizer=str(ckpt),
+                # Token ids in, token ids out (detokenize=False per request); the tokenizer is loaded
+                # only for vLLM's own start-up checks (skipping it logs a failed chat-template warm-up).
+                dtype=dtype,
+                seed=0,
+                max_model_len=max_len,
+                max_num_seqs=batch,
+                enforce_eager=enforce_eager,
+                enable_prefix_caching=True,  # a group's samples share the prompt
+                # No partial prefills: vLLM rewinds a seeded request's generator when it discards the
+                # token sampled after a partial prefill, and CPU generators cannot rewind
+                # ("CPU Generator does not use offset").
+                enable_chunked_prefill=False,
+                max_num_batched_tokens=max(max_len, 8192),
+                kv_cache_memory_bytes=int(kv_cache_gib * (1 << 30)),
+                logprobs_mode="processed_logprobs",  # after temperature (top-p is refused below)
+                generation_config="vllm",  # ignore the checkpoint's sampling defaults
+                load_format="safetensors",
+                trust_remote_code=False,
+            )
+        finally:
+            torch.set_num_threads = set_threads
+        self.loaded_from = str(ckpt)
+        self.max_model_len = max_len
+
+    @staticmethod
+    def _default_kv_gib(config: dict, dtype: str, batch: int, max_len: int) -> float:
+        """KV cache for `batch` sequences of up to `max_len` tokens, between 0.25 and 4 GiB."""
+        layers = int(config.get("num_hidden_layers", 1))
+        heads = int(config.get("num_attention_heads", 1))
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or config.get("hidden_size", 64) // heads)
+        per_token = 2 * layers * kv_heads * head_dim * (4 if dtype == "float32" else 2)
+        need = per_token * batch * min(max_len, 512) / (1 << 30)
+        return float(min(4.0, max(0.25, need)))
+
+    # -- weights ----------------------------------------------------------------------------
+    def _weights_dir(self, ckpt: Path) -> Path:
+        """The checkpoint itself, or a view of it without `optimizer.safetensors`.
+
+        vLLM loads every *.safetensors file of a directory; our policy checkpoints also hold the
+        optimizer state there, so vLLM gets a folder of links to the model files only.
+        """
+        if not (ckpt / OPTIMIZER_FILE).exists():
+            return ckpt
+        view = self._tmp / hashlib.sha1(str(ckpt.resolve()).encode()).hexdigest()[:16]
+        if view.exists():
+            shutil.rmtree(view)
+        view.mkdir(parents=True)
+        for f in ckpt.iterdir():
+            if f.name != OPTIMIZER_FILE and f.is_file():
+                (view / f.name).symlink_to(f.resolve())
+        return view
+
+    def load_weights(self, checkpoint_dir: str | Path) -> None:
+        """Swap in another checkpoint (same architecture) in place; a no-op if it is already loaded."""
+        checkpoint_dir = Path(checkpoint_dir)
+        if self.loaded_from == str(checkpoint_dir):
+            return
+        if not any(f.name != OPTIMIZER_FILE for f in checkpoint_dir.glob("*.safetensors")):
+            raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
+        _verify(checkpoint_dir)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir(checkpoint_dir)),
+                                                          "is_checkpoint_format": True})
+        # The CPU backend packs every matmul weight into a oneDNN handle when it loads; the reload
+        # repacks the layers it loaded, but a tied lm_head gets no checkpoint tensor of its own and
+        # would keep multiplying by the *old* embedding (measured: log-probs off by ~1 nat). Repack.
+        self.llm.apply_model(_refresh_embedding_gemms)
+        # Cached KV blocks were computed with the old weights: a prompt hit would mix policies.
+        self.llm.reset_prefix_cache()
+        self.loaded_from = str(checkpoint_dir)
+
+    # -- sampling ---------------------------------------------------------------------------
+    def generate(
+        self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
+    ) -> list[Generation]:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if params.top_p < 1.0:
+            raise ValueError(
+                f"VLLMEngine records log-probs of the temperature-scaled distribution before top-p; vLLM only "
+                f"returns them after top-p, so rollout.top_p must be 1.0 with rollout.engine=vllm (got {params.top_p})"
+            )
+        limits = [params.max_new_tokens] * len(contexts) if max_new is None else [min(m, params.max_new_tokens) for m in max_new]
+        if len(limits) != len(contexts):
+            raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+        out: list[Generation | None] = [None] * len(contexts)
+        prompts, sps, rows = [], [], []
+        for i, (c, n) in enumerate(zip(contexts, limits)):
+            if len(c) == 0:
+                raise ValueError("empty context: every prompt needs at least one token")
+            n = min(n, self.max_model_len - len(c))
+            if n <= 0:
+                out[i] = Generation([], [], False)
+                continue
+            prompts.append(TokensPrompt(prompt_token_ids=[int(x) for x in c]))
+            sps.append(VSamplingParams(
+                n=1, temperature=params.temperature, top_p=1.0, top_k=0, min_p=0.0,
+                max_tokens=int(n), seed=request_seed(params.seed, i), logprobs=0,
+                stop_token_ids=list(self.eos_ids), ignore_eos=False, detokenize=False, skip_special_tokens=False,
+            ))
+            rows.append(i)
+        if prompts:
+            results = self.llm.generate(prompts, sps, use_tqdm=False)
+            for i, res in zip(rows, results):
+                o = res.outputs[0]
+                ids = [int(t) for t in o.token_ids]
+                lps = [float(pos[t].logprob) for pos, t in zip(o.logprobs, ids)]
+                out[i] = Generation(ids, lps, finished=bool(ids) and ids[-1] in self.eos_ids)
+        return out  # type: ignore[return-value]
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # pragma: no cover - best effort on teardown
+                pass
+            self.llm = None
+            gc.collect()
+        if getattr(self, "_tmp", None) is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass

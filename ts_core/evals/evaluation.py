@@ -1,0 +1,181 @@
+"""Held-out evaluation: sample n answers per prompt, verify them, report avg@n and pass@k.
+
+Also used for the *explorable solution space* (SPEC §5): the same prompts sampled plainly and
+from historical seeds (prefix + current continuation) give two pass@k curves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from thinking_seeds.data.chain_sum import strategy_of
+from thinking_seeds.algo.metrics import pass_at_k_curve
+from thinking_seeds.engine.models import encode_prompt
+from thinking_seeds.engine.rollout import SamplingParams
+
+
+@dataclass
+class EvalResult:
+    n: int
+    accuracy: float  # avg@n: mean reward over all samples
+    pass_at_k: dict[int, float]
+    correct_counts: list[int]
+    status_counts: dict[str, int]
+    strategy_share: dict[str, float]
+    distinct_correct_answers: float  # mean number of distinct correct *solutions* (texts) per prompt
+    mean_response_len: float
+    samples: list[dict] = field(default_factory=list, repr=False)
+    # With a task label (e.g. countdown's sign pattern of a correct answer), per prompt:
+    # distinct labels found and the entropy (nats) of their distribution; means over prompts.
+    distinct_labels: float | None = None
+    label_entropy: float | None = None  # mean over prompts with at least one labelled sample
+    per_prompt: list[dict] = field(default_factory=list, repr=False)
+
+    def flat(self, prefix: str = "eval") -> dict[str, float]:
+        out = {f"{prefix}/accuracy": self.accuracy, f"{prefix}/mean_response_len": self.mean_response_len,
+               f"{prefix}/distinct_correct_solutions": self.distinct_correct_answers}
+        out.update({f"{prefix}/pass@{k}": v for k, v in self.pass_at_k.items()})
+        out.update({f"{prefix}/strategy_{s}": v for s, v in self.strategy_share.items()})
+        if self.distinct_labels is not None:
+            out[f"{prefix}/distinct_patterns"] = self.distinct_labels
+            out[f"{prefix}/pattern_entropy"] = float(self.label_entropy or 0.0)
+        out.update({f"{prefix}/status_{s}": float(c) for s, c in self.status_counts.items()})
+        return out
+
+
+def powers_of_two_upto(n: int) -> list[int]:
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+def evaluate_prompts(
+    engine,
+    tokenizer,
+    prompts: Sequence,
+    verifier,
+    *,
+    n: int,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    keep_samples: bool = False,
+    label: Callable[[str, float], str | None] | None = None,
+) -> EvalResult:
+    """Sample n responses per prompt (optionally each continuing `prefixes[i*n + j]`) and score them.
+
+    `label(text, reward)`: the task's solution label (None: chain_sum's strategy share instead);
+    gives per-prompt distinct labels and label entropy, and `per_prompt` rows for every prompt.
+    """
+    contexts, owners = [], []
+    for i, p in enumerate(prompts):
+        ids = encode_prompt(tokenizer, p.chat())
+        for j in range(n):
+            pre = list(prefixes[i * n + j]) if prefixes is not None else []
+            contexts.append(ids + pre)
+            owners.append((i, pre))
+    # A seeded response is prefix + continuation, capped at max_new_tokens in total.
+    caps = [max(0, max_new_tokens - len(pre)) for _, pre in owners]
+    gens = engine.generate(contexts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed), max_new=caps)
+    texts = [tokenizer.decode(pre + g.token_ids, skip_special_tokens=True) for (i, pre), g in zip(owners, gens)]
+    verdicts = verifier.score_batch(texts, [prompts[i] for i, _ in owners])
+
+    correct = [0] * len(prompts)
+    solutions: list[set[str]] = [set() for _ in prompts]
+    for (i, _), v, t in zip(owners, verdicts, texts):
+        if v.reward > 0:
+            correct[i] += 1
+            solutions[i].add(t.strip())
+    total = max(1, len(texts))
+    per_prompt = [{"prompt_id": p.prompt_id, "n": n, "correct": c} for p, c in zip(prompts, correct)]
+    distinct = entropy = None
+    if label is None:
+        strategies = Counter(strategy_of(t) for t in texts)
+        strategy = {s: strategies.get(s, 0) / total for s in ("a", "b", "other")}
+    else:
+        strategy = {}
+        labels: list[list[str]] = [[] for _ in prompts]
+        for (i, _), v, t in zip(owners, verdicts, texts):
+            lab = label(t, v.reward)
+            if lab is not None:
+                labels[i].append(lab)
+        for row, labs in zip(per_prompt, labels):
+            row["distinct_labels"] = len(set(labs))
+            row["label_entropy"] = label_entropy_of(labs)
+        distinct = sum(r["distinct_labels"] for r in per_prompt) / max(1, len(prompts))
+        found = [r["label_entropy"] for r, labs in zip(per_prompt, labels) if labs]
+        entropy = sum(found) / len(found) if found else 0.0
+    samples = []
+    if keep_samples:
+        samples = [
+            {"prompt_id": prompts[i].prompt_id, "text": t, "reward": v.reward, "status": v.status}
+            for (i, _), t, v in zip(owners, texts, verdicts)
+        ]
+    return EvalResult(
+        n=n,
+        accuracy=sum(v.reward for v in verdicts) / total,
+        pass_at_k=pass_at_k_curve(correct, n, powers_of_two_upto(n)),
+        correct_counts=correct,
+        status_counts=dict(Counter(v.status for v in verdicts)),
+        strategy_share=strategy,
+        distinct_correct_answers=sum(len(s) for s in solutions) / max(1, len(prompts)),
+        mean_response_len=sum(len(pre) + len(g.token_ids) for (_, pre), g in zip(owners, gens)) / total,
+        samples=samples,
+        distinct_labels=distinct,
+        label_entropy=entropy,
+        per_prompt=per_prompt,
+    )
+
+
+def label_entropy_of(labels: Sequence[str]) -> float:
+    """Shannon entropy (nats) of a list of labels' empirical distribution (0 for none)."""
+    counts = Counter(labels)
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
+
+
+def main() -> None:
+    """`python -m thinking_seeds.evals.evaluation --model builtin:tiny --split test`: pass@k of a model on the default task."""
+    import argparse
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from thinking_seeds.config import DataConfig
+    from thinking_seeds.data.sources import build_chain_sum_splits, load_dataset
+    from thinking_seeds.engine.models import load_model
+    from thinking_seeds.data.rewards import Verifier
+    from thinking_seeds.engine.rollout import HFEngine
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--model", default="builtin:tiny")
+    ap.add_argument("--split", default="test", choices=["validation", "test"])
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    d = DataConfig()  # the default task's held-out splits, exactly as a run builds them
+    splits = build_chain_sum_splits(Path(tempfile.mkdtemp()), d.train_size, d.val_size, d.test_size, d.seed,
+                                    d.min_terms, d.max_terms, d.min_digits, d.max_digits)
+    model, tok = load_model(a.model)
+    prompts = load_dataset(splits[a.split])
+    t = time.time()
+    with Verifier() as v:
+        r = evaluate_prompts(HFEngine(model, tok, batch_size=256), tok, prompts, v, n=a.samples,
+                             temperature=a.temperature, max_new_tokens=a.max_new_tokens, seed=a.seed)
+    print(f"{a.model} on {len(prompts)} {a.split} prompts x {a.samples} samples (T={a.temperature}), {time.time() - t:.1f} s")
+    print("pass@k:", {k: round(x, 4) for k, x in r.pass_at_k.items()})
+    print("strategy share:", {k: round(x, 3) for k, x in r.strategy_share.items()}, "statuses:", r.status_counts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""A run's report: `runs/<id>/reports/report.md` with PNG curves and the named queries' tables.
+
+    write_report("my-run")  ->  runs/my-run/reports/report.md
+                                runs/my-run/reports/{accuracy,entropy,effective_entropy,clip_fraction}.png
+
+Everything is read through `thinking_seeds.store.sql` (read-only DuckDB); every file is written atomically
+(temp file in the same folder, then rename), the Markdown last, so a reader never sees a report
+that points at a missing or half-written plot. Plots use matplotlib's Agg canvas directly (no
+pyplot, no global backend switch). Never imports prefect.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import tempfile
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Callable
+
+from thinking_seeds.store.parquet_io import shareable
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.sql import NAMED_QUERIES, QueryResult, connect, run_named
+
+__all__ = ["PLOTS", "format_cell", "markdown_table", "write_report"]
+
+POPULATIONS = ("on_policy", "continuation", "prefix", "all")
+# file stem -> (title, y label)
+PLOTS = {
+    "accuracy": ("Held-out accuracy and pass@k", "accuracy / pass@k"),
+    "entropy": ("Token entropy by population (actor/entropy)", "entropy (nats)"),
+    "effective_entropy": ("Effective entropy: tokens that carry gradient (actor/effective_entropy)", "entropy (nats)"),
+    "clip_fraction": ("Gradient lost to clipping (actor/pg_clipfrac)", "fraction of tokens clipped"),
+}
+MAX_TABLE_ROWS = 200
+# settings worth seeing at the top of a report (dotted keys of config.yaml)
+_HEADLINE_KEYS = ("algorithm", "iterations", "seed", "model.path", "rollout.prompts_per_iteration", "rollout.group_size",
+                  "rollout.seeds_per_group", "prefix.ratio_min", "prefix.ratio_max", "prefix.loss", "pool.size",
+                  "pool.pick", "pool.snapshot_every", "advantage.baseline", "update.lr", "eval.every", "eval.samples")
+
+
+# ---------------------------------------------------------------------------------------------
+# atomic writes
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        shareable(tmp, fd)  # mkstemp makes 0600; a report gets the mode the umask gives any other file
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting
+# ---------------------------------------------------------------------------------------------
+
+
+def format_cell(v: Any) -> str:
+    """One table cell: floats to 4 decimals, maps as `k: v`, times in ISO, None as an em dash."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.4f}"
+    if isinstance(v, dict):
+        return ", ".join(f"{format_cell(k)}: {format_cell(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(format_cell(x) for x in v) + "]"
+    if isinstance(v, datetime):
+        return v.astimezone(timezone.utc).isoformat(timespec="seconds")
+    if isinstance(v, date):
+        return v.isoformat()
+    if isinstance(v, Decimal) or (isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)):  # numpy floats too
+        return format_cell(float(v))
+    return str(v)
+
+
+def markdown_table(res: QueryResult, max_rows: int = MAX_TABLE_ROWS) -> str:
+    if not res.rows:
+        return "_no data yet_\n"
+
+    def cell(v: Any) -> str:
+        return format_cell(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(res.columns) + " |", "|" + "|".join("---" for _ in res.columns) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in res.rows[:max_rows]]
+    out = "\n".join(lines) + "\n"
+    if len(res.rows) > max_rows:
+        out += f"\n_{len(res.rows) - max_rows} more rows: `ts sql --query ... --run-id ...` shows them all._\n"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+# ---------------------------------------------------------------------------------------------
+
+
+def _series_plot(path: Path, title: str, ylabel: str, series: dict[str, list[tuple[int, float]]],
+                 styles: dict[str, str] | None = None, unit_range: bool = False) -> Path | None:
+    """Lines of (iteration, value) per label; None (and no file) when there is nothing to draw."""
+    series = {k: sorted(v) for k, v in series.items() if v}
+    if not series:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, pts in series.items():
+        xs, ys = zip(*pts)
+        extra = {"color": "black"} if label == "all" else {}  # the population total stands out
+        ax.plot(xs, ys, (styles or {}).get(label, "-"), marker="o", markersize=3, label=label, **extra)
+    ax.set_title(title)
+    ax.set_xlabel("iteration (policy step)")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if unit_range:
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _write_atomic(path, lambda f: fig.savefig(f, format="png"))
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _plots(reports: Path, ea: QueryResult, cf: QueryResult) -> dict[str, Path | None]:
+    acc: dict[str, list[tuple[int, float]]] = {"accuracy": []}
+    styles = {"accuracy": "-"}
+    ent: dict[str, list[tuple[int, float]]] = {p: [] for p in POPULATIONS}
+    eff: dict[str, list[tuple[int, float]]] = {p: [] for p in POPULATIONS}
+    for row in ea.to_dicts():
+        it = row["iteration"]
+        if _finite(row["accuracy"]):
+            acc["accuracy"].append((it, float(row["accuracy"])))
+        for k, v in (row["pass_at_k"] or {}).items():
+            if _finite(v):
+                acc.setdefault(f"pass@{k}", []).append((it, float(v)))
+                styles[f"pass@{k}"] = "--"
+        for p in POPULATIONS:
+            if _finite(row[f"entropy_{p}"]):
+                ent[p].append((it, float(row[f"entropy_{p}"])))
+            if _finite(row[f"eff_entropy_{p}"]):
+                eff[p].append((it, float(row[f"eff_entropy_{p}"])))
+    # pass@k curves in increasing k after the accuracy line
+    acc = {"accuracy": acc["accuracy"], **{k: acc[k] for k in sorted((k for k in acc if k != "accuracy"), key=lambda s: int(s[5:]))}}
+    clip: dict[str, list[tuple[int, float]]] = {}
+    for row in cf.to_dicts():
+        if _finite(row["clipfrac"]):
+            clip.setdefault(row["population"], []).append((row["iteration"], float(row["clipfrac"])))
+    data = {"accuracy": (acc, styles), "entropy": (ent, None), "effective_entropy": (eff, None), "clip_fraction": (clip, None)}
+    out: dict[str, Path | None] = {}
+    for stem, (series, st) in data.items():
+        title, ylabel = PLOTS[stem]
+        path = reports / f"{stem}.png"
+        out[stem] = _series_plot(path, title, ylabel, series, st, unit_range=stem == "accuracy")
+        if out[stem] is None and path.exists():
+            path.unlink()  # a stale plot from an earlier report must not be shown as current
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------
+
+
+def _dotted(cfg: dict[str, Any], key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def write_report(run_id: str, runs_dir: Path | None = None) -> Path:
+    """Write `reports/report.md` (+ PNG plots) for one run; return the Markdown's path.
+
+    Raises DataError when the run does not exist. A run with no data yet still gets a report
+    (tables say "no data yet", no plots).
+    """
+    run = RunDir.for_run(run_id, runs_dir)
+    con = connect(run_id, runs_dir)
+    try:
+        results = {name: run_named(con, name) for name in NAMED_QUERIES}
+        cfg_rows = con.execute("SELECT config_json FROM configs").fetchall()
+    finally:
+        con.close()
+    cfg = json.loads(cfg_rows[0][0]) if cfg_rows and cfg_rows[0][0] else {}
+    reports = run.reports
+    reports.mkdir(parents=True, exist_ok=True)
+    plots = _plots(reports, results["entropy_accuracy"], results["clip_fraction"])
+
+    summary = results["runs"].to_dicts()
+    s = summary[0] if summary else {}
+    md = [f"# Report: {run_id}", ""]
+    md.append(f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')} from `{run.root}`. "
+              "Iteration k is policy step θ_k: update metrics of iteration k are measured on θ_k, "
+              "evaluation metrics are labelled with the step they evaluate.")
+    md.append("")
+    if s:
+        md.append(f"- iterations done: {s.get('iterations_done', 0)} of {format_cell(s.get('iterations'))}")
+        md.append(f"- last evaluation: step {format_cell(s.get('last_eval_step'))}, accuracy {format_cell(s.get('last_accuracy'))} "
+                  f"(best {format_cell(s.get('best_accuracy'))})")
+        md.append(f"- prefix corpus: {s.get('prefixes', 0)} seeds; rollouts: {s.get('rollouts', 0)}; "
+                  f"pool snapshots: {s.get('pool_checkpoints', 0)}")
+    if cfg:
+        md.append("- settings: " + ", ".join(f"`{k}={_dotted(cfg, k)}`" for k in _HEADLINE_KEYS if _dotted(cfg, k) is not None))
+    md.append("")
+    md.append("## Curves")
+    md.append("")
+    for stem, path in plots.items():
+        title = PLOTS[stem][0]
+        md.append(f"### {title}")
+        md.append("")
+        md.append(f"![{title}]({stem}.png)" if path is not None else "_no data yet_")
+        md.append("")
+    md.append("## Tables")
+    md.append("")
+    for name in ("entropy_accuracy", "clip_fraction", "prefix_diversity", "seeded_solve_rate", "runs"):
+        desc = NAMED_QUERIES[name][0]
+        md.append(f"### {name}")
+        md.append("")
+        md.append(f"{desc} (`ts sql --query {name} --run-id {run_id}`)")
+        md.append("")
+        md.append(markdown_table(results[name]))
+    text = "\n".join(md).rstrip() + "\n"
+    return _write_atomic(reports / "report.md", lambda f: f.write(text), mode="w")

@@ -1,0 +1,101 @@
+"""`ts export RUN --step N --out DIR`: a policy step as a clean Hugging Face model directory.
+
+What a run keeps per step is a training checkpoint (weights, optimizer state, our manifest of
+hashes). What a user ships is the model: weights, config, generation config, tokenizer and chat
+template, plus a short model card (README.md) with the run's config and its latest evaluation of
+that step. `transformers` (`AutoModelForCausalLM.from_pretrained(DIR)`) and vLLM (`LLM(DIR)`) load
+the directory as is. The weights are hash-checked before they are copied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
+from thinking_seeds.engine.lora import base_of, is_adapter
+from thinking_seeds.store.parquet_io import shareable
+from thinking_seeds.store.run_dir import RunDir
+
+__all__ = ["ExportError", "export_policy"]
+
+_SKIP = {MANIFEST_NAME, OPTIMIZER_NAME}
+
+
+class ExportError(ValueError):
+    """A step that cannot be exported, with what to do about it."""
+
+
+def _eval_metrics(run: RunDir, step: int) -> dict[str, float]:
+    """The evaluation metrics recorded for θ_step (in-training, nightly or final test), if any."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, float] = {}
+    for f in sorted((run.root / "metrics" / f"iteration={step}").glob("*.parquet")):
+        stage = f.stem
+        if not (stage.startswith("evaluate") or stage == "final-test"):
+            continue
+        for r in pq.read_table(f, columns=["name", "value"]).to_pylist():
+            if r["name"].startswith(("eval/", "eval_seeded/")):
+                out[f"{stage}: {r['name']}"] = r["value"]
+    return out
+
+
+def _card(run: RunDir, step: int, cfg: dict, metrics: dict[str, float]) -> str:
+    lines = [f"# {run.run_id} — policy step {step}", "",
+             f"Trained with thinking-seeds: `{cfg.get('algorithm')}` on `{cfg.get('data', {}).get('source')}` from "
+             f"`{cfg.get('model', {}).get('path')}`, {step} of {cfg.get('iterations')} iterations (seed {cfg.get('seed')}).",
+             "", "## Evaluation of this step", ""]
+    if metrics:
+        lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in sorted(metrics.items())]
+    else:
+        lines.append("_not evaluated at this step_ (run `ts eval RUN --step N`)")
+    lines += ["", "## Run configuration", "", "```yaml", yaml.safe_dump(cfg, sort_keys=False).rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
+    """Write θ_step of `run` to `out_dir` (created; must not exist or be empty). Returns out_dir."""
+    from thinking_seeds.store.checkpoints import list_checkpoints
+    from thinking_seeds.store.retention import is_pruned
+
+    steps = [c.step for c in list_checkpoints(run.policy_root)]
+    if not steps:
+        raise ExportError(f"run {run.run_id} has no policy checkpoint under {run.policy_root}; train it first")
+    step = steps[-1] if step is None else step
+    src = run.policy(step)
+    if not src.is_dir():
+        why = ("was pruned by checkpoint.keep_last" if is_pruned(src) else "does not exist")
+        raise ExportError(f"policy step {step} of run {run.run_id} {why}; steps on disk: {steps}")
+    verified(src)
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty; choose a new --out folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    shareable(tmp)  # mkdtemp makes 0700: the exported folder follows the umask
+    if is_adapter(src):  # a LoRA step: ship base + adapters merged, so any loader takes it as is
+        from peft import PeftModel
+
+        from thinking_seeds.engine.models import load_model
+
+        base, tok = load_model(base_of(src))
+        PeftModel.from_pretrained(base, str(src)).merge_and_unload().save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    else:
+        for f in sorted(src.iterdir()):
+            if f.is_file() and f.name not in _SKIP:
+                shutil.copyfile(f, tmp / f.name)
+    cfg = yaml.safe_load(run.config_path.read_text()) if run.config_path.exists() else {}
+    (tmp / "README.md").write_text(_card(run, step, cfg, _eval_metrics(run, step)))
+    (tmp / "thinking_seeds.json").write_text(json.dumps({"run_id": run.run_id, "step": step}, indent=2))
+    if out.exists():
+        out.rmdir()
+    os.replace(tmp, out)
+    return out
+

@@ -1,0 +1,139 @@
+"""A plain-Python training loop over the stages (no Prefect): the algorithm box, runnable anywhere.
+
+    for k in 0 .. iterations-1:
+        snapshot(k); seeds(k); continuation(k); verify(k); update(k); evaluate(k)
+
+`run_stage` is the one place that turns a stage function's Manifest into files (metrics Parquet,
+manifest JSON) and skips a stage whose outputs are already complete; the Prefect tasks call it too.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from thinking_seeds.config import RunConfig
+from thinking_seeds.store.run_dir import Manifest, RunDir
+from thinking_seeds.pipeline.stages import STAGE_FUNCS, STAGES, Session, close_trackers, prepare, upstream_of
+
+
+def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
+    """Prepare the run directory unless that is already done (the manifest is then left untouched)."""
+    done = run.completed(0, "prepare", cfg.config_hash(), upstream={})
+    if done is not None:
+        return done
+    m = prepare(run, cfg)
+    run.write_manifest(m)
+    return m
+
+
+SUMMARY_KEYS = ("reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all", "eval/accuracy")
+
+
+def summary(metrics: dict[str, float]) -> str:
+    """The one-line view of an iteration on the terminal: reward, entropy, clip fraction, accuracy."""
+    return ", ".join(f"{n} {metrics[n]:.4f}" for n in SUMMARY_KEYS if n in metrics)
+
+
+def run_stage(s: Session, stage: str, k: int) -> Manifest:
+    """Run one stage unless its completed outputs are already there (then return their manifest).
+
+    "Completed" means: manifest present, same config hash, output files hashing as recorded, and
+    computed from the current manifests of its upstream stages (`upstream_of`).
+    """
+    upstream = s.run.upstream_digests(upstream_of(stage, k))
+    done = s.run.completed(k, stage, s.cfg.config_hash(), upstream)
+    if done is not None:
+        return done
+    m = STAGE_FUNCS[stage](s, k)
+    m.upstream = upstream
+    metrics = dict(m.metrics)
+    metrics.update({f"time/{stage}/{part}": sec for part, sec in m.seconds.items()})
+    if metrics and stage != "evaluate":  # evaluate writes its own file, labelled by policy step
+        path = s.run.write_metrics(k, stage, metrics)
+        m.outputs["metrics"], m.hashes["metrics"] = s.run.rel(path), s.run.file_hash(path)
+    s.run.write_manifest(m)
+    if s.tracker is not None:  # copies for the user's trackers; the Parquet metrics stay the record
+        s.tracker.log(metrics, step=k + 1 if stage == "evaluate" else k)
+    return m
+
+
+def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], None] | None = None) -> RunDir:
+    """Run (or resume) all iterations of `cfg` in `run`, in this process."""
+    run.acquire_lock()
+    try:
+        run_prepare(run, cfg)
+        s = Session(run, cfg)
+        try:
+            m = run_stage(s, "evaluate", -1)  # θ_0, the curves' starting point
+            if on_stage:
+                on_stage(-1, "evaluate", m)
+            for k in range(cfg.iterations):
+                for stage in STAGES:
+                    m = run_stage(s, stage, k)
+                    if on_stage:
+                        on_stage(k, stage, m)
+        finally:
+            s.close()
+            close_trackers()
+    finally:
+        run.release_lock()
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m thinking_seeds.pipeline.loop --preset tiny --run-id X [--runs-dir D] [--set k=v ...]`: one run, no Prefect.
+
+    The entry point `thinking_seeds.experiments.compare.run_all` starts once per run of a comparison; it prints one
+    line per stage (flushed), which is what lands in `runs/<id>/train.log`.
+    """
+    import argparse
+    import time
+    from pathlib import Path
+
+    from thinking_seeds.config import load_config
+
+    ap = argparse.ArgumentParser(description="Train (or resume) one run with the plain loop (no Prefect).")
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--runs-dir", type=Path, default=None, help="folder of run directories (default: $TS_RUNS_DIR or ./runs)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--final-test", action="store_true",
+                    help="after training, evaluate the final policy on the whole test split (eval.test_samples "
+                         "samples per prompt; the comparison's final-test stage), unless that is done")
+    ap.add_argument("--final-test-base", action="store_true", help="with --final-test: θ_0 as well")
+    a = ap.parse_args(argv)
+    cfg = load_config(a.preset, a.overrides)
+    run = RunDir.for_run(a.run_id, a.runs_dir.resolve() if a.runs_dir else None)
+    t0 = time.perf_counter()
+    print(f"run {run.run_id}: {cfg.algorithm}, seed {cfg.seed}, {cfg.iterations} iterations, config {cfg.config_hash()}", flush=True)
+
+    def on_stage(k: int, stage: str, m: Manifest) -> None:
+        shown = summary(m.metrics)
+        secs = sum(m.seconds.values())
+        print(f"iteration {k}/{cfg.iterations - 1} {stage} {secs:.2f}s" + (f" | {shown}" if shown else ""), flush=True)
+
+    train(run, cfg, on_stage=on_stage)
+    print(f"done {run.root} in {time.perf_counter() - t0:.1f}s", flush=True)
+    if a.final_test:
+        final_tests(run, cfg, base=a.final_test_base)
+
+
+def final_tests(run: RunDir, cfg: RunConfig, base: bool = False) -> None:
+    """The comparison's final test of this run's last policy (and θ_0), right after its training, so
+    a comparison stopped half-way still has test numbers for every run that finished."""
+    import time
+
+    from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE, evaluate_checkpoint
+
+    for step in ([0] if base else []) + [cfg.iterations]:
+        if run.metrics(step, FINAL_TEST_STAGE).exists():
+            continue
+        t = time.perf_counter()
+        out = evaluate_checkpoint(run.root, step, "test", seeded=False, all_prompts=True, stage=FINAL_TEST_STAGE,
+                                  samples=cfg.eval.test_samples)
+        print(f"final test θ_{step}: accuracy {out['metrics']['eval/accuracy']:.4f} in {time.perf_counter() - t:.1f}s",
+              flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through compare.run_all's subprocesses
+    main()

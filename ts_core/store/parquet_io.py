@@ -1,0 +1,211 @@
+"""Parquet I/O for stages: atomic writes, reads that fail with actionable errors, content hashes.
+
+Stage contract (SPEC §6): a stage writes its outputs atomically, so a crash never leaves a half
+file where the next stage (or a cache hit) would read it, and a stage's manifest carries the
+content hash of each output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["DataError", "content_hash", "current_umask", "read_table", "shareable", "write_table_atomic"]
+
+
+class DataError(ValueError):
+    """A data file is missing, corrupt, or does not match its contract. The message says which
+    file (and column / row where it applies) and how to fix it."""
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask can only be read by setting it, which
+    races with other threads creating files); falls back to the set-and-restore dance off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def shareable(path: str | os.PathLike[str], fd: int | None = None) -> None:
+    """Give a file made by mkstemp (0600) or a folder made by mkdtemp (0700) the mode a plain
+    open()/mkdir() would have had under the umask, so a team sharing a runs folder can read it."""
+    umask = current_umask()
+    if fd is not None:
+        os.fchmod(fd, 0o666 & ~umask)
+    elif os.path.isdir(path):
+        os.chmod(path, 0o777 & ~umask)
+    else:
+        os.chmod(path, 0o666 & ~umask)
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def _conform(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
+    """`table` with exactly `schema`'s columns, in its order and types, or DataError."""
+    names = set(table.column_names)
+    missing = [n for n in schema.names if n not in names]
+    extra = [n for n in table.column_names if n not in set(schema.names)]
+    if missing or extra:
+        raise DataError(
+            f"refusing to write {path}: table does not match the expected schema "
+            f"(missing columns: {missing or 'none'}; unexpected columns: {extra or 'none'}). "
+            f"Expected: {_schema_text(schema)}"
+        )
+    columns = []
+    for field in schema:
+        col = table.column(field.name)
+        if not field.nullable and col.null_count:
+            raise DataError(
+                f"refusing to write {path}: column {field.name!r} has {col.null_count} null "
+                f"value(s) but must be set on every row"
+            )
+        try:
+            columns.append(col.cast(field.type) if col.type != field.type else col)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise DataError(
+                f"refusing to write {path}: column {field.name!r} has type {col.type}, which "
+                f"cannot be converted to the expected {field.type}: {e}"
+            ) from e
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def write_table_atomic(table: pa.Table, path: str | os.PathLike[str], schema: pa.Schema | None = None) -> Path:
+    """Write `table` to `path` as Parquet, atomically; return the path.
+
+    The bytes go to a temp file in the same directory (same file system, so the final
+    os.replace is atomic), are fsync'ed, then renamed over `path`; the directory is fsync'ed so
+    the rename survives a power loss. Any failure, including KeyboardInterrupt, removes the temp
+    file and leaves whatever was at `path` before untouched.
+
+    With `schema`, the table is first checked and conformed to it: same column names (order is
+    fixed to the schema's), types cast where lossless conversion exists, no nulls in
+    non-nullable fields; otherwise DataError names the column.
+    """
+    path = Path(path)
+    if schema is not None:
+        table = _conform(table, schema, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        shareable(tmp_name, fd)
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        # The temp file may or may not exist (mkstemp created it; a failed replace keeps it).
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some file systems do not allow opening directories; the rename still happened
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+# The folders of a run directory (thinking_seeds.store.run_dir) that hold Parquet files the project writes.
+_RUN_FOLDERS = frozenset({"data", "corpus", "rollouts", "metrics", "evals", "manifests", "reports"})
+
+
+def _owning_run(path: Path) -> Path | None:
+    """The run directory `path` lies in (an ancestor with a config.yaml whose child folder on the
+    way is one of the run's own folders), or None for any other file -- a user's input, say."""
+    path = Path(os.path.abspath(path))
+    for depth, root in enumerate(path.parents):
+        if depth > 4:
+            break
+        rel = path.relative_to(root)
+        if len(rel.parts) > 1 and rel.parts[0] in _RUN_FOLDERS and (root / "config.yaml").is_file():
+            return root
+    return None
+
+
+def _fix_hint(path: Path, missing: bool) -> str:
+    """How to get an unusable file back, by where it lives: a file a run wrote itself can be
+    removed and redone by resuming the run; anything else is someone's input and is never ours
+    to delete."""
+    run = _owning_run(path)
+    if run is not None:
+        first = "" if missing else "delete it and "
+        return (f"the file belongs to run {run.name!r}, which writes it itself: {first}re-run the stage that writes "
+                f"it (`ts train --run-id {run.name}` with the run's preset and --set values resumes and redoes it; "
+                f"`ts check {run.name}` lists all damage)")
+    if missing:
+        return "check the path (a relative path is taken from the current directory)"
+    return ("this file is not one thinking-seeds wrote in a run directory, so keep it and write a good copy: "
+            "export it again from its source (e.g. pandas DataFrame.to_parquet or pyarrow.parquet.write_table) "
+            "and point to that")
+
+
+def read_table(
+    path: str | os.PathLike[str],
+    schema: pa.Schema | None = None,
+    optional: Iterable[str] = (),
+) -> pa.Table:
+    """Read a Parquet file, raising DataError that says what to do when it cannot be used.
+
+    - missing file -> names the path; for a file a run writes itself, which stage to redo
+    - truncated / corrupt file -> names the path; a run's own file may be deleted and its stage
+      redone, any other file (a user's data set) is never called disposable: export it again
+    - with `schema`: every schema column except those in `optional` must be present, or the
+      error names the missing ones and the expected schema. Types are not cast on read, so user
+      files with compatible layouts (e.g. extra struct fields) still load.
+    """
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "not found"
+        raise DataError(f"Parquet file {what}: {path}; {_fix_hint(path, missing=True)}")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(
+            f"cannot read Parquet file {path}: it is truncated or corrupt ({e}); {_fix_hint(path, missing=False)}"
+        ) from e
+    if schema is not None:
+        skip = set(optional)
+        present = set(table.column_names)
+        missing = [n for n in schema.names if n not in present and n not in skip]
+        if missing:
+            raise DataError(
+                f"Parquet file {path} lacks column(s) {missing}; found {table.column_names}. "
+                f"Expected schema: {_schema_text(schema)}"
+            )
+    return table
+
+
+def content_hash(path: str | os.PathLike[str]) -> str:
+    """sha256 hex digest of the file's bytes (for stage manifests and cache keys)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"cannot hash {path}: file not found; {_fix_hint(path, missing=True)}")
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,120 @@
+"""Arrow schemas of the Parquet contracts (SPEC §6): data sets, the prefix corpus, rollouts.
+
+Widths: token ids and per-sample lengths are int32 (vocabularies and sequence lengths fit easily,
+and they are the bulk of the bytes); iteration / step counters are int64 (cheap, never overflow,
+match Python ints); log-probs, rewards and advantages are float32 (what the trainer computes in,
+and half the size of float64). A field marked `nullable=False` must be set on every row;
+`thinking_seeds.store.parquet_io.write_table_atomic(table, path, schema=...)` checks it.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = [
+    "DATASET_OPTIONAL_COLUMNS",
+    "DATASET_SCHEMA",
+    "PREFIX_SCHEMA",
+    "ROLLOUT_KINDS",
+    "ROLLOUT_SCHEMA",
+]
+
+MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
+
+# verl's RL data set layout, plus our `rg_entry` and LUFFY-style `target`.
+DATASET_SCHEMA = pa.schema(
+    [
+        # which task / checker the row belongs to, e.g. 'chain_sum' (a reasoning-gym name when
+        # the row comes from reasoning-gym, so its own checker can be looked up by it)
+        pa.field("data_source", pa.string(), nullable=False),
+        # the chat prompt: [{role: 'user', content: ...}, ...]
+        pa.field("prompt", pa.list_(MESSAGE_TYPE), nullable=False),
+        # verl's task family label, e.g. 'math'
+        pa.field("ability", pa.string()),
+        # style 'rule' = verified by a rule-based checker against ground_truth (the answer text)
+        pa.field(
+            "reward_model",
+            pa.struct([("style", pa.string()), ("ground_truth", pa.string())]),
+            nullable=False,
+        ),
+        # split name and row index within the split; rg_entry = the reasoning-gym entry as JSON
+        # (question, answer, metadata), null for rows that do not come from reasoning-gym
+        pa.field(
+            "extra_info",
+            pa.struct([("split", pa.string()), ("index", pa.int64()), ("rg_entry", pa.string())]),
+        ),
+        # a worked solution (off-policy guidance for LUFFY-style methods); null when unknown
+        pa.field("target", pa.string()),
+    ]
+)
+
+# Columns a user's verl Parquet file may lack: load_dataset() fills them with None.
+DATASET_OPTIONAL_COLUMNS: tuple[str, ...] = ("ability", "extra_info", "target")
+
+# One row per seed (a cut draft written by a historical checkpoint), SPEC §2 step 2.
+PREFIX_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        # the training iteration that generated this seed
+        pa.field("iteration", pa.int64(), nullable=False),
+        # Prompt.prompt_id of the prompt the draft answers
+        pa.field("prompt_id", pa.string(), nullable=False),
+        # unique id of the seed within the run, so rollouts and reuse can refer to it
+        pa.field("seed_id", pa.string(), nullable=False),
+        # training step of the historical checkpoint h that wrote the draft
+        pa.field("source_step", pa.int64(), nullable=False),
+        # how many steps older than the current policy h was when the draft was written
+        pa.field("source_age", pa.int64(), nullable=False),
+        # lambda: the prefix keeps floor(lambda * draft_len) tokens (or the line-boundary cut)
+        pa.field("prefix_ratio", pa.float32(), nullable=False),
+        # the prefix's token ids (the draft's first tokens), length L
+        pa.field("prefix_token_ids", pa.list_(pa.int32()), nullable=False),
+        # log pi_h(z_t) for each prefix token, length L (the denominator of prefix ratios)
+        pa.field("behaviour_logprobs", pa.list_(pa.float32()), nullable=False),
+        # the decoded prefix, for inspection and n-gram diversity queries
+        pa.field("prefix_text", pa.string(), nullable=False),
+        # number of tokens in the whole uncut draft
+        pa.field("draft_len", pa.int32(), nullable=False),
+        # reward of the whole draft when it was scored; null when it was not
+        pa.field("draft_reward", pa.float32()),
+    ]
+)
+
+ROLLOUT_KINDS: tuple[str, ...] = ("on_policy", "seeded", "offpolicy_full")
+
+# One row per sampled response, SPEC §2 steps 3-5.
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("iteration", pa.int64(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        # index of the sample within its prompt's group
+        pa.field("sample_id", pa.int32(), nullable=False),
+        # one of ROLLOUT_KINDS
+        pa.field("kind", pa.string(), nullable=False),
+        # training step of the checkpoint that wrote the prefix; null for on-policy samples
+        pa.field("source_step", pa.int64()),
+        # how many of token_ids were written by the historical checkpoint (0 for on-policy,
+        # len(token_ids) for offpolicy_full)
+        pa.field("prefix_len", pa.int32(), nullable=False),
+        # the chat-templated prompt the response answers (the update re-scores prompt + response)
+        pa.field("prompt_token_ids", pa.list_(pa.int32()), nullable=False),
+        # the whole response: prefix followed by continuation
+        pa.field("token_ids", pa.list_(pa.int32()), nullable=False),
+        # log pi_theta_old(token) under the rollout policy, same length as token_ids
+        pa.field("old_logprobs", pa.list_(pa.float32()), nullable=False),
+        # log pi_h(token) under the prefix's source policy, same length as token_ids, 0 past the
+        # prefix (and everywhere for on-policy samples)
+        pa.field("behaviour_logprobs", pa.list_(pa.float32()), nullable=False),
+        pa.field("response_text", pa.string(), nullable=False),
+        # the extracted final answer (last \boxed{...}); null when there is none
+        pa.field("answer", pa.string()),
+        # verifier status: ok | wrong | no_answer | timeout | error (thinking_seeds.data.rewards.STATUSES),
+        # or 'pending' in rows written before the verify stage
+        pa.field("status", pa.string(), nullable=False),
+        # null until the verify stage has scored the response (status 'pending' before that)
+        pa.field("reward", pa.float32()),
+        # group-relative advantage (filled by the update stage; null before it runs)
+        pa.field("advantage", pa.float32()),
+    ]
+)

@@ -1,0 +1,262 @@
+"""Build the tiny base model offline: char tokenizer + small Llama + supervised warm-up (SPEC §7).
+
+The warm-up teaches two solution strategies (`a`: left-to-right partial sums, `b`: positive terms
+first) 50/50, then stops while the model is still unreliable — RL needs headroom (pass@1 low) and
+diversity (pass@16 well above pass@1). Accuracy climbs steeply late in the warm-up, so candidate
+checkpoints are evaluated along the way and the chosen one is the one whose held-out pass@1 lies
+in the target band with the most headroom to pass@16.
+
+    python -m thinking_seeds.train.warmup                    # rebuilds data/models/tiny-chainsum (~5 min alone on 2 cores)
+    python -m thinking_seeds.train.warmup --steps 300 --out /tmp/m   # a quick, weaker one
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS, get_task
+from thinking_seeds.config import DataConfig
+from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.evals.evaluation import evaluate_prompts
+from thinking_seeds.engine.models import builtin_model_path, char_tokenizer, count_params, encode_prompt, load_model, tiny_llama
+from thinking_seeds.data.rewards import Verifier
+from thinking_seeds.engine.rollout import HFEngine
+
+
+def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (N, L) input ids, labels (the answer and its EOS only) and row lengths.
+
+    Lengths are explicit because "not pad" cannot tell where a row ends when the pad token is
+    also the end-of-turn token (SmolLM2's `<|im_end|>`).
+    """
+    rows, labels = [], []
+    for q, s in pairs:
+        p = encode_prompt(tok, [{"role": "user", "content": q}])
+        a = tok(s, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        rows.append(p + a)
+        labels.append([-100] * len(p) + a)
+    L = max(len(r) for r in rows)
+    ids = torch.full((len(rows), L), tok.pad_token_id, dtype=torch.long)
+    lab = torch.full((len(rows), L), -100, dtype=torch.long)
+    for i, (r, l) in enumerate(zip(rows, labels)):
+        ids[i, : len(r)] = torch.tensor(r)
+        lab[i, : len(l)] = torch.tensor(l)
+    return ids, lab, torch.tensor([len(r) for r in rows])
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int | None = None, min_factor: float = 0.1) -> float:
+    """Learning-rate multiplier at optimizer step `step` (0-based): a linear ramp over `warmup_steps`,
+    then constant (total_steps None) or a cosine decay to `min_factor` at `total_steps`."""
+    warm = max(1, warmup_steps)
+    if step < warm or total_steps is None:
+        return min(1.0, (step + 1) / warm)
+    progress = min(1.0, (step - warm) / max(1, total_steps - warm))
+    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def sft_optimizer(model: torch.nn.Module, lr: float, warmup_steps: int, total_steps: int | None = None,
+                  min_factor: float = 0.1):
+    """The warm-up's AdamW and its schedule (`lr_factor`: ramp, then constant or cosine)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup_steps, total_steps, min_factor))
+    return opt, sched
+
+
+def sft_step(model, opt, sched, ids: torch.Tensor, labels: torch.Tensor, batch_size: int, gen: torch.Generator,
+             pad_id: int) -> float:
+    """One supervised step on a random batch of the encoded corpus; returns the loss.
+
+    Shared by the warm-up that builds the base model and the equal-compute SFT control
+    (`thinking_seeds.experiments.sft_control`), so "more warm-up" means exactly this step.
+    """
+    model.train()
+    idx = torch.randint(0, ids.shape[0], (batch_size,), generator=gen)
+    x, y = ids[idx], labels[idx]
+    keep = int((x != pad_id).sum(-1).max())
+    out = model(input_ids=x[:, :keep], labels=y[:, :keep])
+    opt.zero_grad(set_to_none=True)
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return out.loss.item()
+
+
+def build_tiny_model(
+    out_dir: Path,
+    *,
+    task: str = "chain_sum",
+    steps: int = 700,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    schedule: str = "constant",
+    min_lr_factor: float = 0.1,
+    corpus_size: int = 100_000,
+    eval_every: int = 100,
+    eval_from: int = 500,
+    eval_prompts: int = 64,
+    eval_samples: int = 16,
+    max_new_tokens: int = 64,
+    target: tuple[float, float] | None = (0.15, 0.30),
+    seed: int = 0,
+    warmup_steps: int = 75,
+    data_cfg: DataConfig | None = None,
+    init: Path | None = None,
+    until_plateau: float | None = None,
+) -> dict:
+    """Warm a fresh tiny Llama up on `task`'s worked solutions and save the chosen candidate.
+
+    `target` = a pass@1 band: the candidate in it with the most pass@n headroom (the chain_sum demo
+    model, stopped early on purpose). `target=None`: the last candidate (a model trained to its
+    supervised plateau: countdown, `schedule="cosine"`), with the plateau check in the report.
+
+    `init`: continue from that model (and its tokenizer) instead of a fresh one, evaluating it first
+    (step 0): a second phase at a low constant lr when the first one ended still improving. With
+    `until_plateau`, training stops at the first evaluation after which the last three pass@1 lie
+    within that spread (e.g. 0.02 = ±1 point); its report nests the report of `init`.
+    """
+    t0 = time.time()
+    torch.manual_seed(seed)
+    spec = get_task(task)
+    data_cfg = data_cfg or DataConfig(source=task)  # the RL task: its held-out prompts never appear in the warm-up
+    work = Path(tempfile.mkdtemp(prefix="ts-warmup-"))
+    splits = spec.build_splits(work / "data", data_cfg)
+    held_out = spec.held_out_keys(splits["validation"]) | spec.held_out_keys(splits["test"])
+    val_prompts = load_dataset(splits["validation"])[:eval_prompts]
+    pairs = spec.warmup_corpus(corpus_size, seed, held_out, data_cfg)
+
+    init_report = None
+    if init is not None:
+        model, tok = load_model(init)
+        init_report = json.loads((Path(init) / "warmup_report.json").read_text()) if (Path(init) / "warmup_report.json").is_file() else None
+    else:
+        tok = char_tokenizer(spec.charset)
+        model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed)
+    ids, labels, _ = encode_corpus(tok, pairs)
+    total = steps if schedule == "cosine" else None
+    opt, sched = sft_optimizer(model, lr, warmup_steps, total, min_lr_factor)
+    # A continued warm-up draws other batches than its first phase did from the same corpus.
+    gen = torch.Generator().manual_seed(seed + (1 if init is not None else 0))
+    verifier = Verifier(backend=spec.reward, partial_credit=False)
+    engine = HFEngine(model, tok, batch_size=256)
+
+    candidates = []
+    with Progress(TextColumn("warm-up"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[info]}")) as bar:
+        bar_task = bar.add_task("sft", total=steps, info="")
+        for step in range(0 if init is not None else 1, steps + 1):
+            loss = sft_step(model, opt, sched, ids, labels, batch_size, gen, tok.pad_token_id) if step else float("nan")
+            info = f"loss {loss:.3f}"
+            if step == 0 or (step >= eval_from and (step % eval_every == 0 or step == steps)):
+                model.eval()
+                res = evaluate_prompts(engine, tok, val_prompts, verifier, n=eval_samples, max_new_tokens=max_new_tokens,
+                                       seed=seed, label=None if task == "chain_sum" else spec.label)
+                cdir = work / f"step_{step:06d}"
+                model.save_pretrained(cdir)
+                candidates.append({"step": step, "pass@1": res.pass_at_k[1], f"pass@{eval_samples}": res.pass_at_k[eval_samples],
+                                   "distinct_patterns": res.distinct_labels, "pattern_entropy": res.label_entropy,
+                                   "strategy_b": res.strategy_share.get("b"),
+                                   "loss": loss, "lr": sched.get_last_lr()[0], "seconds": round(time.time() - t0, 1),
+                                   "dir": str(cdir)})
+                info += f" | pass@1 {res.pass_at_k[1]:.3f} pass@{eval_samples} {res.pass_at_k[eval_samples]:.3f}"
+                bar.console.log(f"step {step}: {info}")
+                last3 = [c["pass@1"] for c in candidates[-3:]]
+                if until_plateau is not None and len(last3) == 3 and max(last3) - min(last3) <= until_plateau:
+                    bar.console.log(f"plateau: the last three pass@1 {last3} lie within {until_plateau}")
+                    break
+            bar.update(bar_task, advance=1, info=info)
+    verifier.close()
+
+    if target is None:
+        best = candidates[-1]
+    else:  # prefer the candidates in the target band; among them the largest pass@n / pass@1 headroom
+        lo, hi = target
+        in_band = [c for c in candidates if lo <= c["pass@1"] <= hi]
+        pool = in_band or sorted(candidates, key=lambda c: abs(c["pass@1"] - (lo + hi) / 2))[:1]
+        best = max(pool, key=lambda c: c[f"pass@{eval_samples}"] / max(c["pass@1"], 1e-9))
+    last3 = [c["pass@1"] for c in candidates[-3:]]
+    out_dir = Path(out_dir)
+    tmp_out = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp_out, ignore_errors=True)
+    shutil.copytree(best["dir"], tmp_out)
+    tok.save_pretrained(tmp_out)
+    report = {
+        "task": task, "chosen_step": best["step"], "target_pass@1": list(target) if target else None,
+        "in_target_band": bool(target) and target[0] <= best["pass@1"] <= target[1],
+        "plateau": {"last_three_pass@1": last3, "spread": max(last3) - min(last3) if last3 else None},
+        "candidates": [{k: v for k, v in c.items() if k != "dir"} for c in candidates],
+        "params": count_params(model), "steps": steps, "batch_size": batch_size, "lr": lr, "schedule": schedule,
+        # The lr the warm-up ended at: the SFT control continues from there ("more of the same training").
+        "final_lr": sched.get_last_lr()[0],
+        "corpus_size": corpus_size, "seed": seed, "warmup_steps": warmup_steps, "build_seconds": round(time.time() - t0, 1),
+        "steps_done": candidates[-1]["step"] if candidates else 0, "until_plateau": until_plateau,
+        "init": {"path": str(init), "report": init_report} if init is not None else None,
+        "eval": {"prompts": len(val_prompts), "samples": eval_samples, "split": "validation", "max_new_tokens": max_new_tokens},
+        "torch_threads": torch.get_num_threads(),
+        "rebuild": REBUILD[task] if task in REBUILD else "python -m thinking_seeds.train.warmup",
+    }
+    (tmp_out / "warmup_report.json").write_text(json.dumps(report, indent=2))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp_out.rename(out_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+# How each bundled model was built (the defaults of `main` are the chain_sum demo model's).
+REBUILD = {
+    "chain_sum": "python -m thinking_seeds.train.warmup",
+    # Phase 1 (cosine) ended still improving, so phase 2 continues at its final lr until a plateau.
+    "countdown": "python -m thinking_seeds.train.warmup --task countdown --out data/models/tiny-countdown --steps 6000 "
+                 "--schedule cosine --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 "
+                 "--threads 1 && python -m thinking_seeds.train.warmup --task countdown --init data/models/tiny-countdown --out "
+                 "data/models/tiny-countdown --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 "
+                 "--eval-from 400 --eval-prompts 128 --max-new-tokens 80 --until-plateau 0.02 --threads 1",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="chain_sum", choices=sorted(BUILTIN_TASKS))
+    ap.add_argument("--out", type=Path, default=builtin_model_path("tiny"))
+    ap.add_argument("--steps", type=int, default=700)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--schedule", default="constant", choices=["constant", "cosine"],
+                    help="after the ramp: constant lr, or cosine decay to 0.1 x lr at the last step")
+    ap.add_argument("--select", default="band", choices=["band", "last"],
+                    help="band: the candidate with pass@1 in 0.15-0.30 (the demo model); last: the final one (plateau)")
+    ap.add_argument("--corpus-size", type=int, default=100_000)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-from", type=int, default=500)
+    ap.add_argument("--eval-prompts", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup-steps", type=int, default=75, help="linear learning-rate ramp, then the schedule")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    ap.add_argument("--init", type=Path, default=None, help="continue from this model (a second phase) instead of a fresh one")
+    ap.add_argument("--until-plateau", type=float, default=None,
+                    help="stop once the last three evaluations' pass@1 lie within this spread (e.g. 0.02)")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    rep = build_tiny_model(a.out, task=a.task, steps=a.steps, batch_size=a.batch_size, lr=a.lr, schedule=a.schedule,
+                           corpus_size=a.corpus_size, eval_every=a.eval_every, eval_from=min(a.eval_from, a.steps),
+                           eval_prompts=a.eval_prompts, max_new_tokens=a.max_new_tokens, seed=a.seed,
+                           warmup_steps=a.warmup_steps, target=None if a.select == "last" else (0.15, 0.30),
+                           init=a.init, until_plateau=a.until_plateau)
+    print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
+    chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
+    print("chosen:", json.dumps(chosen))
+
+
+if __name__ == "__main__":
+    main()
