@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from thinking_seeds.algorithms import ALGORITHMS, AlgorithmName  # the one list of methods (re-exported)
 from thinking_seeds.assets import PRESETS_DIR  # package data: data/presets in a checkout
 
 
@@ -262,11 +263,8 @@ DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _HASH_ALWAYS_OUT = (("device",),)
 _HASH_OUT_AT_DEFAULT = {("update", "mixed_precision"): "no"}
 
-ALGORITHMS = ("grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
-
-
 class RunConfig(_Section):
-    algorithm: Literal["grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds"] = Field(
+    algorithm: AlgorithmName = Field(
         "thinking_seeds", description="Method preset (SPEC §4)."
     )
     iterations: int = Field(10, ge=1, description="Training iterations.")
