@@ -379,15 +379,19 @@ def test_run_jobs_reports_failures_and_keeps_going(tmp_path):
     assert "no Hugging Face checkpoint" in str(e.value)  # the log's tail names the cause
 
 
-def test_cli_compare_failure_exits_1(monkeypatch, tmp_path):
+def test_cli_compare_failure_is_one_error_line_and_exit_2(monkeypatch, tmp_path):
     import thinking_seeds.experiments.compare
 
     def fail(**kwargs):
-        raise CompareError("1 of 1 runs failed; rerun the same command to resume them.")
+        raise CompareError("1 of 1 runs failed; rerun the same command to resume them.\n\n"
+                           "x-grpo-s0 (exit 3), log runs/x-grpo-s0/train.log:\nline one\nline two")
 
     monkeypatch.setattr(thinking_seeds.experiments.compare, "run_comparison", fail)
     r = runner.invoke(app, ["compare", "--methods", "grpo", "--seeds", "0", "--no-prefect"], env={"TS_RUNS_DIR": str(tmp_path)})
-    assert r.exit_code == 1 and "1 of 1 runs failed" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 2 and "Traceback" not in r.output  # the same exit code as every user error
+    first, *details = r.stderr.strip().splitlines()
+    assert first == "error: 1 of 1 runs failed; rerun the same command to resume them."
+    assert details[-2:] == ["line one", "line two"]  # the log's tail, verbatim
 
 
 def test_report_mean_and_std_over_seeds(tmp_path):

@@ -151,7 +151,7 @@ def test_a_query_that_never_ends_times_out(sealed):
 
 def _ts(args: list[str], runs: Path, **kw) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), TS_RUNS_DIR=str(runs))
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "thinking_seeds.flows.cli", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

@@ -1,0 +1,67 @@
+"""`ts`: the command line of thinking-seeds.
+
+    ts train --preset tiny --run-id demo [--set prefix.ratio_max=0.5 ...] [--no-prefect]
+    ts check RUN_ID
+    ts eval RUN_ID [--step N] [--split validation|test]
+    ts export RUN_ID --out DIR [--step N]
+    ts report RUN_ID
+    ts compare --methods grpo,thinking_seeds --seeds 0,1,2 [--set k=v] [--sweep k=v1,v2] --id NAME [--no-prefect]
+    ts runs
+    ts sql "SELECT ..." [--run-id ID]  |  ts sql --query NAME [--run-id ID]  |  ts sql --list
+    ts config show --preset NAME [--set ...]  |  ts config keys [FILTER]
+
+One module per command group (train: train/check; evaluate: eval/export; report: report/runs/sql;
+compare; config), `output` for everything printed, `errors` for the one error handler: a mistake
+the user can fix is one line on stderr and exit code 2 (see errors.py); TS_DEBUG=1 shows the
+traceback. Heavy imports (Prefect, torch, matplotlib, DuckDB) happen inside the commands that need
+them, so `ts --help`, `ts sql` and `ts config` start fast.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from thinking_seeds.flows.cli import compare, config, evaluate, report, train
+from thinking_seeds.flows.cli.errors import EXIT_USER_ERROR, Group, is_user_error
+
+__all__ = ["EXIT_USER_ERROR", "app", "main"]
+
+_is_user_error = is_user_error  # the name tests and older callers use
+
+app = typer.Typer(
+    cls=Group,
+    help="thinking-seeds: token-level mix-policy RL (historical checkpoints write the prefix, the current policy continues it).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+@app.callback()
+def _main(
+    runs_dir: Optional[Path] = typer.Option(
+        None, "--runs-dir", envvar="TS_RUNS_DIR", help="Folder holding the run directories (default ./runs).",
+        show_default=False,
+    ),
+) -> None:
+    if runs_dir is not None:
+        os.environ["TS_RUNS_DIR"] = str(runs_dir)
+
+
+app.command("train")(train.train)
+app.command("eval")(evaluate.eval_)
+app.command("report")(report.report)
+app.command("export")(evaluate.export)
+app.command("compare")(compare.compare)
+app.command("runs")(report.runs)
+app.command("sql")(report.sql)
+app.command("check")(train.check)
+app.add_typer(config.config_app, name="config")
+
+
+def main() -> None:  # pragma: no cover - `python -m thinking_seeds.flows.cli`
+    app()

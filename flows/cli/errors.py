@@ -1,0 +1,102 @@
+"""The one error handler of `ts`: every command (and subcommand) runs inside it.
+
+A mistake the user can fix ends in ONE line on stderr -- what was wrong, where, how to fix it --
+and exit code 2, never a traceback: ts_core's ConfigError / DataError / CheckpointError /
+ModelError / QueryError and any other ValueError (pydantic's ValidationError among them),
+RunLockedError, DuckDB errors, a comparison whose runs failed (CompareError: the line, then the
+failed runs' log tails), and click's usage errors (a missing or bad option). Ctrl-C is one line
+and the shell's 130. TS_DEBUG=1 shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import typer
+from typer.core import TyperGroup
+
+from thinking_seeds.flows.cli.output import detail_lines, error_line
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def _loaded_class(module: str, name: str) -> type | None:
+    """A class from a module only if that module is already loaded (it must be, if the class was
+    raised): no torch import just to catch."""
+    mod = sys.modules.get(module)
+    return getattr(mod, name, None) if mod is not None else None
+
+
+def is_user_error(e: BaseException) -> bool:
+    if isinstance(e, ValueError):  # ConfigError, DataError, CheckpointError, ModelError, QueryError, ValidationError
+        return True
+    for module, name in (("thinking_seeds.store.run_dir", "RunLockedError"), ("duckdb", "Error"),
+                         ("thinking_seeds.experiments.compare", "CompareError")):
+        cls = _loaded_class(module, name)
+        if cls is not None and isinstance(e, cls):
+            return True
+    return False
+
+
+def _click_exceptions() -> Any:
+    try:  # typer >= 0.20 carries its own copy of click
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import exceptions
+    return exceptions
+
+
+def _usage_line(e: Any) -> str:
+    """click's usage error as one line, with the help command to read."""
+    ctx = getattr(e, "ctx", None)
+    path = []
+    while ctx is not None:
+        path.append(ctx.info_name or "")
+        ctx = ctx.parent
+    where = " ".join(["ts", *reversed(path[:-1])]) if path else "ts"
+    return f"{where}: {e.format_message()} (see `{where} --help`)"
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """Turn a user's mistake into one line and exit code 2 (Ctrl-C: one line, 130)."""
+    try:
+        yield
+    except KeyboardInterrupt as e:  # a command may say what was interrupted: raise KeyboardInterrupt(msg)
+        if os.environ.get("TS_DEBUG"):
+            raise
+        error_line(str(e) or "interrupted (Ctrl-C)")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Exception as e:
+        if os.environ.get("TS_DEBUG"):
+            raise
+        exc = _click_exceptions()
+        if isinstance(e, exc.UsageError) and not isinstance(e, exc.NoArgsIsHelpError):
+            error_line(_usage_line(e))
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        if not is_user_error(e):
+            raise  # a bug (or typer.Exit, click's help): as it is
+        head, _, details = (str(e) or type(e).__name__).partition("\n\n")
+        compare_error = _loaded_class("thinking_seeds.experiments.compare", "CompareError")
+        if compare_error is None or not isinstance(e, compare_error):
+            head, details = str(e) or type(e).__name__, ""  # everything else: the whole message on one line
+        error_line(head)
+        if details:
+            detail_lines(details)
+        raise typer.Exit(EXIT_USER_ERROR) from None
+
+
+class Group(TyperGroup):
+    """The top-level group: parsing its own options and invoking every command happen inside `handled`."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        with handled():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with handled():
+            return super().invoke(ctx)

@@ -1,0 +1,90 @@
+"""`ts train` (a new run, or resume one: the same command) and `ts check` (verify a run directory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from thinking_seeds.flows.cli.output import console, error_line
+
+PRESET_HELP = "Preset name (data/presets/NAME.yaml) or a YAML path."
+
+
+def train(
+    preset: str = typer.Option("tiny", "--preset", "-p", help=PRESET_HELP),
+    run_id: str = typer.Option(..., "--run-id", "-r", help="Run directory name under the runs folder; reusing one resumes it."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: section.key=value (repeatable)."),
+    no_prefect: bool = typer.Option(False, "--no-prefect", help="Run the plain loop in this process (no Prefect)."),
+) -> None:
+    """Train (or resume) a run: the stages of every iteration, as a Prefect flow or a plain loop."""
+    from thinking_seeds.config import load_config
+    from thinking_seeds.store.run_dir import RunDir
+
+    cfg = load_config(preset, set_)  # fail fast on a bad preset / key, before Prefect or torch start
+    run = RunDir.for_run(run_id)
+    from thinking_seeds.data.sources import check_user_data
+
+    check_user_data(cfg.data)  # a user's data sets: refuse a bad file before anything is written
+    con = console()
+    if not no_prefect:
+        from thinking_seeds.flows.train import train_flow
+
+        result = train_flow(preset=preset, run_id=run_id, overrides=list(set_) or None)
+        con.print(f"[green]run finished:[/] {result}")
+        con.print(f"report: ts report {run_id}")
+        return
+    _train_plain(run, cfg, con)
+
+
+def _train_plain(run: Any, cfg: Any, con: Console) -> None:
+    """The plain loop in this process, with a progress bar over every stage of every iteration."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from thinking_seeds.pipeline.loop import summary, train as train_loop
+    from thinking_seeds.pipeline.stages import STAGES
+
+    total = 1 + cfg.iterations * len(STAGES)
+    seen: dict[str, float] = {}
+
+    def label(k: int, stage: str) -> str:
+        return f"iteration {k}/{cfg.iterations - 1} · {stage}" if k >= 0 else "evaluate θ_0"
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=con, transient=False) as progress:
+        task = progress.add_task("prepare · " + label(-1, "evaluate"), total=total)
+
+        def on_stage(k: int, stage: str, m: Any) -> None:
+            seen.update(m.metrics)
+            progress.advance(task)
+            if stage == "evaluate" and "eval/accuracy" in m.metrics:
+                progress.console.print(f"step {k + 1}: eval/accuracy {m.metrics['eval/accuracy']:.4f}")
+            if stage == "evaluate" and k >= 0:
+                progress.console.print(f"iteration {k}: " + (summary({n: v for n, v in seen.items() if n != "eval/accuracy"}) or "done"))
+            i = STAGES.index(stage) if k >= 0 else len(STAGES) - 1
+            nk, ns = (k, STAGES[i + 1]) if i + 1 < len(STAGES) else (k + 1, STAGES[0])
+            progress.update(task, description=label(nk, ns) if nk < cfg.iterations else "done")
+
+        train_loop(run, cfg, on_stage=on_stage)
+    con.print(f"[green]run finished:[/] {run.root}")
+    con.print(f"report: ts report {run.run_id}")
+
+
+def check(run_id: str = typer.Argument(..., help="Run to verify.")) -> None:
+    """Verify a whole run directory (every hash, every manifest, the lock); say what is damaged and
+    which stage to re-run. Exit code 0: intact, 1: damaged, 2: no such run."""
+    from thinking_seeds.store.parquet_io import DataError
+    from thinking_seeds.store.run_dir import RunDir, check_run
+
+    run = RunDir.for_run(run_id)
+    if not run.root.is_dir():
+        raise DataError(f"no run {run_id!r} under {run.root.parent}; see `ts runs`, or set --runs-dir")
+    damage, notes = check_run(run)
+    for line in notes:
+        typer.echo(line)
+    for line in damage:
+        error_line(line, "damaged: ")
+    if damage:
+        raise typer.Exit(1)  # a verdict, not a usage error: the run is damaged
+    typer.echo(f"run {run_id} is intact")
