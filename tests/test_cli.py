@@ -150,3 +150,19 @@ def test_error_classes_handled():
         assert _is_user_error(e)
     assert not _is_user_error(RuntimeError("bug"))
     assert not _is_user_error(KeyError("bug"))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["sql"], "ts sql: Invalid value: give exactly one of"),
+    (["train"], "ts train: Missing option '--run-id'"),
+    (["nosuch"], "ts: No such command 'nosuch'"),
+    (["--bogus"], "ts: No such option: --bogus"),
+    (["config", "keys", "--format", "nope"], "ts config keys: Invalid value for '--format'"),
+    (["compare", "--seeds", "0,x", "--no-prefect"], "ts compare: Invalid value: --seeds must be integers"),
+])
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, needle):
+    """click's usage errors go through the same handler as every other user error: one line, exit 2."""
+    r = runner.invoke(app, args, env={"TS_RUNS_DIR": str(tmp_path)})
+    assert r.exit_code == 2, r.output
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith(f"error: {needle}") and "--help`)" in line, line
