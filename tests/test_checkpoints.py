@@ -12,14 +12,13 @@ from thinking_seeds.store.checkpoints import (
     OPTIMIZER_NAME,
     CheckpointError,
     CheckpointInfo,
-    HistoricalPool,
     list_checkpoints,
     load_checkpoint,
-    load_optimizer_state,
     save_checkpoint,
-    save_optimizer_state,
     verify_checkpoint,
 )
+from thinking_seeds.store.historical_pool import HistoricalPool
+from thinking_seeds.store.optimizer_state import load_optimizer_state, save_optimizer_state
 
 torch.set_num_threads(1)
 

@@ -165,7 +165,7 @@ def test_explicit_cpu_device_runs(tmp_path, tiny_overrides):
 def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
     """bf16 engine, bf16-autocast trainer with fp32 masters: finite loss and ratios, π_old recomputed."""
     from thinking_seeds.engine.lora import load_policy
-    from thinking_seeds.algo.losses import Stats
+    from thinking_seeds.algo.stats import Stats
     from thinking_seeds.train.trainer import autocast, load_batch, loss_settings, micro_loss, recompute_old_logprobs, schedule
     from thinking_seeds.engine.scoring import score_responses
 
@@ -201,7 +201,7 @@ def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
         assert torch.isfinite(out.loss)
         stats.merge(out.stats)
     assert worst <= 1e-6, f"on-policy log-ratio {worst} on unchanged weights"
-    means = stats.means()
+    means = stats.metrics()
     assert abs(means["actor/ratio_mean/on_policy"] - 1.0) <= 1e-6, means
     assert abs(means["actor/ratio_mean/continuation"] - 1.0) <= 1e-6, means
     assert means["actor/pg_clipfrac/on_policy"] == 0.0 and means["actor/pg_clipfrac/continuation"] == 0.0

@@ -61,7 +61,7 @@ def test_clip_zeroes_gradient_outside_trust_region():
     out, g = grad_of(inp, LossSettings(clip_ratio_low=0.2, clip_ratio_high=0.28))
     assert g[0, 0].item() == 0.0
     assert g[0, 1].item() == pytest.approx(-1.1 / 2)
-    assert out.stats.means()["actor/pg_clipfrac/on_policy"] == pytest.approx(0.5)
+    assert out.stats.metrics()["actor/pg_clipfrac/on_policy"] == pytest.approx(0.5)
 
 
 def test_clip_negative_advantage_low_side():
@@ -72,7 +72,7 @@ def test_clip_negative_advantage_low_side():
     out, g = grad_of(inp, LossSettings())
     assert g[0, 0].item() == 0.0
     assert g[0, 1].item() == pytest.approx(1.5 / 2)
-    assert out.stats.means()["actor/pg_clipfrac/all"] == pytest.approx(0.5)
+    assert out.stats.metrics()["actor/pg_clipfrac/all"] == pytest.approx(0.5)
 
 
 def test_dual_clip_bounds_negative_advantage_loss():
@@ -116,7 +116,7 @@ def test_prefix_clip_uses_historical_policy_ratio():
     inp = seeded_batch()
     out, g = grad_of(inp, LossSettings(prefix_loss="clip"))
     assert g[0].tolist() == pytest.approx([-0.25, 0.0, -0.25, -0.25])
-    m = out.stats.means()
+    m = out.stats.metrics()
     assert m["actor/pg_clipfrac/prefix"] == pytest.approx(0.5)
     assert m["actor/pg_clipfrac/continuation"] == pytest.approx(0.0)
     assert m["actor/ratio_max/prefix"] == pytest.approx(math.exp(-1) / 0.25)
@@ -140,7 +140,7 @@ def test_capped_prefix_bounds_but_keeps_gradient():
     assert g[0, :2].tolist() == pytest.approx([-2.0 / 4, -1.0 / 4])
     # Value: -(2 + 1 + 1 + 1) / 4
     assert out.loss.item() == pytest.approx(-5.0 / 4)
-    assert out.stats.means()["actor/pg_clipfrac/prefix"] == 0.0
+    assert out.stats.metrics()["actor/pg_clipfrac/prefix"] == 0.0
 
 
 def test_kl_estimators():
@@ -154,7 +154,7 @@ def test_entropy_and_effective_entropy_by_population():
     # Two on-policy tokens, one of them clipped: effective entropy is the unclipped one's.
     inp = make_inputs([[math.log(1.5), 0.0]], old=[[0.0, 0.0]], adv=[1.0], entropy=[[2.0, 0.5]])
     out = compute_policy_loss(inp, LossSettings())
-    m = out.stats.means()
+    m = out.stats.metrics()
     assert m["actor/entropy/on_policy"] == pytest.approx(1.25)
     assert m["actor/effective_entropy/on_policy"] == pytest.approx(0.5)
 
@@ -186,7 +186,7 @@ def test_effective_entropy_leaves_out_zero_advantage_tokens():
     # unclipped. Sample 1 (A = 1, unclipped) is the only one that counts.
     inp = make_inputs([[0.0, 0.0], [0.0, 0.0]], old=[[0.0, 0.0], [0.0, 0.0]], adv=[0.0, 1.0],
                       entropy=[[3.0, 3.0], [1.0, 0.5]])
-    m = compute_policy_loss(inp, LossSettings()).stats.means()
+    m = compute_policy_loss(inp, LossSettings()).stats.metrics()
     assert m["actor/entropy/on_policy"] == pytest.approx(7.5 / 4)
     assert m["actor/effective_entropy/on_policy"] == pytest.approx(0.75)
     assert m["actor/grad_tokens/on_policy"] == pytest.approx(0.5)

@@ -53,7 +53,8 @@ def verified_run(tmp_path_factory, tiny_overrides):
     return run, cfg
 
 
-def _update_copy(run: RunDir, cfg, tmp_path, name: str, launcher: str, n: int) -> dict[str, torch.Tensor]:
+def _update_copy(run: RunDir, cfg, tmp_path, name: str, launcher: str, n: int) -> tuple[dict[str, torch.Tensor], dict]:
+    """θ_1 (name -> tensor) and the update's metrics, from a copy of the run updated by `launcher`."""
     dst = RunDir(tmp_path / name / run.run_id)
     shutil.copytree(run.root, dst.root)
     c = cfg.model_copy(deep=True)
@@ -61,7 +62,7 @@ def _update_copy(run: RunDir, cfg, tmp_path, name: str, launcher: str, n: int) -
     m = update(Session(dst, c), 0)
     assert m.outputs["policy"] == "policy/step_000001"
     assert m.metrics["perf/num_processes"] == n
-    return load_file(str(dst.policy(1) / "model.safetensors"))
+    return load_file(str(dst.policy(1) / "model.safetensors")), m.metrics
 
 
 def test_accelerate_command_uses_gloo_ddp_on_cpu(verified_run, tmp_path):
@@ -74,12 +75,19 @@ def test_accelerate_command_uses_gloo_ddp_on_cpu(verified_run, tmp_path):
 
 
 def test_one_and_two_processes_match_in_process(verified_run, tmp_path):
+    """Same θ_1, and the same statistics: with two processes every logged mean is over both
+    processes' tokens and every maximum is the larger one (algo/stats.py), as in one process."""
     run, cfg = verified_run
     theta0 = load_file(str(run.policy(0) / "model.safetensors"))
-    ref = _update_copy(run, cfg, tmp_path, "in_process", "in_process", 1)
+    ref, ref_metrics = _update_copy(run, cfg, tmp_path, "in_process", "in_process", 1)
     assert any(not torch.equal(theta0[n], ref[n]) for n in ref), "the update did not move the weights"
+    assert "actor/ratio_max/prefix" in ref_metrics and "actor/prefix_abs_log_ratio/age=0" in ref_metrics
     for name, n in (("accelerate1", 1), ("accelerate2", 2)):
-        got = _update_copy(run, cfg, tmp_path, name, "accelerate", n)
+        got, metrics = _update_copy(run, cfg, tmp_path, name, "accelerate", n)
+        stats = {k for k in ref_metrics if k.startswith("actor/")}
+        assert stats <= metrics.keys(), stats - metrics.keys()
+        for key in sorted(stats):
+            assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-4, abs=1e-6), f"{name}: {key}"
         assert got.keys() == ref.keys()
         worst = max(float((got[key] - ref[key]).abs().max()) for key in ref)
         print(f"{name}: max |Δθ| vs in_process = {worst:.3g}")

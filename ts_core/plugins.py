@@ -3,8 +3,8 @@ reasoning-gym data set by name, an experiment tracker's package.
 
 These checks run while the config is validated (`thinking_seeds.config`), so a typo fails in one
 line before any work. They sit beside the config at the bottom of the layers (ARCHITECTURE.md) and
-import nothing of ours; the layers that use the plugins (data.rewards, data.rg_data, store.tracking)
-import them from here.
+import nothing of ours; the layers that use the plugins (data.rewards, data.verifier_worker,
+data.rg_data, store.tracking) import them from here.
 """
 
 from __future__ import annotations

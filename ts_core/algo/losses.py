@@ -19,10 +19,12 @@ Shapes: B sequences, T response positions (right-padded). All per-token tensors 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Literal
 
 import torch
+
+from thinking_seeds.algo.stats import Stats
 
 PrefixLoss = Literal["clip", "shaped", "capped", "context"]
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -80,7 +82,7 @@ class LossSettings:
 class LossOutput:
     loss: torch.Tensor
     # Sums and counts, not means, so micro-batches and ranks can be reduced exactly: see `Stats`.
-    stats: "Stats"
+    stats: Stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,37 +207,6 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) ->
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Stats:
-    """Additive statistics: `sums[name] / counts[name]` is the metric, `maxes` are maxima.
-
-    Keeping numerators and denominators lets micro-batches and processes combine exactly.
-    """
-
-    sums: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, float] = field(default_factory=dict)
-    maxes: dict[str, float] = field(default_factory=dict)
-
-    def add(self, name: str, total: torch.Tensor | float, count: torch.Tensor | float) -> None:
-        self.sums[name] = self.sums.get(name, 0.0) + float(total)
-        self.counts[name] = self.counts.get(name, 0.0) + float(count)
-
-    def add_max(self, name: str, value: float) -> None:
-        self.maxes[name] = max(self.maxes.get(name, float("-inf")), value)
-
-    def merge(self, other: "Stats") -> "Stats":
-        for k in other.sums:
-            self.add(k, other.sums[k], other.counts[k])
-        for k, v in other.maxes.items():
-            self.add_max(k, v)
-        return self
-
-    def means(self) -> dict[str, float]:
-        out = {k: self.sums[k] / self.counts[k] for k in self.sums if self.counts[k] > 0}
-        out.update(self.maxes)
-        return out
-
-
 def population_masks(inp: LossInputs) -> dict[str, torch.Tensor]:
     """(B, T) masks of the three token populations of SPEC §5."""
     resp = inp.response_mask.bool()
@@ -261,17 +232,18 @@ def _population_stats(
     pops = population_masks(inp)
     abs_adv = adv.abs()
     above = ratio > 1.0 + s.clip_ratio_high
+    # No `if n == 0: continue`: that test would wait for the GPU once per population. An empty
+    # population adds count 0 (and a maximum of -inf), which Stats leaves out of the metrics.
     for name, m in list(pops.items()) + [("all", inp.response_mask.bool())]:
         n = m.sum()
-        if n == 0:
-            continue
         suffix = f"/{name}"
         # Gradient lost to clipping: share of tokens, and of |A|-weighted mass, that the clip zeroes.
         stats.add("actor/pg_clipfrac" + suffix, (clipped & m).sum(), n)
         stats.add("actor/pg_clipfrac_adv" + suffix, (abs_adv * (clipped & m)).sum(), (abs_adv * m).sum())
         stats.add("actor/ratio_mean" + suffix, (ratio * m).sum(), n)
         stats.add("actor/ratio_above_frac" + suffix, (above & m).sum(), n)
-        stats.add_max("actor/ratio_max" + suffix, float(ratio[m].max()))
+        if ratio.numel():  # (a shape, not a value: no sync) max() of no elements is an error
+            stats.add("actor/ratio_max" + suffix, ratio.masked_fill(~m, float("-inf")).max())
         stats.add("actor/grad_tokens" + suffix, (grad_mask & m).sum(), n)
         if inp.entropy is not None:
             ent = inp.entropy.detach()

@@ -17,7 +17,7 @@ from typing import Callable
 from thinking_seeds.data import chain_sum
 from thinking_seeds.data import countdown
 from thinking_seeds.config import DataConfig
-from thinking_seeds.data.rewards import last_boxed
+from thinking_seeds.data.verdicts import last_boxed
 
 __all__ = ["BUILTIN_TASKS", "BuiltinTask", "build_splits", "get_task"]
 

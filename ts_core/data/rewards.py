@@ -15,8 +15,8 @@ across calls. Two layers of time limits:
 - inner, per item: each worker arms its own SIGALRM timer (`timeout_s`) around one item, in its
   main thread, so one slow item costs at most `timeout_s` and is marked 'timeout'. math-verify's
   own alarms are switched off so the two do not cancel each other.
-- outer, per batch: if no chunk finishes within `chunk_size * timeout_s + stall_slack_s`, a worker is stuck where signals cannot reach (C code holding the GIL). The pool is
-  killed and recreated; the items of the stuck chunks are retried one by one and an item that
+- outer, per batch: if no chunk finishes within `chunk_size * timeout_s + stall_slack_s`, a worker
+  is stuck where signals cannot reach (C code holding the GIL). The pool is killed and recreated; the items of the stuck chunks are retried one by one and an item that
   stalls again is marked 'timeout'. A crashed worker is handled the same way ('error').
 
 Items go to the pool in chunks (default 16) so 128 responses cost 8 round trips, not 128.
@@ -24,111 +24,34 @@ Answers are extracted in the caller (cheap), so responses without one never reac
 
 Note: spawn workers import the caller's `__main__` module; scripts that use a Verifier must guard
 their entry point with `if __name__ == "__main__":`.
+
+This module is the caller side (the pool, the stall window, retries) and the verifier's public
+face. The worker side (per-item alarms, the three scoring backends) is data/verifier_worker.py;
+Verdict, the statuses and last_boxed are data/verdicts.py.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import multiprocessing
-import os
-import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from thinking_seeds.data.verdicts import BACKENDS, STATUSES, Backend, Status, Verdict, count_statuses, last_boxed
+from thinking_seeds.data.verifier_worker import Item, Result, ping, score_chunk, worker_init
 from thinking_seeds.plugins import load_reward_fn
 
-if TYPE_CHECKING:  # the worker imports this module: keep its import cheap
+if TYPE_CHECKING:
     from thinking_seeds.data.sources import Prompt
 
-__all__ = ["BACKENDS", "STATUSES", "Status", "Verdict", "Verifier", "check_reward_fn", "count_statuses", "last_boxed",
-           "load_reward_fn"]
-
-Status = Literal["ok", "wrong", "no_answer", "timeout", "error"]
-STATUSES: tuple[Status, ...] = ("ok", "wrong", "no_answer", "timeout", "error")
-Backend = Literal["math_verify", "reasoning_gym", "custom"]
-BACKENDS: tuple[Backend, ...] = ("math_verify", "reasoning_gym", "custom")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """reward in [0, 1]; answer = content of the last \\boxed{...} (None when there is none);
-    detail = why, for 'timeout' and 'error' (the exception text), else None."""
-
-    reward: float
-    status: Status
-    answer: str | None
-    detail: str | None = None
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` with balanced braces; None if absent, unclosed or empty."""
-    start = text.rfind("\\boxed{")
-    while start != -1:
-        depth = 0
-        for i in range(start + len("\\boxed"), len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    content = text[start + len("\\boxed{") : i].strip()
-                    return content or None
-        # Unclosed (e.g. a truncated response): an earlier, complete box may still be the answer.
-        start = text.rfind("\\boxed{", 0, start)
-    return None
-
-
-def count_statuses(verdicts: Sequence[Verdict]) -> dict[str, int]:
-    """{status: count} over all STATUSES (zeros included, so metric columns are stable)."""
-    counts = {s: 0 for s in STATUSES}
-    for v in verdicts:
-        counts[v.status] += 1
-    return counts
-
-
-# ----------------------------------------------------------------------------- worker side
-# An item sent to a worker: (answer, ground_truth, data_source, rg_entry JSON or None).
-_Item = tuple[str, str, str, "str | None"]
-# A worker's answer for one item: (reward, status, detail).
-_Result = tuple[float, str, "str | None"]
-
-
-class _ItemTimeout(BaseException):
-    # BaseException, not Exception: math-verify and sympy catch `Exception` broadly and would
-    # turn our timeout into a silent "not equal".
-    pass
-
-
-def _raise_item_timeout(signum: int, frame: Any) -> None:
-    raise _ItemTimeout()
-
-
-def _ping() -> bool:
-    return True
-
-
-def _exit_with_parent() -> None:
-    """In a worker: exit as soon as the process that spawned it is gone (kill -9 included).
-
-    multiprocessing hands every spawned child a sentinel pipe of its parent; waiting on it costs
-    nothing and wakes exactly when the parent dies, whichever thread started the pool (the
-    PR_SET_PDEATHSIG alternative fires when that *thread* ends, which would kill a pool built by a
-    short-lived Prefect task thread).
-    """
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def wait_then_exit() -> None:
-        parent.join()
-        os._exit(1)
-
-    threading.Thread(target=wait_then_exit, daemon=True, name="ts-exit-with-parent").start()
+# Verdict, the statuses and last_boxed live in data/verdicts.py (light: no pool) and are
+# re-exported here, the verifier's public face.
+__all__ = ["BACKENDS", "STATUSES", "Status", "Verdict", "Verifier", "check_reward_fn", "close_shared_verifiers",
+           "count_statuses", "last_boxed", "load_reward_fn", "shared_verifier"]
 
 
 def check_reward_fn(path: str, prompt: "Prompt") -> None:
@@ -146,102 +69,6 @@ def check_reward_fn(path: str, prompt: "Prompt") -> None:
         raise ValueError(f"reward.fn={path!r} returned {type(out).__name__} {str(out)[:60]!r}; expected a number, a dict "
                          "with a numeric 'score', or None (no answer)")
 
-
-_custom_fn: Any = None
-
-
-def _score_custom(text: str, ground_truth: str, data_source: str, extra_json: str | None) -> _Result:
-    out = _custom_fn(data_source, text, ground_truth, json.loads(extra_json or "{}"))
-    if out is None:
-        return 0.0, "no_answer", None
-    score = out.get("score") if isinstance(out, dict) else out
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        return 0.0, "error", (f"the reward function returned {type(out).__name__} {str(out)[:80]!r}; expected a finite "
-                              "number, a dict with a numeric 'score', or None")
-    return float(score), ("ok" if score >= 1.0 else "wrong"), None
-
-
-def _worker_init(backend: Backend, fn: str | None = None) -> None:
-    _exit_with_parent()
-    if backend == "custom":
-        global _custom_fn
-        _custom_fn = load_reward_fn(fn or "")
-        return
-    # We pass parsing_timeout=None / timeout_seconds=None (our own alarm bounds each item); that
-    # makes math-verify warn once per process that it has no timeout. It is handled: silence it.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    # Pay imports and lazy initialisation (sympy, the LaTeX grammar) at start-up, so the first
-    # item's alarm does not count them and a small timeout_s cannot fail it spuriously.
-    if backend == "math_verify":
-        _score_math_verify("1", "1")
-    else:
-        import reasoning_gym  # noqa: F401
-
-
-_rg_score_fns: dict[str, Any] = {}
-
-
-def _rg_score_fn(data_source: str) -> Any:
-    fn = _rg_score_fns.get(data_source)
-    if fn is None:
-        import reasoning_gym
-
-        # Builds the data set with its default config once per worker; called outside the item's
-        # alarm because some data sets load files when built.
-        fn = _rg_score_fns[data_source] = reasoning_gym.get_score_answer_fn(data_source)
-    return fn
-
-
-def _score_math_verify(answer: str, ground_truth: str) -> _Result:
-    from math_verify import parse, verify
-
-    gold_text = ground_truth if "\\boxed" in ground_truth else f"\\boxed{{{ground_truth}}}"
-    gold = parse(gold_text, parsing_timeout=None)  # type: ignore[arg-type]
-    if not gold:
-        return 0.0, "error", f"math-verify cannot parse the ground truth {ground_truth!r}"
-    pred = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)  # type: ignore[arg-type]
-    # Gold first: verify() is asymmetric (e.g. set/interval relations are judged from the gold).
-    ok = verify(gold, pred, timeout_seconds=None)
-    return (1.0, "ok", None) if ok else (0.0, "wrong", None)
-
-
-def _score_reasoning_gym(answer: str, score_fn: Any, rg_entry: str, partial_credit: bool = True) -> _Result:
-    reward = float(score_fn(answer, json.loads(rg_entry)))
-    if not partial_credit:  # e.g. countdown's 0.05 for "right numbers, wrong value" becomes 0
-        reward = 1.0 if reward >= 1.0 else 0.0
-    # reasoning-gym gives partial credit for some tasks: the reward is kept, 'ok' means full.
-    return reward, ("ok" if reward >= 1.0 else "wrong"), None
-
-
-def _score_chunk(backend: Backend, items: list[_Item], timeout_s: float, partial_credit: bool = True) -> list[_Result]:
-    """Runs in a worker's main thread: score items one by one, each under its own alarm.
-
-    For the custom backend an item's first field is the whole response and its last the
-    extra_info JSON (prompt id, reasoning-gym entry)."""
-    previous = signal.signal(signal.SIGALRM, _raise_item_timeout)
-    results: list[_Result] = []
-    try:
-        for answer, ground_truth, data_source, rg_entry in items:
-            try:
-                score_fn = _rg_score_fn(data_source) if backend == "reasoning_gym" else None
-                signal.setitimer(signal.ITIMER_REAL, timeout_s)
-                try:
-                    if backend == "custom":
-                        result = _score_custom(answer, ground_truth, data_source, rg_entry)
-                    elif score_fn is None:
-                        result = _score_math_verify(answer, ground_truth)
-                    else:
-                        result = _score_reasoning_gym(answer, score_fn, rg_entry or "{}", partial_credit)
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-            except _ItemTimeout:
-                result = (0.0, "timeout", f"{backend} took longer than {timeout_s} s on answer {answer[:80]!r}")
-            except Exception as e:  # a checker bug or bad input: counted as 'error', with the reason
-                result = (0.0, "error", f"{type(e).__name__}: {e}"[:500])
-            results.append(result)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-    return results
 
 
 # ----------------------------------------------------------------------------- caller side
@@ -311,14 +138,14 @@ class Verifier:
         pool = ProcessPoolExecutor(
             max_workers=self.workers,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_worker_init,
+            initializer=worker_init,
             initargs=(self.backend, self.fn),
         )
         self._pool = pool
         # One ping per worker spawns them all now (3.11 spawns a worker per submit while none is
         # idle). Start-up failures surface here as one clear error instead of every item scored
         # 'error', and later stall windows need no start-up allowance.
-        pings = [pool.submit(_ping) for _ in range(self.workers)]
+        pings = [pool.submit(ping) for _ in range(self.workers)]
         done, not_done = wait(pings, timeout=self.startup_grace_s)
         failure = next((f.exception() for f in done if f.exception() is not None), None)
         if not_done or failure is not None:
@@ -326,7 +153,7 @@ class Verifier:
             why = f"did not start within {self.startup_grace_s} s" if failure is None else f"failed: {failure!r}"
             raise RuntimeError(
                 f"verifier worker pool {why}. Workers are spawned processes that import "
-                "thinking_seeds.data.rewards and math_verify, and the caller's __main__ module: guard a "
+                "thinking_seeds.data.verifier_worker and math_verify, and the caller's __main__ module: guard a "
                 "script's entry point with `if __name__ == '__main__':`, and check that "
                 "math-verify imports in this environment"
             ) from failure
@@ -376,7 +203,7 @@ class Verifier:
         answers = [last_boxed(r) for r in responses]
         if self.backend == "custom":  # the user's function sees the whole response and decides
             verdicts: list[Verdict | None] = [None] * len(responses)
-            items: dict[int, _Item] = {
+            items: dict[int, Item] = {
                 i: (r, prompts[i].ground_truth, prompts[i].data_source,
                     json.dumps({"prompt_id": prompts[i].prompt_id, "rg_entry": prompts[i].rg_entry}))
                 for i, r in enumerate(responses)
@@ -396,11 +223,11 @@ class Verifier:
         assert all(v is not None for v in verdicts)
         return verdicts  # type: ignore[return-value]
 
-    def _run(self, items: dict[int, _Item]) -> dict[int, _Result]:
+    def _run(self, items: dict[int, Item]) -> dict[int, Result]:
         indices = list(items)
         size = min(self.chunk_size, max(1, math.ceil(len(indices) / self.workers)))
         queue = [_Unit(indices[k : k + size]) for k in range(0, len(indices), size)]
-        results: dict[int, _Result] = {}
+        results: dict[int, Result] = {}
 
         def give_up_or_split(unit: _Unit, status: str, detail: str) -> list[_Unit]:
             if unit.last_chance:
@@ -410,11 +237,11 @@ class Verifier:
 
         while queue:
             pool = self._get_pool()
-            futures: dict[Future[list[_Result]], _Unit] = {}
+            futures: dict[Future[list[Result]], _Unit] = {}
             try:
                 for unit in queue:
                     payload = [items[i] for i in unit.indices]
-                    futures[pool.submit(_score_chunk, self.backend, payload, self.timeout_s, self.partial_credit)] = unit
+                    futures[pool.submit(score_chunk, self.backend, payload, self.timeout_s, self.partial_credit)] = unit
             except BrokenProcessPool:
                 # A worker died between calls (killed, OOM): nothing of this round ran; redo it.
                 self._kill_pool()

@@ -30,7 +30,8 @@ import torch
 
 from thinking_seeds.algo.advantages import get_adv_estimator
 from thinking_seeds.data.chain_sum import strategy_of
-from thinking_seeds.store.checkpoints import HistoricalPool, list_checkpoints, save_checkpoint, snapshot_checkpoint, verify_checkpoint
+from thinking_seeds.store.checkpoints import list_checkpoints, save_checkpoint, snapshot_checkpoint, verify_checkpoint
+from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.config import RunConfig, load_saved_config, save_config
 from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS, build_splits
 from thinking_seeds.data.sources import Prompt, check_user_data, load_dataset

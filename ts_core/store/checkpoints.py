@@ -1,4 +1,4 @@
-"""Policy checkpoints and the historical pool (SPEC §2.1).
+"""Policy checkpoints (SPEC §2.1): writing, verifying and loading them.
 
 A checkpoint is a Hugging Face directory `root/step_{step:06d}/` holding safetensors weights, the
 config, the tokenizer, optionally `optimizer.safetensors`, and `manifest.json`:
@@ -13,7 +13,10 @@ Why so strict:
 - every file is hashed, so a truncated copy is caught at load time instead of as a silent
   "historical policy" of garbage.
 
-transformers is imported lazily: the pool logic (used by every seeds task) needs none of it.
+This module writes, verifies and loads checkpoints. What a checkpoint directory is (names, the
+manifest, CheckpointError) lives in `store.checkpoint_format` and is re-exported here, as the one
+place to import checkpoint I/O from; the optimizer state is `store.optimizer_state`, the pool that
+picks seed writers `store.historical_pool`. transformers is imported lazily.
 """
 
 from __future__ import annotations
@@ -21,70 +24,48 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
-import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
+from thinking_seeds.store.checkpoint_format import (
+    MANIFEST_NAME,
+    OPTIMIZER_NAME,
+    CheckpointError,
+    CheckpointInfo,
+    checkpoint_dir,
+    list_checkpoints,
+    read_manifest,
+    rebuild_hint,
+)
+from thinking_seeds.store.optimizer_state import save_optimizer_state
 from thinking_seeds.store.parquet_io import shareable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    # re-exported from store.checkpoint_format: the checkpoint directory's names and reading
     "MANIFEST_NAME",
     "OPTIMIZER_NAME",
     "CheckpointError",
     "CheckpointInfo",
-    "HistoricalPool",
-    "PickRule",
     "checkpoint_dir",
     "list_checkpoints",
-    "load_checkpoint",
-    "load_optimizer_state",
-    "save_checkpoint",
-    "save_optimizer_state",
     "rebuild_hint",
+    # defined here
+    "load_checkpoint",
+    "save_checkpoint",
+    "snapshot_checkpoint",
     "verified",
     "verify_checkpoint",
 ]
 
-MANIFEST_NAME = "manifest.json"
-OPTIMIZER_NAME = "optimizer.safetensors"
 _PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
-_OPTIMIZER_FORMAT = "thinking-seeds/optimizer-v1"
-
-PickRule = Literal["uniform", "recent", "oldest"]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory is missing, incomplete, corrupt or holds pickled weights."""
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    """What manifest.json says about one checkpoint (hashes are not re-checked: see verify_checkpoint)."""
-
-    path: Path
-    step: int
-    created_at: str
-    param_count: int
-    sha256: Mapping[str, str] = field(repr=False)
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-def checkpoint_dir(root: Path, step: int) -> Path:
-    """The directory a checkpoint of `step` lives in: root/step_{step:06d}."""
-    return Path(root) / f"step_{step:06d}"
 
 
 # --- save -------------------------------------------------------------------
@@ -235,68 +216,8 @@ def _refuse_pickled(path: Path) -> None:
         )
 
 
-# --- read / verify / load ---------------------------------------------------
 
-
-def _read_manifest(path: Path) -> CheckpointInfo:
-    manifest_path = path / MANIFEST_NAME
-    if not manifest_path.is_file():
-        raise CheckpointError(f"checkpoint {path} has no {MANIFEST_NAME}; it was not written by save_checkpoint: {rebuild_hint(path)}")
-    try:
-        m = json.loads(manifest_path.read_text())
-        info = CheckpointInfo(
-            path=path,
-            step=int(m["step"]),
-            created_at=str(m["created_at"]),
-            param_count=int(m["param_count"]),
-            sha256=dict(m["sha256"]),
-            extra=dict(m.get("extra") or {}),
-        )
-    except (ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {path} has an unreadable {MANIFEST_NAME} ({e!r}): {rebuild_hint(path)}") from e
-    match = _STEP_DIR.match(path.name)
-    if match and int(match.group(1)) != info.step:
-        raise CheckpointError(
-            f"checkpoint {path} is named for step {int(match.group(1))} but its manifest says step {info.step}: {rebuild_hint(path)}"
-        )
-    return info
-
-
-def rebuild_hint(path: Path) -> str:
-    """How to get a damaged checkpoint back, as the end of a one-line error.
-
-    Inside a run directory every checkpoint is derived data: resuming the run notices the damage
-    (RunDir.completed verifies the hashes), removes the directory and redoes the stage that wrote
-    it -- the update from the previous policy step, the snapshot from the policy, θ_0 from the base
-    model. Anywhere else we cannot know who wrote it.
-    """
-    path = Path(path)
-    run = path.parent.parent
-    m = _STEP_DIR.match(path.name)
-    if not m or path.parent.name not in ("policy", "checkpoints") or not (run / "config.yaml").is_file():
-        return "restore it from where it came from, or delete it and re-run the stage that writes it"
-    step = int(m.group(1))
-    if path.parent.name == "checkpoints":
-        source = f"the snapshot stage copies it again from policy/step_{step:06d}"
-    elif step == 0:
-        source = "the prepare stage saves θ_0 again from the base model"
-    else:
-        source = f"the update of iteration {step - 1} redoes it from policy/step_{step - 1:06d}"
-    return (f"re-run `ts train --run-id {run.name}` with the run's preset and --set values "
-            f"(resume removes the damaged step and {source}); `ts check {run.name}` lists all damage")
-
-
-def list_checkpoints(root: Path) -> list[CheckpointInfo]:
-    """All checkpoints under root, sorted by step. Temp dirs and other entries are ignored.
-
-    Reads manifests only (cheap); hashes are checked when a checkpoint is loaded. A missing root
-    means no checkpoints yet and gives [].
-    """
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    infos = [_read_manifest(p) for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name)]
-    return sorted(infos, key=lambda i: i.step)
+# --- verify / load ---------------------------------------------------------
 
 
 def verify_checkpoint(path: Path) -> CheckpointInfo:
@@ -310,7 +231,7 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist or is not a directory; check the path or list_checkpoints(root)")
     _refuse_pickled(path)
-    info = _read_manifest(path)
+    info = read_manifest(path)
     if not any(name.endswith(".safetensors") for name in info.sha256):
         raise CheckpointError(f"checkpoint {path} lists no .safetensors weights in its manifest: {rebuild_hint(path)}")
     for name, expected in sorted(info.sha256.items()):
@@ -378,177 +299,3 @@ def load_checkpoint(
     )
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     return model, tokenizer
-
-
-# --- optimizer state --------------------------------------------------------
-
-
-def save_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Save optimizer.state_dict() as safetensors (no pickle), atomically.
-
-    Per-parameter tensors become `state.{param_index}.{key}` (AdamW: exp_avg, exp_avg_sq, step);
-    python-number state and the param_groups (lr, betas, ...) go to the file's JSON metadata.
-    """
-    from safetensors.torch import save_file
-
-    sd = optimizer.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, float | int | bool | None]] = {}
-    for idx, state in sd["state"].items():
-        for key, value in state.items():
-            if "." in key:
-                raise ValueError(f"optimizer state key {key!r} (param {idx}) contains '.', which the flat naming reserves")
-            if isinstance(value, torch.Tensor):
-                tensors[f"state.{idx}.{key}"] = value.detach().to("cpu").contiguous()
-            elif value is None or isinstance(value, (bool, int, float)):
-                scalars.setdefault(str(idx), {})[key] = value
-            else:
-                raise TypeError(
-                    f"optimizer state {key!r} of param {idx} is a {type(value).__name__}; only tensors and "
-                    f"numbers can be saved without pickle"
-                )
-    try:
-        groups = json.dumps(sd["param_groups"])
-    except TypeError as e:
-        raise TypeError(
-            f"optimizer param_groups are not JSON-serialisable ({e}); use python numbers for lr/betas, not tensors"
-        ) from e
-    metadata = {
-        "format": _OPTIMIZER_FORMAT,
-        "optimizer": type(optimizer).__name__,
-        "param_groups": groups,
-        "scalar_state": json.dumps(scalars),
-    }
-    path = Path(path)
-    tmp = path.with_name(f".tmp_{path.name}")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
-
-
-def load_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Load state saved by save_optimizer_state into `optimizer` (built over the same parameters)."""
-    from safetensors import safe_open
-
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"optimizer state {path} does not exist; was the checkpoint saved with optimizer=...?")
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    if meta.get("format") != _OPTIMIZER_FORMAT:
-        raise CheckpointError(f"{path} is not an optimizer state written by save_optimizer_state (format {meta.get('format')!r})")
-    if meta["optimizer"] != type(optimizer).__name__:
-        raise CheckpointError(
-            f"{path} holds {meta['optimizer']} state but the optimizer is {type(optimizer).__name__}; build the same optimizer class"
-        )
-    groups = json.loads(meta["param_groups"])
-    current = optimizer.param_groups
-    saved_sizes, current_sizes = [len(g["params"]) for g in groups], [len(g["params"]) for g in current]
-    if saved_sizes != current_sizes:
-        raise CheckpointError(
-            f"{path} has param groups of sizes {saved_sizes} but the optimizer has {current_sizes}; "
-            f"build the optimizer over the same model parameters, in the same order"
-        )
-    for saved, cur in zip(groups, current):
-        for key, value in saved.items():  # JSON turned tuples (betas) into lists: restore them
-            if isinstance(cur.get(key), tuple) and isinstance(value, list):
-                saved[key] = tuple(value)
-
-    state: dict[int, dict[str, Any]] = {}
-    for name, tensor in tensors.items():
-        _, idx, key = name.split(".", 2)
-        state.setdefault(int(idx), {})[key] = tensor
-    for idx, values in json.loads(meta["scalar_state"]).items():
-        state.setdefault(int(idx), {}).update(values)
-
-    params = [p for g in current for p in g["params"]]
-    for idx, values in state.items():
-        for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
-            if key in values and values[key].shape != params[idx].shape:
-                raise CheckpointError(
-                    f"{path}: state {key} of param {idx} has shape {tuple(values[key].shape)} but the param has "
-                    f"{tuple(params[idx].shape)}; the optimizer was built over a different model"
-                )
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-# --- the historical pool ----------------------------------------------------
-
-
-class HistoricalPool:
-    """Which checkpoints may write seeds, and which one writes the next (config `pool.*`).
-
-    Args:
-        size: how many of the most recent snapshots older than the current policy are members.
-        include_initial: the step-0 checkpoint (the initial model) is always a member, in addition
-            to the `size` most recent when it is not already one of them (so up to size + 1).
-        pick: 'uniform' (random member), 'recent' (the newest), 'oldest' (the oldest).
-    """
-
-    def __init__(self, size: int, include_initial: bool = False, pick: PickRule = "uniform") -> None:
-        if pick not in get_args(PickRule):
-            raise ValueError(f"pool.pick must be one of {list(get_args(PickRule))}, got {pick!r}")
-        if not isinstance(size, int) or size < 0:
-            raise ValueError(f"pool.size must be an int >= 0, got {size!r}")
-        if size == 0 and not include_initial:
-            raise ValueError("pool.size is 0 and pool.include_initial is false: the pool could never hold a checkpoint")
-        self.size = size
-        self.include_initial = include_initial
-        self.pick_rule: PickRule = pick
-
-    def __repr__(self) -> str:
-        return f"HistoricalPool(size={self.size}, include_initial={self.include_initial}, pick={self.pick_rule!r})"
-
-    def members(self, checkpoints: Sequence[CheckpointInfo], current_step: int) -> list[CheckpointInfo]:
-        """Members for the policy at `current_step`, sorted by step (may be empty).
-
-        Only checkpoints strictly older than current_step qualify: the checkpoint of the current
-        policy itself is never historical, and a checkpoint from a later step (left over from a run
-        resumed at an earlier step) is not this policy's history.
-        """
-        steps = [c.step for c in checkpoints]
-        if len(set(steps)) != len(steps):
-            raise ValueError(f"duplicate checkpoint steps in {sorted(steps)}; pass each checkpoint once")
-        older = sorted((c for c in checkpoints if c.step < current_step), key=lambda c: c.step)
-        chosen = older[-self.size :] if self.size > 0 else []
-        if self.include_initial and current_step > 0 and (not chosen or chosen[0].step != 0):
-            if not older or older[0].step != 0:
-                raise ValueError(
-                    f"pool.include_initial is set but there is no step-0 checkpoint among steps {steps}; "
-                    f"save the initial model with save_checkpoint(..., step=0) before training, or set "
-                    f"pool.include_initial to false"
-                )
-            chosen = [older[0], *chosen]
-        return chosen
-
-    def pick(self, members: Sequence[CheckpointInfo], rng: random.Random | np.random.Generator) -> CheckpointInfo:
-        """Choose the checkpoint that writes one seed, by the pool's pick rule."""
-        if not members:
-            raise ValueError(
-                "the historical pool is empty: no checkpoint is older than the current policy. Snapshot "
-                "before the first seeded iteration (save step 0 and set pool.include_initial), snapshot "
-                "more often (pool.snapshot_every), or start seeding after the first snapshot"
-            )
-        ordered = sorted(members, key=lambda c: c.step)  # the same rng gives the same pick whatever the input order
-        if self.pick_rule == "recent":
-            return ordered[-1]
-        if self.pick_rule == "oldest":
-            return ordered[0]
-        if isinstance(rng, random.Random):
-            return ordered[rng.randrange(len(ordered))]
-        if isinstance(rng, np.random.Generator):
-            return ordered[int(rng.integers(len(ordered)))]
-        raise TypeError(f"rng must be random.Random or numpy.random.Generator, got {type(rng).__name__}")
-
-    def select(
-        self, checkpoints: Sequence[CheckpointInfo], current_step: int, rng: random.Random | np.random.Generator
-    ) -> CheckpointInfo:
-        """members() then pick(), with the step in the error when the pool is empty."""
-        members = self.members(checkpoints, current_step)
-        if not members:
-            raise ValueError(
-                f"the historical pool is empty at step {current_step} (checkpoints at steps "
-                f"{sorted(c.step for c in checkpoints)}); the current policy is never historical. Save step 0 "
-                f"and set pool.include_initial, snapshot more often (pool.snapshot_every), or start seeding later"
-            )
-        return self.pick(members, rng)

@@ -4,7 +4,8 @@ The trainer never sees rewards, only advantages (prime-rl's split). It runs the 
 process or under `accelerate launch` with N processes: each process takes every N-th sequence of
 each mini-batch, and the loss is normalised by the *global* mini-batch token (or sequence) count,
 multiplied by N because DDP averages gradients. So N processes compute the same gradient as one,
-up to float summation order (tested).
+up to float summation order (tested). The statistics likewise: sums and counts are SUM-reduced and
+maxima MAX-reduced once, at the end (algo/stats.py), so a logged mean is over every process's tokens.
 
     accelerate launch --num_processes 1 -m thinking_seeds.train.trainer --policy P --rollouts R --out O --config C
 
@@ -25,14 +26,16 @@ from pathlib import Path
 
 import torch
 
-from thinking_seeds.store.checkpoints import OPTIMIZER_NAME, load_optimizer_state, save_checkpoint
+from thinking_seeds.algo.losses import LossInputs, LossSettings, compute_policy_loss
+from thinking_seeds.algo.stats import Stats
 from thinking_seeds.config import RunConfig, load_saved_config
-from thinking_seeds.algo.losses import LossInputs, LossSettings, Stats, compute_policy_loss
 from thinking_seeds.engine.lora import load_policy
 from thinking_seeds.engine.models import load_model, resolve_device
+from thinking_seeds.engine.scoring import score_responses
+from thinking_seeds.store.checkpoints import OPTIMIZER_NAME, save_checkpoint
+from thinking_seeds.store.optimizer_state import load_optimizer_state
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
-from thinking_seeds.engine.scoring import score_responses
 
 
 @dataclass
@@ -142,12 +145,14 @@ def age_bucket(age: int) -> str:
 def _age_stats(stats: Stats, logprobs: torch.Tensor, behaviour: torch.Tensor, prefix_mask: torch.Tensor,
                ages: list[int]) -> None:
     """Mean |log π_θ − log π_h| over prefix tokens, by the seed's source age (issue #9): how
-    off-policy the "historical" seeds really are. Age 0 = θ_k wrote the seed itself."""
+    off-policy the "historical" seeds really are. Age 0 = θ_k wrote the seed itself.
+
+    A sequence without prefix tokens adds 0 to the sum and the count (no `n > 0` test: that would
+    wait for the GPU once per sequence); a bucket with count 0 is left out of the metrics."""
     gap = (logprobs - behaviour).abs() * prefix_mask
     for i, age in enumerate(ages):
-        n = prefix_mask[i].sum()
-        if age >= 0 and n > 0:
-            stats.add(f"actor/prefix_abs_log_ratio/{age_bucket(age)}", gap[i].sum(), n)
+        if age >= 0:
+            stats.add(f"actor/prefix_abs_log_ratio/{age_bucket(age)}", gap[i].sum(), prefix_mask[i].sum())
 
 
 def _loss_token_count(b: Batch, prefix_loss: str) -> int:
@@ -201,13 +206,17 @@ def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int, wor
     return {"actor/engine_logprob_diff/max": max_diff, "actor/engine_logprob_diff/mean": sum_diff / n_tok}
 
 
-def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, accelerator=None, ref_model=None) -> dict:
-    """`update.epochs` passes of `update.mini_batches` optimizer steps over the batch. Returns metrics."""
+def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, accelerator=None,
+                   ref_model=None) -> Stats:
+    """`update.epochs` passes of `update.mini_batches` optimizer steps over the batch.
+
+    Returns this process's statistics, still tensors (reduce them once, across processes, with
+    `Stats.metrics`): nothing in the loop waits for the GPU to report a number."""
     rank = accelerator.process_index if accelerator is not None else 0
     world = accelerator.num_processes if accelerator is not None else 1
     u = cfg.update
     stats = Stats()
-    grad_norms: list[float] = []
+    steps = 0
     order = list(range(len(batch)))
     for epoch in range(u.epochs):
         for mini, micro in schedule(len(batch), cfg, epoch, rank, world, order):
@@ -231,14 +240,11 @@ def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, 
                 norm = accelerator.clip_grad_norm_(params, u.grad_clip)
             else:
                 norm = torch.nn.utils.clip_grad_norm_(params, u.grad_clip)
-            grad_norms.append(float(norm))
+            stats.add("actor/grad_norm", norm, 1)  # the mean over optimizer steps
+            steps += 1
             optimizer.step()
-    metrics = stats.means()
-    metrics["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
-    metrics["actor/lr"] = u.lr
-    metrics["actor/optimizer_steps"] = float(len(grad_norms))
-    metrics["perf/num_processes"] = float(world)
-    return metrics
+    stats.add("actor/optimizer_steps", steps)
+    return stats
 
 
 def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
@@ -246,16 +252,6 @@ def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
     u = cfg.update
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(params, lr=u.lr, betas=tuple(u.betas), weight_decay=u.weight_decay)
-
-
-def gather_stats_dict(metrics: dict, accelerator) -> dict:
-    """Average metrics over ranks (ranks hold equal shares, so a plain mean is fair enough)."""
-    if accelerator is None or accelerator.num_processes == 1:
-        return metrics
-    keys = sorted(metrics)
-    t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=accelerator.device)
-    t = accelerator.reduce(t, reduction="mean")
-    return dict(zip(keys, t.tolist()))
 
 
 def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int, cfg: RunConfig,
@@ -272,6 +268,7 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
     # In process: cfg.device; under accelerate: its device (prepare would move it too, but the
     # π_old recompute below runs before prepare and must see the training device's numerics).
     device = accelerator.device if accelerator is not None else resolve_device(cfg.device)
+    world = accelerator.num_processes if accelerator is not None else 1
     model.to(device)
     model.train()
     model.config.use_cache = False
@@ -289,19 +286,22 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
     batch = load_batch(Path(rollouts_path))
     engine_diff: dict[str, float] = {}
     if cfg.update.recompute_old_logprobs:
-        world = accelerator.num_processes if accelerator is not None else 1
         engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
 
     if accelerator is not None:
         model, optimizer = accelerator.prepare(model, optimizer)
     t1 = time.perf_counter()
-    metrics = train_on_batch(model, batch, cfg, tok.pad_token_id, optimizer, accelerator, ref_model)
-    metrics.update(engine_diff)
+    stats = train_on_batch(model, batch, cfg, tok.pad_token_id, optimizer, accelerator, ref_model)
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # so perf/fwd_bwd_s is the GPU's time, not the launch queue's
-        metrics["perf/cuda_max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        stats.add("perf/cuda_max_memory_gib", torch.cuda.max_memory_allocated(device) / 2**30)
     t2 = time.perf_counter()
-    metrics = gather_stats_dict(metrics, accelerator)
+    # The one reduction (and host-device sync) of the update: sums and counts SUM, maxima MAX over
+    # every process, so a mean is over the union of all processes' tokens (algo/stats.py).
+    metrics = stats.metrics(across_processes=world > 1)
+    metrics.update(engine_diff)  # every process scored the whole batch: the same numbers everywhere
+    metrics["actor/lr"] = cfg.update.lr
+    metrics["perf/num_processes"] = float(world)
 
     if accelerator is not None:
         accelerator.wait_for_everyone()
@@ -345,6 +345,10 @@ def main() -> None:
         tmp = a.metrics_out.with_suffix(".tmp")
         tmp.write_text(json.dumps(metrics))
         tmp.replace(a.metrics_out)
+    # Leave together and take the process group down: a gloo process that exits with the group
+    # alive can abort ("terminate called without an active exception"), failing the update.
+    acc.wait_for_everyone()
+    acc.end_training()
 
 
 if __name__ == "__main__":

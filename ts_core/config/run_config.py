@@ -1,0 +1,156 @@
+"""RunConfig: the whole run configuration, the checks across its sections, and its hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from thinking_seeds.algorithms import AlgorithmName
+from thinking_seeds.config.sections import (
+    AdvantageConfig,
+    CheckpointConfig,
+    DataConfig,
+    EvalConfig,
+    LossConfig,
+    ModelConfig,
+    PoolConfig,
+    PrefixConfig,
+    RewardConfig,
+    RolloutConfig,
+    UpdateConfig,
+    _Section,
+)
+
+__all__ = ["DEVICE_RE", "RunConfig"]
+
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
+# Keys left out of config_hash: `device` says where a run computes, not what (a run started on a CPU
+# may resume on a GPU), and keys added after runs existed hash only when set away from their default,
+# so those runs' stages stay complete.
+_HASH_ALWAYS_OUT = (("device",),)
+_HASH_OUT_AT_DEFAULT = {("update", "mixed_precision"): "no"}
+
+class RunConfig(_Section):
+    algorithm: AlgorithmName = Field(
+        "thinking_seeds", description="Method preset (SPEC §4)."
+    )
+    iterations: int = Field(10, ge=1, description="Training iterations.")
+    seed: int = Field(0, description="Seed for sampling and data order.")
+    device: str = Field(
+        "auto", description="Where the engine and the trainer run: auto (the first CUDA GPU when torch sees one, else "
+        "the CPU), cpu, cuda or cuda:N. Checkpoints are always written from CPU copies, so a run resumes on any device.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="How responses are scored (a backend "
+                                 "name alone, e.g. reward=reasoning_gym, is short for {backend: reasoning_gym}).")
+    logger: list[Literal["console", "tensorboard", "mlflow", "wandb"]] = Field(
+        default_factory=lambda: ["console"], description="Experiment trackers (verl's trainer.logger): every metric and "
+        "the config; mlflow to <run>/mlruns and wandb offline unless MLFLOW_TRACKING_URI / WANDB_MODE say otherwise.")
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    pool: PoolConfig = PoolConfig()
+    prefix: PrefixConfig = PrefixConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    loss: LossConfig = LossConfig()
+    update: UpdateConfig = UpdateConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, v: Any) -> Any:
+        return {"backend": v} if isinstance(v, str) else v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not DEVICE_RE.match(v):
+            raise ValueError("must be auto, cpu, cuda or cuda:N (e.g. cuda:1)")
+        return v
+
+    @model_validator(mode="after")
+    def _precision_consistent(self) -> "RunConfig":
+        u = self.update
+        if u.mixed_precision == "bf16" and self.model.dtype != "float32":
+            raise ValueError("update.mixed_precision=bf16 keeps fp32 master weights: set model.dtype=float32 "
+                             f"(got {self.model.dtype}; model.dtype=bfloat16 trains bf16 weights without mixed precision)")
+        if u.recompute_old_logprobs is None:  # automatic: resolved here, so config.yaml records the choice
+            u.recompute_old_logprobs = self.precision_differs
+        elif not u.recompute_old_logprobs and self.precision_differs:
+            raise ValueError(f"update.recompute_old_logprobs=false with {self._precision_text()}: the engine's bf16 "
+                             "log-probs are not the trainer's, so on-policy ratios would not be 1; leave it unset or true")
+        return self
+
+    @property
+    def engine_dtype(self) -> str:
+        """The engine's weights dtype: bf16 generation whenever bf16 is in play, else model.dtype."""
+        return "bfloat16" if self.precision_differs else self.model.dtype
+
+    @property
+    def precision_differs(self) -> bool:
+        """Whether the engine's numerics differ from the trainer's (bf16 anywhere: rounding differs between a
+        KV-cached decode and the trainer's full forward, or between bf16 weights and fp32 masters under autocast)."""
+        return self.model.dtype == "bfloat16" or self.update.mixed_precision == "bf16"
+
+    def _precision_text(self) -> str:
+        return "update.mixed_precision=bf16" if self.update.mixed_precision == "bf16" else f"model.dtype={self.model.dtype}"
+
+    @model_validator(mode="after")
+    def _algorithm_consistent(self) -> "RunConfig":
+        # The presets set these; an override that contradicts the method would silently run
+        # another method under this one's name.
+        seeds = self.rollout.seeds_per_group
+        if self.algorithm in ("grpo", "dr_grpo") and seeds != 0:
+            raise ValueError(f"algorithm={self.algorithm} is on-policy: rollout.seeds_per_group must be 0, got {seeds}")
+        if self.algorithm not in ("grpo", "dr_grpo") and seeds == 0:
+            raise ValueError(f"algorithm={self.algorithm} needs seeded samples: rollout.seeds_per_group must be in [1, {self.rollout.group_size}]")
+        full = self.prefix.ratio_min == 1.0 and self.prefix.ratio_max == 1.0
+        if self.algorithm in ("seq_mix", "luffy") and not full:
+            raise ValueError(f"algorithm={self.algorithm} mixes whole trajectories: prefix.ratio_min and ratio_max must be 1.0")
+        if self.algorithm in ("thinking_seeds", "prefix_context") and self.prefix.ratio_max >= 1.0:
+            raise ValueError(f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)")
+        if self.prefix.source == "dataset" and self.algorithm != "luffy":
+            raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")
+        from thinking_seeds.plugins import check_loggers  # a tracker whose package is missing fails here, before any work
+
+        check_loggers(self.logger)
+        if self.data.source in ("reasoning_gym", "countdown") and self.reward.backend == "math_verify":
+            raise ValueError(f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
+                             "reward=reasoning_gym (or your own reward.fn)")
+        if self.advantage.baseline == "same_seed" and seeds and self.rollout.continuations_per_seed < 2:
+            raise ValueError("advantage.baseline=same_seed compares continuations of one seed: set "
+                             "rollout.continuations_per_seed >= 2")
+        if self.pool.size < 1 and not self.pool.include_initial and seeds > 0:
+            raise ValueError("pool is empty: set pool.size >= 1 or pool.include_initial=true")
+        return self
+
+    @property
+    def seeded(self) -> bool:
+        """Whether iterations draw samples that start from someone else's tokens."""
+        return self.rollout.seeds_per_group > 0
+
+    def config_hash(self) -> str:
+        """Stable hash of every setting that changes what is computed: part of each stage's cache key."""
+        data = self.model_dump(mode="json")
+        for path in _HASH_ALWAYS_OUT:
+            _drop(data, path)
+        for path, default in _HASH_OUT_AT_DEFAULT.items():
+            if _get(data, path) == default:
+                _drop(data, path)
+        blob = json.dumps(data, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _get(data: dict, path: tuple[str, ...]) -> Any:
+    for part in path:
+        data = data.get(part, {}) if isinstance(data, dict) else {}
+    return data
+
+
+def _drop(data: dict, path: tuple[str, ...]) -> None:
+    for part in path[:-1]:
+        data = data.get(part, {})
+    data.pop(path[-1], None)

@@ -1,0 +1,200 @@
+"""The catalogue of named queries (`ts sql --list`, `run_named`): SQL over the views of
+`thinking_seeds.store.sql_views`, one entry per analysis, {name: (description, SQL)}.
+
+Plain text only: the queries run through `sql.query` like any user's SQL (read-only, timed), and
+making them fast on large corpora is a matter of this text and of how the views are built.
+"""
+
+from __future__ import annotations
+
+__all__ = ["NAMED_QUERIES"]
+
+
+# Prefix length bucket (tokens): 0, 1, 2-3, 4-7, 8-15, ... (powers of two); lo is the bucket's
+# lower bound, used for ordering. log2(L + 0.5) never lands on an integer, so floor is exact.
+def _len_lo(col: str) -> str:
+    return f"CASE WHEN {col} <= 0 THEN 0 ELSE CAST(pow(2, floor(log2({col} + 0.5))) AS BIGINT) END"
+
+
+def _len_label(lo: str) -> str:
+    return f"CASE WHEN {lo} <= 1 THEN CAST({lo} AS VARCHAR) ELSE {lo} || '-' || (2 * {lo} - 1) END"
+
+
+_PREFIX_DIVERSITY = f"""
+WITH p AS (
+    SELECT run_id, source_age, prefix_len AS L, {_len_lo('prefix_len')} AS len_lo, prefix_text
+    FROM prefixes
+),
+g0 AS (  -- one row per character position that starts a 3-gram
+    SELECT run_id, source_age, len_lo, prefix_text,
+           unnest(generate_series(1, length(prefix_text) - 2)) AS pos
+    FROM p
+),
+g AS (SELECT run_id, source_age, len_lo, substring(prefix_text, pos, 3) AS gram FROM g0),
+pc AS (
+    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS prefixes, avg(L) AS mean_prefix_len FROM p GROUP BY ALL
+    UNION ALL
+    SELECT run_id, 'prefix_len', len_lo, count(*), avg(L) FROM p GROUP BY ALL
+    UNION ALL
+    SELECT run_id, 'all', NULL, count(*), avg(L) FROM p GROUP BY ALL
+),
+gc AS (
+    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS ngrams, count(DISTINCT gram) AS distinct_ngrams FROM g GROUP BY ALL
+    UNION ALL
+    SELECT run_id, 'prefix_len', len_lo, count(*), count(DISTINCT gram) FROM g GROUP BY ALL
+    UNION ALL
+    SELECT run_id, 'all', NULL, count(*), count(DISTINCT gram) FROM g GROUP BY ALL
+)
+SELECT pc.run_id, pc.breakdown,
+       CASE pc.breakdown WHEN 'all' THEN 'all'
+                  WHEN 'prefix_len' THEN {_len_label('pc.key')}
+                  ELSE CASE WHEN pc.key < 0 THEN 'dataset' ELSE CAST(pc.key AS VARCHAR) END END AS bucket,
+       pc.prefixes, pc.mean_prefix_len,
+       coalesce(gc.ngrams, 0) AS ngrams, coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams,
+       gc.distinct_ngrams / nullif(gc.ngrams, 0) AS distinct_ratio
+FROM pc LEFT JOIN gc ON pc.run_id = gc.run_id AND pc.breakdown = gc.breakdown AND pc.key IS NOT DISTINCT FROM gc.key
+ORDER BY pc.run_id, CASE pc.breakdown WHEN 'source_age' THEN 0 WHEN 'prefix_len' THEN 1 ELSE 2 END, pc.key
+"""
+
+_SEEDED_SOLVE_RATE = f"""
+WITH r AS (
+    SELECT run_id, iteration, kind, source_step,
+           CASE WHEN source_step IS NULL OR source_step < 0 THEN NULL ELSE iteration - source_step END AS source_age,
+           {_len_lo('prefix_len')} AS len_lo,
+           CAST(status = 'ok' AS DOUBLE) AS solved, reward
+    FROM rollouts
+    WHERE reward IS NOT NULL
+),
+onp AS (  -- on-policy solve rate per iteration: the baseline, weighted like each group's samples
+    SELECT run_id, iteration, avg(solved) AS on_rate FROM r WHERE kind = 'on_policy' GROUP BY ALL
+),
+rj AS (SELECT r.*, onp.on_rate FROM r LEFT JOIN onp USING (run_id, iteration)),
+s AS (
+    SELECT run_id, kind, 'all' AS breakdown, NULL::BIGINT AS key, count(*) AS samples, avg(solved) AS solve_rate,
+           avg(reward) AS mean_reward, avg(on_rate) AS on_policy_solve_rate
+    FROM rj GROUP BY ALL
+    UNION ALL
+    SELECT run_id, kind, 'source_step', source_step, count(*), avg(solved), avg(reward), avg(on_rate)
+    FROM rj WHERE kind <> 'on_policy' GROUP BY ALL
+    UNION ALL
+    SELECT run_id, kind, 'source_age', source_age, count(*), avg(solved), avg(reward), avg(on_rate)
+    FROM rj WHERE kind <> 'on_policy' GROUP BY ALL
+    UNION ALL
+    SELECT run_id, kind, 'prefix_len', len_lo, count(*), avg(solved), avg(reward), avg(on_rate)
+    FROM rj WHERE kind <> 'on_policy' GROUP BY ALL
+)
+SELECT run_id, kind, breakdown,
+       CASE breakdown WHEN 'all' THEN 'all'
+               WHEN 'prefix_len' THEN {_len_label('key')}
+               ELSE CASE WHEN key IS NULL OR key < 0 THEN 'dataset' ELSE CAST(key AS VARCHAR) END END AS bucket,
+       samples, solve_rate, mean_reward, on_policy_solve_rate,
+       solve_rate - on_policy_solve_rate AS vs_on_policy
+FROM s
+ORDER BY run_id,
+         CASE kind WHEN 'on_policy' THEN 0 WHEN 'seeded' THEN 1 ELSE 2 END,
+         CASE breakdown WHEN 'all' THEN 0 WHEN 'source_step' THEN 1 WHEN 'source_age' THEN 2 ELSE 3 END,
+         key
+"""
+
+_POPS = ("on_policy", "continuation", "prefix", "all")
+
+
+def _pop_cols(metric: str, alias: str) -> str:
+    return ",\n       ".join(
+        f"max(value) FILTER (WHERE name = 'actor/{metric}/{p}') AS {alias}_{p}" for p in _POPS
+    )
+
+
+_ENTROPY_ACCURACY = f"""
+SELECT run_id, iteration,
+       {_pop_cols('entropy', 'entropy')},
+       {_pop_cols('effective_entropy', 'eff_entropy')},
+       max(value) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS accuracy,
+       map_from_entries(
+           list({{'k': TRY_CAST(regexp_extract(name, '@([0-9]+)$', 1) AS INTEGER), 'v': value}}
+                ORDER BY TRY_CAST(regexp_extract(name, '@([0-9]+)$', 1) AS INTEGER))
+           FILTER (WHERE stage = 'evaluate' AND starts_with(name, 'eval/pass@'))
+       ) AS pass_at_k
+FROM metrics
+WHERE starts_with(name, 'actor/entropy/') OR starts_with(name, 'actor/effective_entropy/')
+   OR (stage = 'evaluate' AND (name = 'eval/accuracy' OR starts_with(name, 'eval/pass@')))
+GROUP BY run_id, iteration
+ORDER BY run_id, iteration
+"""
+
+_CLIP_FRACTION = """
+WITH m AS (
+    SELECT run_id, iteration, split_part(name, '/', 2) AS metric, split_part(name, '/', 3) AS population, value
+    FROM metrics
+    WHERE starts_with(name, 'actor/pg_clipfrac/') OR starts_with(name, 'actor/pg_clipfrac_adv/')
+       OR starts_with(name, 'actor/ratio_above_frac/') OR starts_with(name, 'actor/ratio_max/')
+)
+SELECT run_id, iteration, population,
+       max(value) FILTER (WHERE metric = 'pg_clipfrac') AS clipfrac,
+       max(value) FILTER (WHERE metric = 'pg_clipfrac_adv') AS clipfrac_adv,
+       max(value) FILTER (WHERE metric = 'ratio_above_frac') AS ratio_above_frac,
+       max(value) FILTER (WHERE metric = 'ratio_max') AS ratio_max
+FROM m
+GROUP BY run_id, iteration, population
+ORDER BY run_id,
+         CASE population WHEN 'on_policy' THEN 0 WHEN 'continuation' THEN 1 WHEN 'prefix' THEN 2 WHEN 'all' THEN 3 ELSE 4 END,
+         population, iteration
+"""
+
+_RUNS = """
+WITH ids AS (
+    SELECT run_id FROM configs UNION SELECT DISTINCT run_id FROM metrics
+),
+m AS (
+    SELECT run_id,
+           count(DISTINCT iteration) FILTER (WHERE stage = 'update') AS iterations_done,
+           max(iteration) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS last_eval_step,
+           arg_max(value, iteration) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS last_accuracy,
+           max(value) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS best_accuracy
+    FROM metrics GROUP BY run_id
+),
+p AS (SELECT run_id, count(*) AS prefixes FROM prefixes GROUP BY run_id),
+r AS (SELECT run_id, count(*) AS rollouts FROM rollouts GROUP BY run_id),
+c AS (SELECT run_id, count(*) AS pool_checkpoints FROM checkpoints GROUP BY run_id)
+SELECT ids.run_id, configs.algorithm, configs.iterations,
+       coalesce(m.iterations_done, 0) AS iterations_done,
+       m.last_eval_step, m.last_accuracy, m.best_accuracy,
+       coalesce(p.prefixes, 0) AS prefixes, coalesce(r.rollouts, 0) AS rollouts,
+       coalesce(c.pool_checkpoints, 0) AS pool_checkpoints,
+       configs.created_at
+FROM ids
+LEFT JOIN configs USING (run_id) LEFT JOIN m USING (run_id) LEFT JOIN p USING (run_id)
+LEFT JOIN r USING (run_id) LEFT JOIN c USING (run_id)
+ORDER BY configs.created_at NULLS LAST, ids.run_id
+"""
+
+NAMED_QUERIES: dict[str, tuple[str, str]] = {
+    "runs": (
+        "One row per run: algorithm, iterations configured / done, last and best held-out accuracy "
+        "(eval/accuracy at the last evaluated policy step), rows in the corpus and rollouts, pool size, created.",
+        _RUNS,
+    ),
+    "prefix_diversity": (
+        "Prefix corpus diversity: distinct character 3-grams / all 3-grams of prefix_text, by seed "
+        "checkpoint age (source_age, 'dataset' for data-set guidance), by prefix length bucket "
+        "(tokens: 0, 1, 2-3, 4-7, ...) and over the whole run ('all').",
+        _PREFIX_DIVERSITY,
+    ),
+    "seeded_solve_rate": (
+        "Solve rate (status = 'ok') and mean reward of seeded and offpolicy_full samples by seed "
+        "source step, source age (iteration - source_step) and prefix length bucket, next to the "
+        "on-policy solve rate of the same iterations (weighted like the group's samples) and the difference.",
+        _SEEDED_SOLVE_RATE,
+    ),
+    "entropy_accuracy": (
+        "Per run and iteration k (= policy step θ_k): actor/entropy and actor/effective_entropy by "
+        "population, measured by update k on θ_k, next to eval/accuracy and eval/pass@k of θ_k "
+        "(pass_at_k maps k to pass@k).",
+        _ENTROPY_ACCURACY,
+    ),
+    "clip_fraction": (
+        "Gradient lost to clipping by population over iterations: actor/pg_clipfrac (tokens), "
+        "actor/pg_clipfrac_adv (|A|-weighted), share of ratios above 1+ε_high, max ratio.",
+        _CLIP_FRACTION,
+    ),
+}
