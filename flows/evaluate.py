@@ -10,14 +10,12 @@ metrics; stage column `evaluate-<split>`), and a table artifact shows them in th
 
 from __future__ import annotations
 
-
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from thinking_seeds.tasks.common import artifact_key
-from thinking_seeds.tasks.evaluate import evaluate_checkpoint_task
 from thinking_seeds.store.run_dir import RunDir
-
+from thinking_seeds.tasks.artifacts import artifact_key
+from thinking_seeds.tasks.checkpoint_eval import evaluate_checkpoint_task
 
 
 @flow(name="evaluate", flow_run_name="evaluate-{run_id}-{split}")

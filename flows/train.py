@@ -9,9 +9,9 @@
         update        loss of SPEC §3                         -> θ_{k+1}
         evaluate      held-out accuracy, pass@k of θ_{k+1}    (every eval.every)
 
-Re-running with the same run id resumes: every stage's cache key is (run id, iteration, stage,
-config hash, upstream manifest digests) with results persisted in `runs/<id>/.prefect-results`,
-and ts_core itself skips stages whose outputs are intact (see `tasks/common.py`).
+Re-running with the same run id resumes: a stage whose manifest is on disk, with the same config,
+intact outputs and the same upstream digests, is skipped (its task run ends in state "Skipped");
+the run directory's manifests are the only record of what is done (see `tasks/stage_task.py`).
 
     python -m flows.train --preset tiny --run-id demo --set iterations=2
 """
@@ -25,15 +25,22 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from thinking_seeds.tasks import (continuation_task, evaluate_task, prepare_task, seeds_task, snapshot_task, update_task,
-                   verify_task)
-from thinking_seeds.tasks.common import artifact_key, run_task, upstream_from
 from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.data.sources import check_user_data
+from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
 from thinking_seeds.store.run_dir import RunDir
-from thinking_seeds.pipeline.stages import STAGES
-
+from thinking_seeds.tasks import (
+    continuation_task,
+    evaluate_task,
+    prepare_task,
+    seeds_task,
+    snapshot_task,
+    update_task,
+    verify_task,
+)
+from thinking_seeds.tasks.artifacts import artifact_key
+from thinking_seeds.tasks.stage_task import call_stage
 
 
 class TrainProgress(AbstractContextManager):
@@ -49,7 +56,7 @@ class TrainProgress(AbstractContextManager):
         self.task_id = None
         self.artifact_id = None
 
-    def __enter__(self) -> "TrainProgress":
+    def __enter__(self) -> TrainProgress:
         self.bar.start()
         self.task_id = self.bar.add_task(f"{self.run.run_id}: prepare", total=self.total)
         self.artifact_id = create_progress_artifact(
@@ -92,24 +99,22 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
     try:
         log.info("run %s (%s, config %s): %d iterations", run.root, cfg.algorithm, h, cfg.iterations)
         with TrainProgress(cfg, run) as bar:
-            theta = run_task(prepare_task, run, 0, h, config=cfg.model_dump(mode="json"))  # θ_0
-            bar.step(0, "prepare", theta)
-            ev = run_task(evaluate_task, run, -1, h, upstream_from(theta))  # the curves' starting point
-            bar.step(-1, "evaluate", ev)
+
+            def stage(task, k: int, *inputs: dict, **extra) -> dict:
+                m = call_stage(task, run, k, h, *inputs, **extra)
+                bar.step(k, task.name, m)
+                return m
+
+            theta = stage(prepare_task, 0, config=cfg.model_dump(mode="json"))  # θ_0
+            ev = stage(evaluate_task, -1, theta)  # the curves' starting point
             report_iteration(run, -1, [ev])
             for k in range(cfg.iterations):
-                snap = run_task(snapshot_task, run, k, h, upstream_from(theta))
-                bar.step(k, "snapshot", snap)
-                seeds = run_task(seeds_task, run, k, h, upstream_from(theta, snap))
-                bar.step(k, "seeds", seeds)
-                gen = run_task(continuation_task, run, k, h, upstream_from(theta, seeds))
-                bar.step(k, "continuation", gen)
-                rollouts = run_task(verify_task, run, k, h, upstream_from(gen))
-                bar.step(k, "verify", rollouts)
-                theta = run_task(update_task, run, k, h, upstream_from(theta, rollouts))  # θ_{k+1}
-                bar.step(k, "update", theta)
-                ev = run_task(evaluate_task, run, k, h, upstream_from(theta))
-                bar.step(k, "evaluate", ev)
+                snap = stage(snapshot_task, k, theta)  # θ_k joins the historical pool H
+                seeds = stage(seeds_task, k, theta, snap)  # h ~ H writes drafts z; cut at λ·|z|
+                gen = stage(continuation_task, k, theta, seeds)  # θ_k continues every seed
+                rollouts = stage(verify_task, k, gen)  # rewards, group advantages
+                theta = stage(update_task, k, theta, rollouts)  # θ_{k+1}
+                ev = stage(evaluate_task, k, theta)  # held-out accuracy of θ_{k+1}
                 report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
                 bar.iteration_done(k)
     finally:

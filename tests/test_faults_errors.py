@@ -132,18 +132,18 @@ def test_a_data_set_without_rows_is_refused_naming_the_file(tmp_path):
 
 
 def test_prepare_refuses_an_empty_data_set_before_loading_the_model(tmp_path, monkeypatch):
-    from thinking_seeds.pipeline import stages
+    from thinking_seeds.pipeline import stage_prepare
     from thinking_seeds.store.run_dir import RunDir
 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded before the data set was checked")
 
-    monkeypatch.setattr(stages, "load_model", no_model)
+    monkeypatch.setattr(stage_prepare, "load_model", no_model)
     train = empty(tmp_path / "train.parquet")
     cfg = load_config("tiny", ["data.source=parquet", f"data.train_path={train}",
                                f"data.val_path={write(tmp_path / 'val.parquet')}"])
     with pytest.raises(DataError, match=f"{train} has no rows"):
-        stages.prepare(RunDir(tmp_path / "runs" / "e"), cfg)
+        stage_prepare.prepare(RunDir(tmp_path / "runs" / "e"), cfg)
 
 
 def test_ts_train_refuses_an_empty_data_set_and_writes_nothing(tmp_path, runs_dir):
@@ -289,15 +289,15 @@ def umask_027():
         os.umask(old)
 
 
-def test_report_and_sft_control_files_follow_the_umask(tmp_path, umask_027):
-    from thinking_seeds.evals.report import _write_atomic
+def test_atomic_and_sft_control_files_follow_the_umask(tmp_path, umask_027):
+    from thinking_seeds.store.atomic import atomic_write
     from thinking_seeds.experiments.sft_control import _write_json_atomic
 
     (tmp_path / "plain").write_text("x")
     expected = stat.S_IMODE((tmp_path / "plain").stat().st_mode)
     assert expected == 0o640
-    md = _write_atomic(tmp_path / "reports" / "report.md", lambda f: f.write("# r"), mode="w")
-    png = _write_atomic(tmp_path / "reports" / "a.png", lambda f: f.write(b"\x89PNG"))
+    md = atomic_write(tmp_path / "reports" / "report.md", "# r")
+    png = atomic_write(tmp_path / "reports" / "a.png", lambda f: f.write(b"\x89PNG"))
     _write_json_atomic(tmp_path / "ctl" / "state.json", {"a": 1})
     for p in (md, png, tmp_path / "ctl" / "state.json"):
         assert stat.S_IMODE(p.stat().st_mode) == expected, p

@@ -1,10 +1,9 @@
 """The Prefect training and evaluation flows on the random tiny model (in this process).
 
-- a run completes, with a manifest per stage, cache records in the run directory, and artifacts;
-- re-running with the same run id hits the cache for every stage and rewrites nothing;
-- a deleted output is recomputed (the stale cache record is refreshed), and only what depends on it;
+- a run completes, with a manifest per stage (the only record of what is done: no Prefect results), and artifacts;
+- re-running with the same run id skips every stage: each task run ends in state "Skipped", nothing is rewritten;
+- a deleted output is recomputed, and only what depends on it;
 - a stage output that changed on disk invalidates everything downstream (Merkle chain of digests);
-- the cache key ignores the flow run and follows (run id, iteration, stage, config, upstream);
 - evaluate_flow evaluates the latest (or a given) checkpoint and writes its metrics.
 """
 
@@ -17,14 +16,14 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
+from thinking_seeds.config import load_saved_config
 from thinking_seeds.flows.evaluate import evaluate_flow
 from thinking_seeds.flows.train import train_flow
-from thinking_seeds.tasks.common import RESULTS_DIRNAME, StageCachePolicy, artifact_key
-from thinking_seeds.config import load_saved_config
+from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
-from thinking_seeds.pipeline.stages import STAGES
+from thinking_seeds.tasks.artifacts import artifact_key
 
 RUN_ID = "flow_test"
 
@@ -34,13 +33,35 @@ def _mtimes(run: RunDir) -> dict[str, int]:
             for p in sorted((run.root / "manifests").glob("iteration=*/*.json"))}
 
 
+def _task_states(flow_state) -> dict[str, dict]:
+    """Task run name -> its final state ({"type", "name", "message"}) in one flow run.
+
+    The server records task run states from events, a moment after the flow returns: wait until
+    every stage's task run is there in a final state.
+    """
+    import time
+
+    from prefect.client.orchestration import get_client
+
+    body = {"flow_runs": {"id": {"any_": [str(flow_state.state_details.flow_run_id)]}}, "limit": 200, "offset": 0}
+    deadline = time.monotonic() + 60
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = client.request("POST", "/task_runs/filter", json=body).json()
+            states = {r["name"]: r["state"] for r in runs}
+            final = all(st and st["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") for st in states.values())
+            if (len(states) >= 2 + 2 * len(STAGES) and final) or time.monotonic() > deadline:
+                return states
+            time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_overrides):
     base = tmp_path_factory.mktemp("flow-runs")
     mp = pytest.MonkeyPatch()
     mp.setenv("TS_RUNS_DIR", str(base))
-    root = train_flow(preset="tiny", run_id=RUN_ID, overrides=tiny_overrides)
-    yield SimpleNamespace(run=RunDir(Path(root)), overrides=tiny_overrides, base=base)
+    state = train_flow(preset="tiny", run_id=RUN_ID, overrides=tiny_overrides, return_state=True)
+    yield SimpleNamespace(run=RunDir(Path(state.result())), overrides=tiny_overrides, base=base, state=state)
     mp.undo()
 
 
@@ -57,8 +78,10 @@ def test_flow_writes_every_stage(trained):
         for stage in STAGES:
             assert run.read_manifest(k, stage) is not None, (k, stage)
     assert run.policy(2).is_dir() and run.rollouts(1).is_file()
-    keys = sorted(p.name.rsplit("-", 1)[0] for p in (run.root / RESULTS_DIRNAME).iterdir())
-    assert keys.count("verify-1") == 1 and keys.count("evaluate--1") == 1 and len(keys) == 2 + 2 * len(STAGES)
+    assert not (run.root / ".prefect-results").exists()  # the manifests are the only record of what is done
+    states = _task_states(trained.state)
+    assert len(states) == 2 + 2 * len(STAGES) and {"prepare-0", "evaluate--1", "verify-1"} <= set(states)
+    assert {s["name"] for s in states.values()} == {"Completed"}
 
 
 def _artifacts(key: str) -> list[dict]:
@@ -81,13 +104,16 @@ def test_flow_publishes_artifacts(trained):
     assert float(progress[0]["data"]) == pytest.approx(100.0)
 
 
-def test_rerun_hits_the_cache_and_rewrites_nothing(in_runs):
+def test_rerun_skips_every_stage_and_rewrites_nothing(in_runs):
     run = in_runs.run
     before = _mtimes(run)
-    results_before = {p.name: p.stat().st_mtime_ns for p in (run.root / RESULTS_DIRNAME).iterdir()}
-    train_flow(preset="tiny", run_id=RUN_ID, overrides=in_runs.overrides)
+    state = train_flow(preset="tiny", run_id=RUN_ID, overrides=in_runs.overrides, return_state=True)
     assert _mtimes(run) == before
-    assert {p.name: p.stat().st_mtime_ns for p in (run.root / RESULTS_DIRNAME).iterdir()} == results_before
+    states = _task_states(state)
+    assert len(states) == 2 + 2 * len(STAGES)
+    for name, st in states.items():  # Prefect shows each skip, and why
+        assert st["type"] == "COMPLETED" and st["name"] == "Skipped", (name, st)
+        assert st["message"].startswith("skipped (manifest)"), (name, st)
 
 
 def test_deleted_output_is_recomputed_and_nothing_else(in_runs):
@@ -95,12 +121,14 @@ def test_deleted_output_is_recomputed_and_nothing_else(in_runs):
     want = read_table(run.rollouts(1))
     before = _mtimes(run)
     run.rollouts(1).unlink()
-    train_flow(preset="tiny", run_id=RUN_ID, overrides=in_runs.overrides)
+    state = train_flow(preset="tiny", run_id=RUN_ID, overrides=in_runs.overrides, return_state=True)
     assert read_table(run.rollouts(1)).equals(want)  # deterministic: same rollouts again
     after = _mtimes(run)
     changed = {p for p in before if after[p] != before[p]}
     # verify@1 was redone; its digest is unchanged (same content), so update@1 and evaluate@1 stay.
     assert changed == {"manifests/iteration=1/verify.json"}
+    ran = {name for name, st in _task_states(state).items() if st["name"] != "Skipped"}
+    assert ran == {"verify-1"}
 
 
 def test_changed_output_invalidates_downstream(in_runs):
@@ -120,22 +148,6 @@ def test_changed_output_invalidates_downstream(in_runs):
     changed = {p for p in before if after[p] != before[p]}
     assert changed == {"manifests/iteration=1/update.json", "manifests/iteration=1/evaluate.json"}
     assert run.read_manifest(1, "update").upstream["verify@1"] == run.read_manifest(1, "verify").digest
-
-
-def test_cache_key_has_no_flow_run_and_follows_inputs():
-    policy = StageCachePolicy()
-    ctx = SimpleNamespace(task=SimpleNamespace(name="verify"))
-    up = {"continuation@1": {"stage": "continuation", "iteration": 1, "config_hash": "c", "hashes": {"generated": "x"}}}
-    inputs = {"run_dir": "/a/runs/r1", "k": 1, "config_hash": "h", "upstream": up}
-    key = policy.compute_key(ctx, inputs, {"run_id": "whatever"})
-    assert key.startswith("verify-1-")
-    assert policy.compute_key(ctx, dict(inputs, run_dir="/elsewhere/r1"), {}) == key  # run id, not path
-    assert policy.compute_key(ctx, dict(inputs, config_hash="h2"), {}) != key
-    assert policy.compute_key(ctx, dict(inputs, k=2), {}) != key
-    changed = {"continuation@1": dict(up["continuation@1"], hashes={"generated": "y"})}
-    assert policy.compute_key(ctx, dict(inputs, upstream=changed), {}) != key
-    timing = {"continuation@1": dict(up["continuation@1"], seconds={"generation": 9.0}, metrics={"a": 1.0})}
-    assert policy.compute_key(ctx, dict(inputs, upstream=timing), {}) == key  # timings are not inputs
 
 
 def test_evaluate_flow_latest_and_given_step(in_runs):

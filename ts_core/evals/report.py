@@ -14,14 +14,12 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import os
-import tempfile
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from thinking_seeds.store.parquet_io import shareable
+from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.sql import NAMED_QUERIES, QueryResult, connect, run_named
 
@@ -40,30 +38,6 @@ MAX_TABLE_ROWS = 200
 _HEADLINE_KEYS = ("algorithm", "iterations", "seed", "model.path", "rollout.prompts_per_iteration", "rollout.group_size",
                   "rollout.seeds_per_group", "prefix.ratio_min", "prefix.ratio_max", "prefix.loss", "pool.size",
                   "pool.pick", "pool.snapshot_every", "advantage.baseline", "update.lr", "eval.every", "eval.samples")
-
-
-# ---------------------------------------------------------------------------------------------
-# atomic writes
-# ---------------------------------------------------------------------------------------------
-
-
-def _write_atomic(path: Path, write: Callable[[Any], None], mode: str = "wb") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        shareable(tmp, fd)  # mkstemp makes 0600; a report gets the mode the umask gives any other file
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +112,7 @@ def _series_plot(path: Path, title: str, ylabel: str, series: dict[str, list[tup
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _write_atomic(path, lambda f: fig.savefig(f, format="png"))
+    return atomic_write(path, lambda f: fig.savefig(f, format="png"))
 
 
 def _finite(v: Any) -> bool:
@@ -246,4 +220,4 @@ def write_report(run_id: str, runs_dir: Path | None = None) -> Path:
         md.append("")
         md.append(markdown_table(results[name]))
     text = "\n".join(md).rstrip() + "\n"
-    return _write_atomic(reports / "report.md", lambda f: f.write(text), mode="w")
+    return atomic_write(reports / "report.md", text)

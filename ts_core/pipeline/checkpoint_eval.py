@@ -1,6 +1,6 @@
 """Evaluate one policy checkpoint of a run on a held-out split, after (or during) training.
 
-Two users: the nightly evaluation flow (`tasks.evaluate.evaluate_checkpoint_task`: the latest
+Two users: the nightly evaluation flow (`tasks.checkpoint_eval.evaluate_checkpoint_task`: the latest
 checkpoint with the run's own eval settings) and the comparison's final test evaluation
 (`thinking_seeds.experiments.compare.run_final_tests`: every run's final policy on the *whole* test split).
 
@@ -17,17 +17,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from thinking_seeds.store.checkpoints import list_checkpoints
 from thinking_seeds.config import load_saved_config
+from thinking_seeds.pipeline.session import Session, Timer
+from thinking_seeds.pipeline.stage_evaluate import evaluate_policy
+from thinking_seeds.store.checkpoints import list_checkpoints
 from thinking_seeds.store.run_dir import RunDir
-from thinking_seeds.pipeline.stages import Session, Timer, evaluate_policy
 
 # The final evaluation of a policy on the whole test split (its metrics stage name): a comparison's
 # headline numbers (thinking_seeds.experiments.compare) and `thinking_seeds.pipeline.loop --final-test`.
 FINAL_TEST_STAGE = "final-test"
 
 def per_prompt_path(run: RunDir, stage: str, step: int) -> Path:
-    """Where an evaluation's per-prompt rows go (thinking_seeds.pipeline.stages.PER_PROMPT_SCHEMA)."""
+    """Where an evaluation's per-prompt rows go (thinking_seeds.store.schemas.PER_PROMPT_SCHEMA)."""
     return run.root / "evals" / stage / f"step_{step:06d}.parquet"
 
 

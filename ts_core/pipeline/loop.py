@@ -3,27 +3,70 @@
     for k in 0 .. iterations-1:
         snapshot(k); seeds(k); continuation(k); verify(k); update(k); evaluate(k)
 
-`run_stage` is the one place that turns a stage function's Manifest into files (metrics Parquet,
-manifest JSON) and skips a stage whose outputs are already complete; the Prefect tasks call it too.
+`stage_outcome` (`run_stage`: its manifest) is the one place that turns a stage function's Manifest
+into files (metrics Parquet, manifest JSON) and skips a stage whose outputs are already complete;
+the Prefect tasks call it too.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from typing import NamedTuple
 
 from thinking_seeds.config import RunConfig
-from thinking_seeds.store.run_dir import Manifest, RunDir
-from thinking_seeds.pipeline.stages import STAGE_FUNCS, STAGES, Session, close_trackers, prepare, upstream_of
+from thinking_seeds.pipeline.graph import STAGES, upstream_of
+from thinking_seeds.pipeline.session import Session, close_trackers
+from thinking_seeds.pipeline.stages import STAGE_FUNCS, prepare
+from thinking_seeds.store.manifest import Manifest
+from thinking_seeds.store.run_dir import RunDir
 
 
-def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
+class Outcome(NamedTuple):
+    """A stage's manifest, and whether it was skipped: the manifest on disk vouched for its outputs."""
+
+    manifest: Manifest
+    skipped: bool
+
+
+def prepare_outcome(run: RunDir, cfg: RunConfig) -> Outcome:
     """Prepare the run directory unless that is already done (the manifest is then left untouched)."""
     done = run.completed(0, "prepare", cfg.config_hash(), upstream={})
     if done is not None:
-        return done
+        return Outcome(done, skipped=True)
     m = prepare(run, cfg)
     run.write_manifest(m)
-    return m
+    return Outcome(m, skipped=False)
+
+
+def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
+    """Run one stage unless its completed outputs are already there (then return their manifest).
+
+    "Completed" means: manifest present, same config hash, output files hashing as recorded, and
+    computed from the current manifests of its upstream stages (`upstream_of`). The manifests are
+    the only record of what is done: the Prefect tasks ask this function too.
+    """
+    upstream = s.run.upstream_digests(upstream_of(stage, k))
+    done = s.run.completed(k, stage, s.cfg.config_hash(), upstream)
+    if done is not None:
+        return Outcome(done, skipped=True)
+    m = STAGE_FUNCS[stage](s, k)
+    m.upstream = upstream
+    metrics = dict(m.metrics)
+    metrics.update({f"time/{stage}/{part}": sec for part, sec in m.seconds.items()})
+    if metrics and stage != "evaluate":  # evaluate writes its own file, labelled by policy step
+        m.record(s.run, "metrics", s.run.write_metrics(k, stage, metrics))
+    s.run.write_manifest(m)
+    if s.tracker is not None:  # copies for the user's trackers; the Parquet metrics stay the record
+        s.tracker.log(metrics, step=k + 1 if stage == "evaluate" else k)
+    return Outcome(m, skipped=False)
+
+
+def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
+    return prepare_outcome(run, cfg).manifest
+
+
+def run_stage(s: Session, stage: str, k: int) -> Manifest:
+    return stage_outcome(s, stage, k).manifest
 
 
 SUMMARY_KEYS = ("reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all", "eval/accuracy")
@@ -32,29 +75,6 @@ SUMMARY_KEYS = ("reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all", "ev
 def summary(metrics: dict[str, float]) -> str:
     """The one-line view of an iteration on the terminal: reward, entropy, clip fraction, accuracy."""
     return ", ".join(f"{n} {metrics[n]:.4f}" for n in SUMMARY_KEYS if n in metrics)
-
-
-def run_stage(s: Session, stage: str, k: int) -> Manifest:
-    """Run one stage unless its completed outputs are already there (then return their manifest).
-
-    "Completed" means: manifest present, same config hash, output files hashing as recorded, and
-    computed from the current manifests of its upstream stages (`upstream_of`).
-    """
-    upstream = s.run.upstream_digests(upstream_of(stage, k))
-    done = s.run.completed(k, stage, s.cfg.config_hash(), upstream)
-    if done is not None:
-        return done
-    m = STAGE_FUNCS[stage](s, k)
-    m.upstream = upstream
-    metrics = dict(m.metrics)
-    metrics.update({f"time/{stage}/{part}": sec for part, sec in m.seconds.items()})
-    if metrics and stage != "evaluate":  # evaluate writes its own file, labelled by policy step
-        path = s.run.write_metrics(k, stage, metrics)
-        m.outputs["metrics"], m.hashes["metrics"] = s.run.rel(path), s.run.file_hash(path)
-    s.run.write_manifest(m)
-    if s.tracker is not None:  # copies for the user's trackers; the Parquet metrics stay the record
-        s.tracker.log(metrics, step=k + 1 if stage == "evaluate" else k)
-    return m
 
 
 def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], None] | None = None) -> RunDir:

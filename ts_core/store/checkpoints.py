@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from thinking_seeds.store.atomic import shareable
 from thinking_seeds.store.checkpoint_format import (
     MANIFEST_NAME,
     OPTIMIZER_NAME,
@@ -43,7 +44,6 @@ from thinking_seeds.store.checkpoint_format import (
     rebuild_hint,
 )
 from thinking_seeds.store.optimizer_state import save_optimizer_state
-from thinking_seeds.store.parquet_io import shareable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

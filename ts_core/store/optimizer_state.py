@@ -8,12 +8,12 @@ moments instead of restarting them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from thinking_seeds.store.atomic import atomic_path
 from thinking_seeds.store.checkpoint_format import CheckpointError
 
 __all__ = ["load_optimizer_state", "save_optimizer_state"]
@@ -57,10 +57,8 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
         "param_groups": groups,
         "scalar_state": json.dumps(scalars),
     }
-    path = Path(path)
-    tmp = path.with_name(f".tmp_{path.name}")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from thinking_seeds.store.atomic import atomic_write, current_umask, shareable  # the last two: re-exported
 
 __all__ = ["DataError", "content_hash", "current_umask", "read_table", "shareable", "write_table_atomic"]
 
@@ -22,33 +23,6 @@ __all__ = ["DataError", "content_hash", "current_umask", "read_table", "shareabl
 class DataError(ValueError):
     """A data file is missing, corrupt, or does not match its contract. The message says which
     file (and column / row where it applies) and how to fix it."""
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it (os.umask can only be read by setting it, which
-    races with other threads creating files); falls back to the set-and-restore dance off Linux."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def shareable(path: str | os.PathLike[str], fd: int | None = None) -> None:
-    """Give a file made by mkstemp (0600) or a folder made by mkdtemp (0700) the mode a plain
-    open()/mkdir() would have had under the umask, so a team sharing a runs folder can read it."""
-    umask = current_umask()
-    if fd is not None:
-        os.fchmod(fd, 0o666 & ~umask)
-    elif os.path.isdir(path):
-        os.chmod(path, 0o777 & ~umask)
-    else:
-        os.chmod(path, 0o666 & ~umask)
 
 
 def _schema_text(schema: pa.Schema) -> str:
@@ -87,10 +61,8 @@ def _conform(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
 def write_table_atomic(table: pa.Table, path: str | os.PathLike[str], schema: pa.Schema | None = None) -> Path:
     """Write `table` to `path` as Parquet, atomically; return the path.
 
-    The bytes go to a temp file in the same directory (same file system, so the final
-    os.replace is atomic), are fsync'ed, then renamed over `path`; the directory is fsync'ed so
-    the rename survives a power loss. Any failure, including KeyboardInterrupt, removes the temp
-    file and leaves whatever was at `path` before untouched.
+    See thinking_seeds.store.atomic: a temp file beside `path`, fsync'ed and renamed over it; any
+    failure, KeyboardInterrupt included, leaves whatever was at `path` before untouched.
 
     With `schema`, the table is first checked and conformed to it: same column names (order is
     fixed to the schema's), types cast where lossless conversion exists, no nulls in
@@ -99,34 +71,7 @@ def write_table_atomic(table: pa.Table, path: str | os.PathLike[str], schema: pa
     path = Path(path)
     if schema is not None:
         table = _conform(table, schema, path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        shareable(tmp_name, fd)
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        # The temp file may or may not exist (mkstemp created it; a failed replace keeps it).
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some file systems do not allow opening directories; the rename still happened
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    return atomic_write(path, lambda f: pq.write_table(table, f))
 
 
 # The folders of a run directory (thinking_seeds.store.run_dir) that hold Parquet files the project writes.

@@ -23,6 +23,7 @@ import os
 import shutil
 from pathlib import Path
 
+from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.checkpoints import list_checkpoints
 
 __all__ = ["TOMBSTONE_SUFFIX", "is_pruned", "prune_policies", "tombstone", "kept_steps"]
@@ -76,9 +77,7 @@ def prune_policies(policy_root: Path, current: int, keep_last: int | None, keep_
             continue
         d = policy_root / f"step_{step:06d}"
         t = tombstone(d)
-        tmp = t.with_name(t.name + ".tmp")
-        tmp.write_text(json.dumps({"step": step, "hash": file_hash(d), "pruned_at": current}))
-        os.replace(tmp, t)
+        atomic_write(t, json.dumps({"step": step, "hash": file_hash(d), "pruned_at": current}))
         aside = d.with_name(f".old_{d.name}_pruned")
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(d, aside)

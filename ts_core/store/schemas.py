@@ -14,6 +14,7 @@ import pyarrow as pa
 __all__ = [
     "DATASET_OPTIONAL_COLUMNS",
     "DATASET_SCHEMA",
+    "PER_PROMPT_SCHEMA",
     "PREFIX_SCHEMA",
     "ROLLOUT_KINDS",
     "ROLLOUT_SCHEMA",
@@ -118,3 +119,12 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("advantage", pa.float32()),
     ]
 )
+
+# One row per (prompt, mode) of an evaluation (evals/<stage>/step_XXXXXX.parquet): the raw material
+# of pass@k on a subset of prompts (the comparison's hard subset) and of the explorable space.
+PER_PROMPT_SCHEMA = pa.schema([
+    pa.field("step", pa.int64(), nullable=False), pa.field("mode", pa.string(), nullable=False),
+    pa.field("prompt_id", pa.string(), nullable=False), pa.field("n", pa.int64(), nullable=False),
+    pa.field("correct", pa.int64(), nullable=False), pa.field("distinct_labels", pa.int64()),
+    pa.field("label_entropy", pa.float64()),
+])

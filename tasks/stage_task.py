@@ -1,0 +1,90 @@
+"""One Prefect task per stage of SPEC §2, all made by `stage_task(name)`.
+
+A stage task builds a Session over the run directory and asks `thinking_seeds.pipeline.loop` to run
+the stage or skip it; the run directory's manifests are the only record of what is done (the plain
+loop reads the same ones). Prefect keeps no cache and persists no results: it shows what happened.
+A skipped stage's task run ends in a Completed-type state named "Skipped" whose message says
+"skipped (manifest)"; a stage that ran ends in "Completed".
+
+The flow passes each task the manifests (as dicts) of the stages it reads, and the task checks them
+against the run directory before it does anything: two processes writing one run would otherwise
+mix their outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from prefect import Task, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed
+
+from thinking_seeds.config import config_from_dict
+from thinking_seeds.pipeline.graph import upstream_of
+from thinking_seeds.pipeline.loop import Outcome, prepare_outcome, stage_outcome
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.store.manifest import Manifest
+from thinking_seeds.store.run_dir import RunDir
+
+Upstream = dict[str, dict]  # "stage@k" -> manifest dict of an input stage
+
+SKIPPED = "Skipped"  # the state name of a stage whose manifest vouched for its outputs
+
+
+def upstream_from(*manifests: dict) -> Upstream:
+    """{"stage@k": manifest} for the manifests a stage reads (the flow passes task results)."""
+    return {f"{m['stage']}@{m['iteration']}": m for m in manifests}
+
+
+def upstream_digests(upstream: Upstream) -> dict[str, str]:
+    return {name: Manifest(**m).digest for name, m in upstream.items()}
+
+
+def _outcome(stage: str, run_dir: str, k: int, config_hash: str, upstream: Upstream, config: dict | None) -> Outcome:
+    run = RunDir(Path(run_dir))
+    if stage == "prepare":  # writes config.yaml, so the config comes from the flow
+        return prepare_outcome(run, config_from_dict(config, origin="prepare task"))
+    s = Session(run)
+    try:
+        if s.cfg.config_hash() != config_hash:
+            raise ValueError(
+                f"{run.config_path} has config hash {s.cfg.config_hash()}, the flow expected {config_hash}: "
+                "the run directory was changed under the flow; re-run with the run's own preset and overrides"
+            )
+        expected, on_disk = upstream_digests(upstream), run.upstream_digests(upstream_of(stage, k))
+        if expected != on_disk:
+            raise RuntimeError(
+                f"{stage} {k}: the upstream manifests passed by the flow {expected} differ from the ones in "
+                f"{run.root} {on_disk}; another process is writing this run (see {run.root / '.lock'})"
+            )
+        return stage_outcome(s, stage, k)
+    finally:
+        s.close()
+
+
+def stage_task(stage: str) -> Task:
+    """The Prefect task of `stage`: (run_dir, k, config_hash, upstream[, config]) -> the manifest as a dict.
+
+    Task runs are named `<stage>-<k>` (k = -1: the evaluation of θ_0). Call it with
+    `return_state=True` and take `.result()`: a skipped stage returns its state, not only its value.
+    """
+
+    def run_stage_task(run_dir: str, k: int, config_hash: str, upstream: Upstream, config: dict | None = None):
+        m, skipped = _outcome(stage, run_dir, k, config_hash, upstream, config)
+        if not skipped:
+            return asdict(m)
+        why = f"skipped (manifest): {stage} {k} is complete in {run_dir}, outputs intact"
+        get_run_logger().info(why)
+        return Completed(name=SKIPPED, message=why, data=asdict(m))
+
+    # Prefect keys a task by its function's qualified name: one per stage, as with hand-written tasks.
+    run_stage_task.__name__ = run_stage_task.__qualname__ = f"{stage}_task"
+    run_stage_task.__doc__ = f"Run (or skip, if its manifest says it is done) the {stage} stage of iteration k."
+    return task(name=stage, task_run_name=stage + "-{k}", cache_policy=NO_CACHE, persist_result=False)(run_stage_task)
+
+
+def call_stage(stage: Task, run: RunDir, k: int, config_hash: str, *inputs: dict, **extra) -> dict:
+    """Run one stage task in the flow and return its manifest (a dict); `inputs` are the manifests it reads."""
+    state = stage(str(run.root), k, config_hash, upstream_from(*inputs), **extra, return_state=True)
+    return state.result()

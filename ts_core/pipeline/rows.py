@@ -1,0 +1,78 @@
+"""Typed rows of the two tables the stages hand each other: the prefix corpus and the rollouts.
+
+A stage builds and edits these dataclasses instead of untyped dicts; the Parquet files keep exactly
+the Arrow schemas of `thinking_seeds.store.schemas` (each dataclass lists its schema's fields in the
+same order, and tests/test_pipeline_parts.py checks it), so files written before read the same and
+a rerun writes the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import ClassVar, TypeVar
+
+import pyarrow as pa
+
+from thinking_seeds.store.parquet_io import read_table, write_table_atomic
+from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+
+
+@dataclass
+class PrefixRow:
+    """One seed: a historical checkpoint's draft, cut at λ (PREFIX_SCHEMA has each field's meaning)."""
+
+    SCHEMA: ClassVar[pa.Schema] = PREFIX_SCHEMA
+
+    run_id: str
+    iteration: int
+    prompt_id: str
+    seed_id: str
+    source_step: int
+    source_age: int
+    prefix_ratio: float
+    prefix_token_ids: list[int]
+    behaviour_logprobs: list[float]
+    prefix_text: str
+    draft_len: int
+    draft_reward: float | None
+
+
+@dataclass
+class RolloutRow:
+    """One sampled response: pending after the continuation stage, scored by verify (ROLLOUT_SCHEMA)."""
+
+    SCHEMA: ClassVar[pa.Schema] = ROLLOUT_SCHEMA
+
+    run_id: str
+    iteration: int
+    prompt_id: str
+    sample_id: int
+    kind: str  # on_policy | seeded | offpolicy_full
+    source_step: int | None
+    prefix_len: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    old_logprobs: list[float]
+    behaviour_logprobs: list[float]
+    response_text: str
+    answer: str | None
+    status: str
+    reward: float | None
+    advantage: float | None
+
+
+Row = TypeVar("Row", PrefixRow, RolloutRow)
+
+
+def write_rows(cls: type[Row], rows: Sequence[Row], path: Path) -> Path:
+    """Write rows as Parquet with their schema, atomically (`cls` gives the schema of an empty table)."""
+    names = [f.name for f in fields(cls)]
+    table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=cls.SCHEMA)
+    return write_table_atomic(table, path, schema=cls.SCHEMA)
+
+
+def read_rows(cls: type[Row], path: Path) -> list[Row]:
+    """The rows of a Parquet file written by write_rows (DataError naming the file if it is unusable)."""
+    return [cls(**d) for d in read_table(path, cls.SCHEMA).to_pylist()]

@@ -1,0 +1,158 @@
+"""What the stages of one process share: the run's config, prompts, tokenizer, engine, verifier,
+trackers, and a timer (and a mean) for the stage's metrics.
+
+The engine is cached per process (`_ENGINES`): the stages of a Prefect flow run as tasks in one
+process, and loading the model once per stage would dominate a small run. Each stage only swaps
+the weights it needs into the cached engine (`Session.use_weights`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from thinking_seeds.config import RunConfig, load_saved_config
+from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS
+from thinking_seeds.data.rewards import Verifier, shared_verifier
+from thinking_seeds.data.sources import Prompt, load_dataset
+from thinking_seeds.engine.models import load_model
+from thinking_seeds.engine.rollout import HFEngine
+from thinking_seeds.store.checkpoints import CheckpointInfo, list_checkpoints
+from thinking_seeds.store.historical_pool import HistoricalPool
+from thinking_seeds.store.run_dir import RunDir
+
+
+@dataclass
+class Timer:
+    """Seconds per named part of a stage (`with t("generation"): ...`), summed over repeats."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
+
+
+def mean(xs) -> float:
+    """The mean of a stage metric's values; nan when there are none (an on-policy run has no seeds)."""
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+_ENGINES: dict[tuple, object] = {}
+_TRACKERS: dict[str, object] = {}
+
+
+def close_trackers() -> None:
+    """Flush and close every tracker of this process (at exit, or when a run ends)."""
+    for t in list(_TRACKERS.values()):
+        t.close()
+    _TRACKERS.clear()
+
+
+class Session:
+    """Shared, lazily loaded state for the stages of one process: config, prompts, engine, verifier.
+
+    The plain loop keeps one Session for the whole run; a Prefect task builds one per stage, and the
+    process-wide engine cache still gives one model load per run (weights swapped in place).
+    """
+
+    def __init__(self, run: RunDir, cfg: RunConfig | None = None):
+        self.run = run
+        self.cfg = cfg or load_saved_config(run.config_path)
+        self._engine: HFEngine | None = None
+        self._tokenizer = None
+        self._prompts: dict[str, list[Prompt]] = {}
+
+    # -- lazily built resources -----------------------------------------------------------
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.run.policy(0), local_files_only=True)
+            self._tokenizer.padding_side = "left"
+        return self._tokenizer
+
+    def engine(self, timer: Timer | None = None):
+        if self._engine is None:
+            key = (str(self.run.root.resolve()), self.cfg.rollout.engine, self.cfg.engine_dtype, self.cfg.device,
+                   self.cfg.rollout.batch_size)
+            self._engine = _ENGINES.get(key)
+            if self._engine is None:
+                with (timer or Timer())("model_load"):
+                    self._engine = self._load_engine()
+                for old in _ENGINES.values():  # keep one: a process moving on to another run frees the last
+                    if hasattr(old, "close"):
+                        old.close()  # vLLM holds its KV cache until closed
+                _ENGINES.clear()
+                _ENGINES[key] = self._engine
+        return self._engine
+
+    def _load_engine(self):
+        if self.cfg.rollout.engine == "vllm":
+            from thinking_seeds.engine.vllm_engine import VLLMEngine  # optional extra
+
+            return VLLMEngine(self.run.policy(0), self.cfg)
+        # On cfg.device, in bf16 whenever bf16 is in play (cfg.engine_dtype).
+        model, tok = load_model(self.run.policy(0), self.cfg.engine_dtype, device=self.cfg.device)
+        return HFEngine(model, tok, batch_size=self.cfg.rollout.batch_size)
+
+    def use_weights(self, ckpt: Path, timer: Timer | None = None) -> None:
+        eng = self.engine(timer)
+        with (timer or Timer())("weight_swap"):
+            eng.load_weights(ckpt)
+
+    @property
+    def verifier(self) -> Verifier:
+        # One pool per process, shared by every stage and session (see shared_verifier).
+        r = self.cfg.reward
+        return shared_verifier(r.backend, r.partial_credit, r.fn, r.timeout_s)
+
+    def label(self):
+        """The task's solution label for diversity metrics (None: chain_sum's strategy share)."""
+        src = self.cfg.data.source
+        return BUILTIN_TASKS[src].label if src in BUILTIN_TASKS and src != "chain_sum" else None
+
+    def prompts(self, split: str) -> list[Prompt]:
+        if split not in self._prompts:
+            self._prompts[split] = load_dataset(self.run.data_dir / f"{split}.parquet")
+        return self._prompts[split]
+
+    def iteration_prompts(self, k: int) -> list[Prompt]:
+        """The prompts of iteration k: a seeded draw without replacement, same for every method."""
+        train = self.prompts("train")
+        n = min(self.cfg.rollout.prompts_per_iteration, len(train))
+        rng = random.Random(f"{self.cfg.data.seed}/{self.cfg.seed}/prompts/{k}")
+        return rng.sample(train, n)
+
+    def pool_members(self, k: int) -> tuple[HistoricalPool, list[CheckpointInfo]]:
+        """The historical pool H at iteration k: its picking rule and the snapshots it may pick."""
+        pool = HistoricalPool(self.cfg.pool.size, self.cfg.pool.include_initial, self.cfg.pool.pick)
+        return pool, pool.members(list_checkpoints(self.run.pool_root), current_step=k)
+
+    @property
+    def tracker(self):
+        """The run's experiment trackers (`logger`), one per run and process (None: console only)."""
+        if self.cfg.logger == ["console"] or not self.cfg.logger:
+            return None
+        key = str(self.run.root.resolve())
+        if key not in _TRACKERS:
+            from thinking_seeds.store.tracking import Tracker
+
+            _TRACKERS[key] = Tracker(self.cfg.logger, self.run.root, self.run.run_id, self.cfg.model_dump(mode="json"))
+            if len(_TRACKERS) == 1:
+                import atexit
+
+                atexit.register(close_trackers)
+        return _TRACKERS[key]
+
+    def close(self) -> None:
+        self._engine = None  # the engine stays in the process cache for the next stage

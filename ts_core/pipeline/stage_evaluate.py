@@ -1,0 +1,94 @@
+"""evaluate k: held-out avg@n and pass@k of θ_{k+1} every `eval.every` iterations (k = -1: θ_0),
+and, for the final policy, the explorable solution space: pass@k of continuations of its own
+historical seeds (SPEC §5). `evaluate_policy` is also what `ts eval` and the final test run."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+
+from thinking_seeds.algo.seeding import cut_length, draw_ratio
+from thinking_seeds.data.sources import Prompt
+from thinking_seeds.engine.models import encode_prompt
+from thinking_seeds.engine.rollout import SamplingParams
+from thinking_seeds.evals.evaluation import evaluate_prompts
+from thinking_seeds.pipeline.graph import eval_due, stage_seed
+from thinking_seeds.pipeline.session import Session, Timer
+from thinking_seeds.store.manifest import Manifest
+from thinking_seeds.store.parquet_io import write_table_atomic
+from thinking_seeds.store.schemas import PER_PROMPT_SCHEMA
+
+
+def evaluate(s: Session, k: int) -> Manifest:
+    m = Manifest("evaluate", k, s.cfg.config_hash())
+    t = Timer()
+    if eval_due(s.cfg, k):
+        # The seeded (explorable-space) evaluation doubles the cost: only for the final policy.
+        metrics = evaluate_policy(s, k + 1, t, seeded=s.cfg.eval.seeded and k == s.cfg.iterations - 1)
+        m.record(s.run, "metrics", s.run.write_metrics(k + 1, "evaluate", metrics))
+        m.metrics = metrics
+    m.seconds = t.seconds
+    return m
+
+
+def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool = False,
+                    per_prompt_out: Path | None = None) -> dict[str, float]:
+    """Held-out avg@n and pass@k of θ_step (the metrics are labelled with the policy step).
+
+    `per_prompt_out`: also write one row per prompt (correct count, distinct solution labels,
+    their entropy; plain and, with `seeded`, seeded) to that Parquet file — what the comparison's
+    hard-subset and explorable-space measures are computed from.
+    """
+    cfg = s.cfg
+    t = t or Timer()
+    s.use_weights(s.run.policy(step), t)
+    prompts = s.prompts(cfg.eval.split)[: cfg.eval.prompts]
+    with t("generation"):
+        res = evaluate_prompts(s.engine(t), s.tokenizer, prompts, s.verifier, n=cfg.eval.samples,
+                               temperature=cfg.eval.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
+                               seed=stage_seed(cfg, step, "evaluate"), label=s.label())
+    metrics = res.flat("eval")
+    rows = [dict(r, mode="plain") for r in res.per_prompt]
+    if seeded:
+        seeded_metrics, seeded_rows = _seeded_eval(s, step, prompts, t)
+        metrics.update(seeded_metrics)
+        rows += [dict(r, mode="seeded") for r in seeded_rows]
+    if per_prompt_out is not None:
+        write_table_atomic(pa.Table.from_pylist([dict(r, step=step) for r in rows], schema=PER_PROMPT_SCHEMA),
+                           per_prompt_out, schema=PER_PROMPT_SCHEMA)
+    return metrics
+
+
+def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tuple[dict[str, float], list[dict]]:
+    """Explorable solution space (SPEC §5): θ_step continuing seeds from its historical pool.
+
+    Same prompts and sample count as the plain evaluation, so the two pass@k curves compare
+    directly. Uses the method's λ range, or U[0.2, 0.6] for methods without prefixes.
+    """
+    cfg = s.cfg
+    pool, members = s.pool_members(step)
+    if not members:
+        return {}, []
+    lo, hi = (cfg.prefix.ratio_min, cfg.prefix.ratio_max) if cfg.prefix.ratio_max < 1.0 else (0.2, 0.6)
+    rng = random.Random(stage_seed(cfg, step, "evaluate/seeded"))
+    n = cfg.eval.samples
+    plan = [(i, pool.pick(members, rng).step, draw_ratio(rng, lo, hi)) for i in range(len(prompts)) for _ in range(n)]
+    ctx = [encode_prompt(s.tokenizer, p.chat()) for p in prompts]
+    drafts: dict[int, list[int]] = {}
+    for src in sorted({st for _, st, _ in plan}):
+        idx = [j for j, (_, st, _) in enumerate(plan) if st == src]
+        s.use_weights(next(c.path for c in members if c.step == src), t)
+        params = SamplingParams(cfg.eval.temperature, 1.0, cfg.rollout.max_new_tokens,
+                                seed=stage_seed(cfg, step, f"evaluate/seeded/{src}"))
+        with t("generation"):
+            for j, g in zip(idx, s.engine(t).generate([ctx[plan[j][0]] for j in idx], params)):
+                pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
+                drafts[j] = g.token_ids[: cut_length(g.token_ids, plan[j][2], cfg.prefix.cut, pieces)]
+    s.use_weights(s.run.policy(step), t)
+    with t("generation"):
+        res = evaluate_prompts(s.engine(t), s.tokenizer, prompts, s.verifier, n=n, temperature=cfg.eval.temperature,
+                               max_new_tokens=cfg.rollout.max_new_tokens, seed=stage_seed(cfg, step, "evaluate/cont"),
+                               prefixes=[drafts[j] for j in range(len(plan))], label=s.label())
+    return res.flat("eval_seeded"), res.per_prompt

@@ -1,0 +1,76 @@
+"""The update stage through `accelerate launch`: the command, and a child that dies with its parent.
+
+`update.launcher=accelerate` runs `python -m thinking_seeds.train.trainer` under accelerate (N
+processes: DDP; gloo on CPU) and reads its metrics back from a JSON hand-over file; the trainer
+code is the same as the in-process update.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from thinking_seeds.config import RunConfig
+from thinking_seeds.engine.models import resolve_device
+from thinking_seeds.store.run_dir import RunDir
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> list[str]:
+    n = cfg.update.num_processes
+    precision = cfg.update.mixed_precision  # accelerate's own words: no | bf16
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
+           "--mixed_precision", precision, "--dynamo_backend", "no"]
+    device = resolve_device(cfg.device)  # a device this machine lacks fails here, in one line
+    if device.type == "cuda" and device.index and n == 1:
+        cmd += ["--gpu_ids", str(device.index)]  # device=cuda:N: the worker sees that GPU as cuda:0
+    if n > 1:
+        # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7). A free rendezvous port
+        # per launch: the default 29500 can still be held by a run killed a moment ago.
+        cmd += ["--multi_gpu", "--main_process_port", str(_free_port())]
+    cmd += ["-m", "thinking_seeds.train.trainer", "--policy", str(run.policy(k)), "--rollouts", str(run.rollouts(k)),
+            "--out-root", str(run.policy_root), "--step", str(k + 1), "--config", str(run.config_path),
+            "--metrics-out", str(metrics_path)]
+    if ref is not None:
+        cmd += ["--ref", str(ref)]
+    if device.type == "cpu":
+        cmd += ["--cpu"]  # device=cpu, or auto without a GPU
+    return cmd
+
+
+def _die_with_parent() -> None:
+    """In the launcher child: get SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG).
+
+    Without it a `kill -9` of a run leaves `accelerate launch` and its workers training on, racing
+    the resumed run for the same θ_{k+1}; on SIGTERM the launcher stops its workers too.
+    """
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: no such guard
+
+
+def launch_update(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> dict:
+    """Run the update of iteration k under accelerate; its metrics, or RuntimeError with the output's tail."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("ACCELERATE_DISABLE_RICH", "1")
+    cmd = accelerate_command(run, cfg, k, metrics_path, ref)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"accelerate update of iteration {k} failed (exit {proc.returncode}):\n{tail}\n"
+                           f"command: {' '.join(cmd)}")
+    return json.loads(metrics_path.read_text())
