@@ -2,12 +2,16 @@
 
 The end-to-end case runs `ts compare --no-prefect` (CliRunner) with 2 methods x 1 seed x 2
 iterations on the random-weights tiny model: two training subprocesses, the SFT control, the report.
-Its numbers are then checked against the metrics Parquet files read directly with pyarrow.
+Its numbers are then checked against the metrics Parquet files read directly with pyarrow. The same
+finished comparison is then archived (`--archive`) and resumed from a runs folder that no longer
+exists, as a later working session would.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -17,10 +21,18 @@ import pytest
 from conftest import TINY_OVERRIDES
 from typer.testing import CliRunner
 
-from thinking_seeds.flows.cli import app
-from thinking_seeds.experiments.compare import (FINAL_TEST_STAGE, CompareError, Job, check_same_budget, compare_members, parse_list, parse_sweep, plan,
-                             raise_on_failures, run_jobs)
 from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.experiments.jobs import CompareError, Job, raise_on_failures, run_jobs
+from thinking_seeds.experiments.members import compare_members
+from thinking_seeds.experiments.spec import (
+    FINAL_TEST_STAGE,
+    ComparisonSpec,
+    check_same_budget,
+    parse_list,
+    parse_sweep,
+    plan,
+)
+from thinking_seeds.flows.cli import app
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -348,19 +360,114 @@ def test_cli_compare_errors(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing started
 
 
-def test_compare_flow_resumes_the_comparison(e2e, tiny_model_dir, monkeypatch):
-    """The Prefect flow over the finished comparison: every run and control is skipped, the report rewritten."""
+def test_compare_flow_resumes_the_comparison(e2e, tiny_model_dir, monkeypatch, tmp_path):
+    """The Prefect flow over the finished comparison, its one parameter the ComparisonSpec: every run
+    and control is skipped, each is archived (archive=True), the report rewritten."""
     from thinking_seeds.flows.compare import compare_flow
 
-    runs, out, _, _ = e2e
+    runs, _, _, _ = e2e
     monkeypatch.setenv("TS_RUNS_DIR", str(runs))
     overrides = [f"model.path={tiny_model_dir}", *TINY_OVERRIDES, "loss.entropy_coeff=0.01", "update.lr=1e-3"]
-    path = compare_flow(preset="tiny", methods=list(METHODS), seeds=[0], overrides=overrides, compare_id=CMP,
-                        parallel=2, out_dir=str(out.parent), command="flow-command", control_corpus_size=300)
-    assert path == str(out / "report.md")
+    path = compare_flow(ComparisonSpec(preset="tiny", methods=list(METHODS), seeds=[0], overrides=overrides,
+                                       compare_id=CMP, parallel=2, out_dir=str(tmp_path), command="flow-command",
+                                       control_corpus_size=300, archive=True))
+    assert path == str(tmp_path / CMP / "report.md")
     assert "```\nflow-command\n```" in Path(path).read_text()
     for m in METHODS + ("sft_control",):
         assert (runs / f"{CMP}-{m}-s0" / "train.log").read_text().count("=== ") == 1
+        assert (tmp_path / CMP / "runs" / f"{CMP}-{m}-s0" / "archive.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# the archive: a comparison resumed by a later session, whose runs/ folder is gone
+# ---------------------------------------------------------------------------------------------
+
+
+def _ts(args: list[str], runs: Path):
+    r = runner.invoke(app, args, env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def _same_text(md: str) -> str:
+    """report.md without what differs between two writings of the same data: the time, the archive line."""
+    md = re.sub(r"Generated \S+ from", "Generated from", md)
+    return re.sub(r"\d+ of these runs come from the committed archive [^\n]*\n\n", "", md)
+
+
+@pytest.fixture(scope="module")
+def archived(e2e, tmp_path_factory):
+    """Session 1: the finished comparison, run again with --archive (nothing trains, every run is
+    archived into OUT/t/runs/). Returns (the command, its runs folder, the report folder)."""
+    runs0, _, args, _ = e2e
+    base = tmp_path_factory.mktemp("archive")
+    runs, out = base / "runs", base / "results"
+    shutil.copytree(runs0, runs, symlinks=True)
+    i = args.index("--out")
+    args = [*args[:i], "--out", str(out), *args[i + 2:], "--archive"]
+    r = _ts(args, runs)
+    assert r.output.count("already complete") == 3 + 4
+    return args, runs, out / CMP
+
+
+def test_archive_holds_the_small_files_of_every_run(archived):
+    _, runs, out = archived
+    ids = {f"{CMP}-{m}-s0" for m in (*METHODS, "sft_control")}
+    assert {p.name for p in (out / "runs").iterdir()} == ids  # no temp folders left
+    for rid in ids:
+        root = out / "runs" / rid
+        files = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+        assert {"archive.json", "compare.json", "config.yaml", "metrics/iteration=all/metrics.parquet",
+                "evals/final-test/step_000002.parquet"} <= files, rid
+        assert not [f for f in files if f.split("/")[0] in ("policy", "checkpoints", "rollouts", "manifests", "data")]
+        rec = json.loads((root / "archive.json").read_text())
+        assert rec["final_test"] and rec["files"] == {f: (root / f).stat().st_size for f in files - {"archive.json"}}
+        # every metrics row of the run, in one table
+        live = _metrics(runs / rid)
+        assert sorted(map(str, pq.read_table(root / "metrics/iteration=all/metrics.parquet").to_pylist())) == sorted(
+            map(str, live))
+    assert (out / "runs" / f"{CMP}-grpo-s0" / "evals/final-test/step_000000.parquet").is_file()  # θ_0, once
+    assert "control.json" in {p.name for p in (out / "runs" / f"{CMP}-sft_control-s0").iterdir()}
+    prefixes = pq.read_table(out / "runs" / f"{CMP}-thinking_seeds-s0" / "corpus/prefixes/iteration=all/prefixes.parquet")
+    assert "prefix_token_ids" not in prefixes.column_names and prefixes.num_rows > 0
+    assert "come from the committed archive" not in (out / "report.md").read_text()  # live runs, this time
+
+
+def test_archive_resumes_without_training_and_reports_the_same(archived):
+    """Session 2: runs/ is gone; the same command restores the archived runs, trains and evaluates
+    nothing, and writes the same report (results.parquet byte for byte)."""
+    args, runs, out = archived
+    before_md, before = (out / "report.md").read_text(), (out / "results.parquet").read_bytes()
+    shutil.rmtree(runs)
+    r = _ts(args, runs)
+    assert r.output.count("already complete") == 3 + 4  # 2 runs + control, their final tests + θ_0
+    assert not list(runs.glob("*/policy")) and not list(runs.glob("*/*.log"))  # no process ran
+    assert (out / "results.parquet").read_bytes() == before
+    md = (out / "report.md").read_text()
+    assert _same_text(md) == _same_text(before_md)
+    assert f"3 of these runs come from the committed archive `{out / 'runs'}`" in md
+
+
+def test_archive_matches_only_the_same_config(archived, tiny_model_dir):
+    """A changed config (same run ids) does not take the archived runs, and drops restored copies."""
+    from thinking_seeds.experiments.compare import prepare
+    from thinking_seeds.experiments.members import is_complete
+
+    args, _, out = archived
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    runs = out.parent / "fresh-runs"
+
+    def spec(extra: list[str]) -> ComparisonSpec:
+        return ComparisonSpec.of(compare_id=CMP, methods=list(METHODS), seeds=[0], overrides=sets + extra,
+                                 out_dir=str(out.parent), control_corpus_size=300)
+
+    specs = prepare(spec([]), runs)
+    assert sorted(p.name for p in runs.iterdir()) == sorted(f"{CMP}-{m}-s0" for m in (*METHODS, "sft_control"))
+    assert all(is_complete(s, runs) for s in specs)
+    changed = prepare(spec(["update.lr=2e-3"]), runs)
+    assert [s.run_id for s in changed] == [s.run_id for s in specs]
+    assert not list(runs.iterdir())  # the stale restored copies are gone: these runs train afresh
+    assert not any(is_complete(s, runs) for s in changed)
 
 
 def test_run_jobs_reports_failures_and_keeps_going(tmp_path):
@@ -382,7 +489,7 @@ def test_run_jobs_reports_failures_and_keeps_going(tmp_path):
 def test_cli_compare_failure_is_one_error_line_and_exit_2(monkeypatch, tmp_path):
     import thinking_seeds.experiments.compare
 
-    def fail(**kwargs):
+    def fail(*args, **kwargs):
         raise CompareError("1 of 1 runs failed; rerun the same command to resume them.\n\n"
                            "x-grpo-s0 (exit 3), log runs/x-grpo-s0/train.log:\nline one\nline two")
 
@@ -396,8 +503,8 @@ def test_cli_compare_failure_is_one_error_line_and_exit_2(monkeypatch, tmp_path)
 
 def test_report_mean_and_std_over_seeds(tmp_path):
     """Hand-made runs (2 variants x 2 seeds): every cell is the mean ± sample std of known numbers."""
-    from thinking_seeds.experiments.compare import write_marker
     from thinking_seeds.experiments.compare_report import write_compare_report
+    from thinking_seeds.experiments.members import write_marker
     from thinking_seeds.store.run_dir import RunDir
 
     acc = {("grpo", 0): 0.2, ("grpo", 1): 0.4, ("thinking_seeds", 0): 0.5, ("thinking_seeds", 1): 0.6}

@@ -4,7 +4,7 @@ whole test split right after training, so a comparison stopped half-way has test
 import pyarrow.parquet as pq
 from conftest import TINY_OVERRIDES
 
-from thinking_seeds.experiments.compare import FINAL_TEST_STAGE
+from thinking_seeds.experiments.spec import FINAL_TEST_STAGE
 from thinking_seeds.pipeline.loop import main
 from thinking_seeds.store.run_dir import RunDir
 

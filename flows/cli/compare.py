@@ -33,48 +33,45 @@ def compare(
                                                  help="Worked solutions generated for the SFT control (default 50000)."),
     report_only: bool = typer.Option(False, "--report-only", help="Train nothing: write the report of the runs that "
                                      "exist now (a comparison still running or stopped half-way)."),
+    archive: bool = typer.Option(False, "--archive", help="Copy the small result files of every finished run into "
+                                 "OUT/ID/runs/ (commit it): the same command in a later session counts them as done "
+                                 "and reports them without training them again."),
 ) -> None:
     """Compare methods over seeds on one budget (resumable), add the SFT control, write the report."""
-    from thinking_seeds.experiments.compare import parse_list, parse_sweep, plan
+    from thinking_seeds.experiments.compare import prepare, write_report
+    from thinking_seeds.experiments.spec import ComparisonSpec
+    from thinking_seeds.store.run_dir import runs_root
 
-    method_list = parse_list(methods, "--methods")
-    seed_list = parse_list(seeds, "--seeds")
-    if not all(s.lstrip("-").isdigit() for s in seed_list):
-        raise typer.BadParameter(f"--seeds must be integers, got {seeds!r}")
-    seed_ints = [int(s) for s in seed_list]
-    sweep_d = parse_sweep(sweep) or None
-    specs = plan(preset, method_list, seed_ints, list(set_), sweep_d, compare_id, one_at_a_time)  # fail fast, before any run
-    if reference:
-        from thinking_seeds.experiments.compare import reference_members
-        from thinking_seeds.store.run_dir import runs_root
+    from thinking_seeds.config import ConfigError
 
-        reference_members(reference, specs, runs_root())
-    command = command_line(ctx, skip=("report_only",))  # the command that (re)runs this comparison
+    try:
+        spec = ComparisonSpec.of(
+            compare_id=compare_id, preset=preset, methods=methods, seeds=seeds, overrides=set_, sweep=sweep,
+            one_at_a_time=one_at_a_time, reference=reference, parallel=parallel, out_dir=out, control=not no_control,
+            control_seconds=control_seconds, control_corpus_size=control_corpus, final_test=not no_final_test,
+            archive=archive, command=command_line(ctx, skip=("report_only",)))  # the command that (re)runs it
+    except ConfigError as e:  # a bad argument: click's usage error (one line, exit 2, the --help hint)
+        raise typer.BadParameter(str(e)) from None
+    specs = prepare(spec, runs_root())  # fail fast, before any run: plan, budgets, archived runs, --reference
     con = console()
-    if report_only:
-        from thinking_seeds.experiments.compare import report_dir
-        from thinking_seeds.experiments.compare_report import write_compare_report
-        from thinking_seeds.store.run_dir import runs_root
+    if report_only:  # with --archive, also archive what has finished (another process may be training)
+        if spec.archive:
+            from thinking_seeds.experiments.compare import archive_finished
 
-        path = write_compare_report(compare_id, runs_root(), report_dir(out, compare_id), command=command,
-                                    reference=reference)
-        con.print(f"[green]report (runs so far):[/] {path}")
+            con.print(f"archived: {', '.join(archive_finished(spec, specs, runs_root())) or 'nothing new'}")
+        con.print(f"[green]report (runs so far):[/] {write_report(spec, runs_root())}")
         return
-    con.print(f"comparison [bold]{compare_id}[/]: {len(specs)} runs ({', '.join(method_list)} x seeds {seeds}"
+    con.print(f"comparison [bold]{compare_id}[/]: {len(specs)} runs ({', '.join(spec.methods)} x seeds {seeds}"
               + (f" x sweep {', '.join(sweep)}" + (" one at a time" if one_at_a_time else "") if sweep else "")
               + (f", base point from {reference}" if reference else "") + f"), {parallel} at once")
-    kwargs = dict(preset=preset, methods=method_list, seeds=seed_ints, overrides=list(set_) or None, sweep=sweep_d,
-                  compare_id=compare_id, parallel=parallel, out_dir=str(out), control=not no_control,
-                  control_seconds=control_seconds, command=command, control_corpus_size=control_corpus,
-                  one_at_a_time=one_at_a_time, reference=reference, final_test=not no_final_test)
     if no_prefect:  # failed runs raise CompareError: the one error handler prints it (exit 2)
         from rich.console import Console
 
         from thinking_seeds.experiments.compare import run_comparison
 
-        path = run_comparison(**kwargs, console=Console(stderr=True))
+        path = run_comparison(spec, console=Console(stderr=True))
     else:
         from thinking_seeds.flows.compare import compare_flow
 
-        path = compare_flow(**kwargs)
+        path = compare_flow(spec)
     con.print(f"[green]report:[/] {path}")

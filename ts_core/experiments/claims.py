@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from thinking_seeds.experiments.compare import CONTROL_METHOD
 from thinking_seeds.algo.metrics import pass_at_k
+from thinking_seeds.experiments.spec import CONTROL_METHOD
 
 __all__ = ["HARD_THRESHOLD", "claims_markdown", "mean_ci", "t_quantile_975", "verdict"]
 

@@ -4,7 +4,7 @@ Any RL method that beats its base model might only be beating a model that was t
 control answers that: starting from the same base model, it continues the supervised warm-up
 (`thinking_seeds.train.warmup.sft_step`, the very step that built the base model, on fresh worked solutions of
 the same task, held-out prompts excluded) for as long as the mean RL run of the comparison trained
-(`thinking_seeds.experiments.compare.train_seconds`: the runs' `time/*` stage metrics, evaluation left out). It is then
+(`thinking_seeds.experiments.members.train_seconds`: the runs' `time/*` stage metrics, evaluation left out). It is then
 evaluated exactly like the RL runs: its run directory `<compare_id>-sft_control-s<seed>` has a
 config (the comparison's shared settings with the on-policy overlay), the same data splits and
 θ_0, and the RL runs' own evaluate stage (`thinking_seeds.pipeline.stages.evaluate`) writes
@@ -18,7 +18,8 @@ the control's own earlier checkpoints just as an RL run's continues its own. Per
 `sft/*` metrics and `time/sft/train` (stage `sft`), so SQL and the comparison report treat the
 control like any method.
 
-    python -m thinking_seeds.experiments.sft_control --compare-id C --seed 0 --budget-seconds 120 --runs-dir runs [--set k=v ...]
+    python -m thinking_seeds.experiments.sft_control --compare-id C --seed 0 --budget-seconds 120 --runs-dir runs \
+        [--set k=v ...]
 
 Caveats (say them in the results): the fresh AdamW has no state from the warm-up (a short ramp
 stands in), and wall time depends on the machine's load; the RL runs and the controls are run with
@@ -33,11 +34,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from thinking_seeds.experiments.compare import CONTROL_METHOD, Job, JobResult, RunSpec, check_same_budget, run_jobs, train_seconds, write_marker
 from thinking_seeds.config import ConfigError, RunConfig, load_config
+from thinking_seeds.experiments.jobs import Job, JobResult, run_jobs
+from thinking_seeds.experiments.members import archive_record, discard_restored, train_seconds, write_marker
+from thinking_seeds.experiments.spec import CONTROL_METHOD, RunSpec, check_same_budget
 from thinking_seeds.store.parquet_io import shareable
 from thinking_seeds.store.run_dir import RunDir
 
@@ -106,12 +110,14 @@ def _corpus(run: RunDir, cfg: RunConfig, size: int, seed: int) -> list[tuple[str
 
     task = BUILTIN_TASKS.get(cfg.data.source)
     if task is not None:
-        held_out = task.held_out_keys(run.data_dir / "validation.parquet") | task.held_out_keys(run.data_dir / "test.parquet")
+        held_out = (task.held_out_keys(run.data_dir / "validation.parquet")
+                    | task.held_out_keys(run.data_dir / "test.parquet"))
         # A stream the warm-up never drew from (it used seed 0): new examples of the same kind.
         return task.warmup_corpus(size, 10_000 + seed, held_out, cfg.data)
     pairs = [(p.user_text, p.target) for p in load_dataset(run.data_dir / "train.parquet") if p.target]
     if not pairs:
-        raise ConfigError(f"the SFT control needs worked solutions: {run.data_dir / 'train.parquet'} has no `target` column values")
+        raise ConfigError(f"the SFT control needs worked solutions: {run.data_dir / 'train.parquet'} "
+                          "has no `target` column values")
     return pairs
 
 
@@ -119,7 +125,8 @@ def _hyper(base: Path, lr: float | None, batch_size: int | None) -> tuple[float,
     """The control's lr and batch: the warm-up's. A warm-up with a decaying schedule (the countdown
     base model) is continued at the lr it ended at — more of the same training, not a restart."""
     rep = _read_json(base / "warmup_report.json") or {}
-    default_lr = rep.get("final_lr", rep.get("lr", DEFAULT_LR)) if rep.get("schedule") == "cosine" else rep.get("lr", DEFAULT_LR)
+    lr_end = rep.get("final_lr", rep.get("lr", DEFAULT_LR))
+    default_lr = lr_end if rep.get("schedule") == "cosine" else rep.get("lr", DEFAULT_LR)
     return (float(lr if lr is not None else default_lr),
             int(batch_size if batch_size is not None else rep.get("batch_size", DEFAULT_BATCH)))
 
@@ -142,10 +149,10 @@ def run_sft_control(
     """Train (or resume) the SFT control of `compare_id` for `seed` and evaluate it; returns its run dir."""
     import torch
 
-    from thinking_seeds.store.checkpoints import save_checkpoint
-    from thinking_seeds.pipeline.loop import run_prepare
     from thinking_seeds.engine.models import load_model
+    from thinking_seeds.pipeline.loop import run_prepare
     from thinking_seeds.pipeline.stages import Session, evaluate
+    from thinking_seeds.store.checkpoints import save_checkpoint
     from thinking_seeds.train.warmup import encode_corpus, sft_optimizer, sft_step
 
     if not (budget_seconds >= 0 and math.isfinite(budget_seconds)):
@@ -190,7 +197,8 @@ def run_sft_control(
                 if elapsed >= budget_seconds * k / iters or (max_steps is not None and steps >= max_steps):
                     model.eval()
                     if k in steps_eval:
-                        save_checkpoint(model, tok, run.policy_root, k, extra={"control": CONTROL_METHOD, "sft_steps": steps},
+                        save_checkpoint(model, tok, run.policy_root, k,
+                                        extra={"control": CONTROL_METHOD, "sft_steps": steps},
                                         overwrite=True)
                     if k in snap_steps:
                         save_checkpoint(model, tok, run.pool_root, k, extra={"iteration": k, "control": CONTROL_METHOD},
@@ -282,16 +290,20 @@ def run_controls(
     for seed in seeds:
         rid = control_run_id(compare_id, seed)
         root = runs_dir / rid
+        done = control_complete(root, float(budget_seconds))
+        if not done and archive_record(root) is not None:
+            discard_restored(root)  # archived with another budget: this control trains afresh
         write_marker(root, control_marker(compare_id, preset, base, seed))
-        cmd = [sys.executable, "-m", "thinking_seeds.experiments.sft_control", "--compare-id", compare_id, "--seed", str(seed),
-               "--budget-seconds", repr(float(budget_seconds)), "--preset", preset, "--runs-dir", str(runs_dir)]
+        cmd = [sys.executable, "-m", "thinking_seeds.experiments.sft_control", "--compare-id", compare_id,
+               "--seed", str(seed), "--budget-seconds", repr(float(budget_seconds)), "--preset", preset,
+               "--runs-dir", str(runs_dir)]
         for o in base:
             cmd += ["--set", o]
         if max_steps is not None:
             cmd += ["--max-steps", str(max_steps)]
         if corpus_size is not None:
             cmd += ["--corpus-size", str(corpus_size)]
-        jobs.append(Job(rid, cmd, root / "train.log", done=control_complete(root, float(budget_seconds))))
+        jobs.append(Job(rid, cmd, root / "train.log", done=done, run_root=root))
     return float(budget_seconds), run_jobs(jobs, runs_dir, parallel, title="SFT controls", console=console)
 
 

@@ -1,0 +1,166 @@
+"""Subprocesses of a comparison: each run, SFT control and final test is one `python -m ...` job.
+
+    results = run_jobs([Job("cmp-grpo-s0", cmd, log_path)], runs_dir, parallel=2)
+    raise_on_failures(results)      # CompareError naming every failed job, its log and the log's tail
+
+At most `parallel` jobs run at once, each in its own process group with one torch thread, output
+appended to its log, a rich progress display on stderr. A failed job does not stop the others (a
+comparison of many hours should not lose the runs that work to one that does not); rerunning the
+same command resumes the failed ones. Never imports prefect.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from thinking_seeds.config import ConfigError
+
+__all__ = ["CompareError", "Job", "JobResult", "child_env", "raise_on_failures", "run_jobs"]
+
+
+class CompareError(RuntimeError):
+    """Runs of a comparison failed; the message names them and their logs."""
+
+
+@dataclass
+class Job:
+    """One subprocess of a comparison: a run, an SFT control or a final test."""
+
+    run_id: str
+    cmd: list[str]
+    log: Path
+    done: bool = False  # already complete: not started
+    run_root: Path | None = None  # the run directory it writes (an on_done hook looks there)
+
+
+@dataclass
+class JobResult:
+    run_id: str
+    status: str  # done | skipped | failed
+    returncode: int | None
+    seconds: float
+    log: str
+    tail: str = field(default="", repr=False)
+
+
+def child_env(runs_dir: Path) -> dict[str, str]:
+    """The environment of a run's process: one torch thread, the runs folder (the package is installed)."""
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                "TS_RUNS_DIR": str(Path(runs_dir).resolve()), "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _last_line(path: Path) -> str:
+    t = _tail(path, 1).strip()
+    return t[-90:]
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the process group this module started for `proc` (its leader is proc itself)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_jobs(jobs: Sequence[Job], runs_dir: Path, parallel: int = 2, title: str = "runs",
+             console: Any = None, env: dict[str, str] | None = None, poll: float = 0.5,
+             on_done: Callable[[Job], None] | None = None) -> list[JobResult]:
+    """Run `jobs` as subprocesses, at most `parallel` at once, with a rich progress display.
+
+    Output goes to each job's log (appended). A failed job does not stop the others. `on_done(job)`
+    runs in this process right after a job exits successfully (the comparison archives the run
+    there, so a session that ends half-way keeps every run finished before). Interrupting (Ctrl-C)
+    terminates the processes started here, then re-raises.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    if parallel < 1:
+        raise ConfigError(f"parallel must be >= 1, got {parallel}")
+    console = console or Console(stderr=True)
+    env = env or child_env(runs_dir)
+    results: dict[str, JobResult] = {}
+    pending = [j for j in jobs if not j.done]
+    for j in jobs:
+        if j.done:
+            results[j.run_id] = JobResult(j.run_id, "skipped", 0, 0.0, str(j.log))
+    running: dict[str, tuple[Job, subprocess.Popen, float, Any, Any]] = {}
+    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        overall = progress.add_task(f"{title} done", total=len(jobs), completed=len(jobs) - len(pending))
+        for r in results.values():
+            progress.console.print(f"[dim]skip {r.run_id}: already complete[/]")
+        try:
+            while pending or running:
+                while pending and len(running) < parallel:
+                    job = pending.pop(0)
+                    job.log.parent.mkdir(parents=True, exist_ok=True)
+                    fh = open(job.log, "a", buffering=1)
+                    fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(job.cmd)}\n")
+                    # Own session: an interrupt here ends the run's whole process group (its verifier
+                    # workers too), and a terminal's Ctrl-C reaches only this supervisor.
+                    proc = subprocess.Popen(job.cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
+                                            start_new_session=True)
+                    tid = progress.add_task(f"  {job.run_id}", total=None)
+                    running[job.run_id] = (job, proc, time.perf_counter(), fh, tid)
+                time.sleep(poll)
+                for run_id, (job, proc, t0, fh, tid) in list(running.items()):
+                    rc = proc.poll()
+                    if rc is None:
+                        progress.update(tid, description=f"  {run_id}: {_last_line(job.log)}")
+                        continue
+                    fh.close()
+                    progress.remove_task(tid)
+                    del running[run_id]
+                    secs = time.perf_counter() - t0
+                    ok = rc == 0
+                    results[run_id] = JobResult(run_id, "done" if ok else "failed", rc, secs, str(job.log),
+                                                "" if ok else _tail(job.log))
+                    progress.advance(overall)
+                    progress.console.print(f"[green]done[/] {run_id} ({secs:.0f}s)" if ok
+                                           else f"[red]failed[/] {run_id} (exit {rc}), log: {job.log}")
+                    if ok and on_done is not None:
+                        try:
+                            on_done(job)
+                        except Exception as e:  # a hook must not end the jobs still running; callers check again
+                            progress.console.print(f"[yellow]after {run_id}: {type(e).__name__}: {e}[/]")
+        except BaseException:
+            for _job, proc, _, _fh, _ in running.values():
+                _signal_group(proc, signal.SIGTERM)
+            for _job, proc, _, fh, _ in running.values():
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+                fh.close()
+            raise
+    return [results[j.run_id] for j in jobs]
+
+
+def raise_on_failures(results: Sequence[JobResult]) -> None:
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        parts = [f"{r.run_id} (exit {r.returncode}), log {r.log}:\n{r.tail}" for r in failed]
+        raise CompareError(f"{len(failed)} of {len(results)} runs failed; rerun the same command to resume them.\n\n"
+                           + "\n\n".join(parts))

@@ -1,0 +1,380 @@
+"""The data model of a comparison: what runs it is made of, and what they must share.
+
+    specs = plan("tiny", ["grpo", "thinking_seeds"], [0, 1, 2], overrides=["iterations=60"],
+                 sweep={"prefix.ratio_max": ["0.4", "0.8"]}, compare_id="abl")
+    [s.run_id for s in specs]   # ["abl-grpo-prefix.ratio_max=0.4-s0", ...]
+
+`plan` expands (method, sweep point, seed) into RunSpecs whose run ids read
+`<compare_id>-<method>[-<key>=<value>...]-s<seed>` and whose overrides are the shared ones, then the
+sweep point, then `algorithm=<method>` and `seed=<seed>`. It resolves every configuration and refuses
+a comparison whose runs would not see the same task, the same prompts per iteration, the same
+samples per prompt, the same number of iterations and the same evaluation (BUDGET_KEYS): a method
+that is better only because it saw more data is not a result. Ablations are sweeps through the same
+planner (`--sweep pool.size=1,4 --sweep prefix.ratio_max=0.4,0.8`: the cartesian product, or one key
+at a time with `one_at_a_time`).
+
+The whole request of `ts compare` is one ComparisonSpec (a pydantic model: the CLI builds it, the
+Prefect flow receives it, run_comparison runs it). Pure data and validation: nothing here starts a
+process or reads a run directory (members.py reads them, compare.py runs them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from thinking_seeds.config import ALGORITHMS, ConfigError, RunConfig, load_config
+from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
+
+__all__ = [
+    "BUDGET_KEYS", "CONTROL_METHOD", "DEFAULT_METHODS", "FINAL_TEST_STAGE", "MARKER", "TRAINING_TIME_SQL",
+    "ComparisonSpec", "RunSpec",
+    "check_request", "check_same_budget", "dotted", "method_seeds", "parse_list", "parse_sweep", "plan", "spec_of",
+    "value_text",
+]
+
+# The five methods of the headline comparison (SPEC §4; dr_grpo is available too).
+DEFAULT_METHODS = ("grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
+CONTROL_METHOD = "sft_control"
+MARKER = "compare.json"  # in every run directory of a comparison: RunSpec.marker()
+# What every run of a comparison must share (dotted keys of RunConfig; a section means all of it).
+BUDGET_KEYS = (
+    "data",  # the task: data set, sizes, generator seed
+    "model.path",  # the same starting point
+    "iterations",
+    "rollout.prompts_per_iteration",
+    "rollout.group_size",  # samples per prompt (seeded + on-policy)
+    "rollout.max_new_tokens",
+    "rollout.temperature",
+    "eval",  # the same evaluation: split, prompts, samples, temperature, seeded pass@k
+)
+# SQL filter over the metrics view: the time/* metrics that count as training. Evaluations of any
+# kind (in-training, nightly `evaluate-<split>`, the final test) are left out of the budget.
+TRAINING_TIME_SQL = ("starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') "
+                     f"AND stage <> '{FINAL_TEST_STAGE}'")
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
+_RESERVED = ("algorithm", "seed")  # set by the planner, once per run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a comparison: what `ts train` would be called with."""
+
+    run_id: str
+    compare_id: str
+    method: str
+    seed: int
+    preset: str
+    base_overrides: tuple[str, ...] = ()  # shared by every run of the comparison
+    sweep: tuple[tuple[str, str], ...] = ()  # this run's sweep point, (dotted key, value)
+
+    @property
+    def overrides(self) -> list[str]:
+        """--set values in the order they apply: shared, sweep point, method, seed."""
+        return [*self.base_overrides, *(f"{k}={v}" for k, v in self.sweep), f"algorithm={self.method}",
+                f"seed={self.seed}"]
+
+    @property
+    def variant(self) -> str:
+        """Method plus sweep point: what the report groups seeds by."""
+        return " ".join([self.method, *(f"{k}={v}" for k, v in self.sweep)])
+
+    def config(self) -> RunConfig:
+        return load_config(self.preset, self.overrides)
+
+    def marker(self) -> dict[str, Any]:
+        return {"compare_id": self.compare_id, "run_id": self.run_id, "method": self.method, "seed": self.seed,
+                "variant": self.variant, "sweep": dict(self.sweep), "preset": self.preset,
+                "overrides": self.overrides}
+
+
+def parse_list(text: str | Sequence[str], what: str) -> list[str]:
+    """"a,b" or ["a,b", "c"] -> ["a", "b", "c"] (blank items are an error)."""
+    items = [text] if isinstance(text, str) else list(text)
+    out = [x.strip() for item in items for x in str(item).split(",")]
+    if not out or any(not x for x in out):
+        raise ConfigError(f"{what}: {items!r} has an empty item; give a comma-separated list like a,b,c")
+    return out
+
+
+def parse_sweep(items: Sequence[str]) -> dict[str, list[str]]:
+    """["pool.size=1,4", "prefix.ratio_max=0.4,0.8"] -> {"pool.size": ["1", "4"], ...}."""
+    sweep: dict[str, list[str]] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"sweep {item!r} must look like section.key=v1,v2 (e.g. pool.size=1,4)")
+        key, values = item.split("=", 1)
+        key = key.strip()
+        if key in sweep:
+            raise ConfigError(f"sweep key {key!r} is given twice; list all its values once: {key}=v1,v2,...")
+        sweep[key] = parse_list(values, f"sweep {key}")
+    return sweep
+
+
+def value_text(v: Any) -> str:
+    """A config value as --set text (booleans lower-case, as YAML reads them)."""
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def dotted(cfg: dict[str, Any], key: str) -> Any:
+    """cfg["a"]["b"] for key "a.b"."""
+    node: Any = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def check_same_budget(configs: dict[str, RunConfig]) -> None:
+    """Raise ConfigError unless every run agrees on BUDGET_KEYS; the message names runs, keys and values."""
+    if not configs:
+        return
+    items = list(configs.items())
+    ref_id, ref = items[0]
+    ref_d = ref.model_dump(mode="json")
+    problems: list[str] = []
+    for run_id, cfg in items[1:]:
+        d = cfg.model_dump(mode="json")
+        for key in BUDGET_KEYS:
+            a, b = dotted(ref_d, key), dotted(d, key)
+            if a != b:
+                if isinstance(a, dict) and isinstance(b, dict):
+                    diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+                    for k, (x, y) in diff.items():
+                        problems.append(f"{run_id} has {key}.{k}={y!r} but {ref_id} has {x!r}")
+                else:
+                    problems.append(f"{run_id} has {key}={b!r} but {ref_id} has {a!r}")
+    if problems:
+        shown = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
+        raise ConfigError(
+            "the runs of a comparison must share the task, prompts per iteration, samples per prompt, "
+            "iterations and evaluation, but:\n  " + "\n  ".join(shown)
+            + "\nset these once for all methods (--set), and sweep only method settings (prefix.*, pool.*, "
+              "rollout.seeds_per_group, ...)"
+        )
+
+
+def check_request(methods: Sequence[str], seeds: Sequence[int], overrides: Sequence[str] | None,
+                  sweep: dict[str, list[Any]] | None, compare_id: str,
+                  ) -> tuple[dict[str, list[int]], list[int], list[str], dict[str, list[str]]]:
+    """The checks of a comparison's arguments that need no config: plain id, known methods, distinct
+    seeds, no per-run key (algorithm, seed) in --set or --sweep. Returns them normalised:
+    ({method: own seeds or []}, seeds, overrides, {key: [value as text]}); raises ConfigError."""
+    if not RUN_ID_RE.match(compare_id or ""):
+        raise ConfigError(f"comparison id {compare_id!r} must be a plain name (letters, digits, . _ = + -)")
+    per_method = method_seeds(methods)
+    if not per_method:
+        raise ConfigError("no methods: give at least one of " + ", ".join(ALGORITHMS))
+    unknown = [m for m in per_method if m not in ALGORITHMS]
+    if unknown:
+        raise ConfigError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
+    try:
+        seeds = [int(s) for s in seeds]
+    except (TypeError, ValueError):
+        raise ConfigError(f"seeds must be integers, got {list(seeds)!r}") from None
+    if not seeds:
+        raise ConfigError("no seeds: give at least one (e.g. 0,1,2)")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds {seeds} name a seed twice")
+    overrides = list(overrides or [])
+    sweep = {k: [value_text(v) for v in vs] for k, vs in (sweep or {}).items()}
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in _RESERVED:
+            raise ConfigError(f"--set {item}: the comparison sets {key} per run; use --methods / --seeds instead")
+    for key, values in sweep.items():
+        if key in _RESERVED:
+            raise ConfigError(f"sweep over {key!r}: use --methods / --seeds for that")
+        if not values:
+            raise ConfigError(f"sweep {key!r} has no values")
+        if len(set(values)) != len(values):
+            raise ConfigError(f"sweep {key!r} repeats a value: {values}")
+    return per_method, seeds, overrides, sweep
+
+
+def plan(
+    preset: str,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    overrides: Sequence[str] | None = None,
+    sweep: dict[str, list[Any]] | None = None,
+    compare_id: str = "compare",
+    one_at_a_time: bool = False,
+) -> list[RunSpec]:
+    """Every (method, sweep point, seed) of the comparison as a RunSpec, validated (see module doc).
+
+    Sweep points are the cartesian product of the sweep's values, or with `one_at_a_time` one key
+    varied at a time from the base configuration (the usual ablation: 2 keys x 2 values = 4
+    points, not 4 combinations; the base point itself is not run — see `reference_members`).
+    """
+    per_method, seeds, overrides, sweep = check_request(methods, seeds, overrides, sweep, compare_id)
+    methods = list(per_method)
+    if not sweep:
+        points: list[tuple[tuple[str, str], ...]] = [()]
+    elif one_at_a_time:
+        points = [((k, v),) for k, vs in sweep.items() for v in vs]
+    else:
+        points = [tuple(zip(sweep, combo, strict=True)) for combo in itertools.product(*sweep.values())]
+
+    specs: list[RunSpec] = []
+    for method in methods:
+        for point in points:
+            for seed in per_method[method] or seeds:
+                parts = [compare_id, method, *(f"{k}={v}" for k, v in point), f"s{seed}"]
+                run_id = "-".join(parts)
+                if not RUN_ID_RE.match(run_id) or "/" in run_id:
+                    raise ConfigError(f"run id {run_id!r} would not be a plain directory name; "
+                                      "sweep values may use letters, digits and . _ = + - only")
+                specs.append(RunSpec(run_id, compare_id, method, seed, preset, tuple(overrides), tuple(point)))
+    if len({s.run_id for s in specs}) != len(specs):
+        raise ConfigError("two runs of the plan got the same run id; make the sweep values distinct")
+
+    configs: dict[str, RunConfig] = {}
+    for spec in specs:
+        try:
+            configs[spec.run_id] = spec.config()
+        except ConfigError as e:
+            point = dict(spec.sweep) or "-"
+            raise ConfigError(f"run {spec.run_id} (method {spec.method}, sweep {point}): {e}") from None
+    check_same_budget(configs)
+    return specs
+
+
+def method_seeds(methods: Sequence[str]) -> dict[str, list[int]]:
+    """["grpo:0-4", "luffy:0-1", "seq_mix"] -> {"grpo": [0..4], "luffy": [0, 1], "seq_mix": []}.
+
+    A method may carry its own seed range (`name:lo-hi` or `name:s`); [] means the comparison's
+    --seeds. Lets one comparison spend more seeds where the question is sharpest (issue #9: grpo and
+    thinking_seeds 5 seeds, seq_mix 3, luffy and prefix_context 2).
+    """
+    out: dict[str, list[int]] = {}
+    for item in methods:
+        name, _, rng = str(item).partition(":")
+        name = name.strip()
+        if name in out:
+            raise ConfigError(f"methods name {name!r} twice")
+        if not rng:
+            out[name] = []
+            continue
+        lo, _, hi = rng.partition("-")
+        try:
+            out[name] = list(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ConfigError(f"method {item!r}: seeds must be a range like {name}:0-4 "
+                              f"or one seed like {name}:3") from None
+        if not out[name]:
+            raise ConfigError(f"method {item!r}: the seed range is empty; write it low-high, e.g. {name}:0-4")
+    return out
+
+
+def spec_of(marker: dict[str, Any]) -> RunSpec:
+    """The RunSpec a run's `compare.json` marker was written from."""
+    sweep = tuple((k, value_text(v)) for k, v in (marker.get("sweep") or {}).items())
+    point = {f"{k}={v}" for k, v in sweep}
+    base = tuple(o for o in marker.get("overrides", []) if o.split("=", 1)[0] not in _RESERVED and o not in point)
+    return RunSpec(marker["run_id"], marker["compare_id"], marker["method"], int(marker["seed"]),
+                   marker.get("preset", "tiny"), base, sweep)
+
+
+class ComparisonSpec(BaseModel):
+    """Everything one `ts compare` asks for, validated: the CLI builds it, the Prefect flow
+    (`thinking_seeds.flows.compare.compare_flow`) takes it as its one parameter (it serialises to
+    JSON) and `thinking_seeds.experiments.compare.run_comparison` runs it.
+
+    Building it checks what needs no config (ComparisonSpec.of turns pydantic's errors into one
+    ConfigError line each); `runs()` resolves every run's config and checks the shared budget.
+    List fields also take the CLI's comma-separated text ("grpo,luffy", "0,1,2", ["pool.size=1,4"]).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compare_id: str = Field("compare", description="Comparison name: run ids are ID-METHOD[-KEY=VAL]-sSEED.")
+    preset: str = Field("tiny", description="Preset name (data/presets/NAME.yaml) or a YAML path.")
+    methods: list[str] = Field(default_factory=lambda: list(DEFAULT_METHODS),
+                               description="Methods (algorithm presets); a method may name its own seeds, "
+                                           "e.g. grpo:0-4 (else `seeds`).")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="Seeds of every method without its own.")
+    overrides: list[str] = Field(default_factory=list, description="section.key=value for every run (--set).")
+    sweep: dict[str, list[str]] = Field(default_factory=dict,
+                                        description="Ablation: dotted key -> values (the cartesian product is run).")
+    one_at_a_time: bool = Field(False, description="Vary one sweep key at a time from the base config instead.")
+    reference: str | None = Field(None, description="Comparison whose unswept runs (same methods and seeds) are the "
+                                  "ablation's base point instead of training them again; budgets must match.")
+    parallel: int = Field(2, ge=1, description="Runs trained at once (one process and one torch thread each).")
+    out_dir: str = Field("docs/results", description="The report goes to OUT/ID/ (report.md, PNG, results.parquet).")
+    control: bool = Field(True, description="Train the equal-compute SFT control, one per seed.")
+    control_seconds: float | None = Field(None, ge=0.0, description="SFT control budget in seconds "
+                                          "(default: the mean RL run's training time).")
+    control_corpus_size: int | None = Field(None, ge=1, description="Worked solutions generated for the SFT control "
+                                            "(default 50000).")
+    control_max_steps: int | None = Field(None, ge=1, description="Stop each SFT control after this many steps.")
+    final_test: bool = Field(True, description="Evaluate every final policy (and θ_0) on the whole test split.")
+    archive: bool = Field(False, description="Copy the small result files of every finished run into OUT/ID/runs/ "
+                          "(commit it): a later session resumes the comparison without training them again.")
+    command: str | None = Field(None, description="The command line that produced it, quoted in the report.")
+
+    @field_validator("methods", mode="before")
+    @classmethod
+    def _split_methods(cls, v: Any) -> Any:
+        return parse_list(v, "methods")
+
+    @field_validator("overrides", mode="before")
+    @classmethod
+    def _no_overrides(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+    @field_validator("out_dir", mode="before")
+    @classmethod
+    def _path_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, Path) else v
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _split_seeds(cls, v: Any) -> Any:
+        items = parse_list([str(x) for x in v] if not isinstance(v, str) else v, "seeds")
+        if not all(x.lstrip("-").isdigit() for x in items):
+            raise ValueError(f"--seeds must be integers, got {v!r}")
+        return [int(x) for x in items]
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _split_sweep(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if isinstance(v, dict):
+            return {k: [value_text(x) for x in vs] for k, vs in v.items()}
+        return parse_sweep(list(v))
+
+    @model_validator(mode="after")
+    def _request(self) -> ComparisonSpec:
+        check_request(self.methods, self.seeds, self.overrides, self.sweep, self.compare_id)
+        if self.reference is not None and not RUN_ID_RE.match(self.reference):
+            raise ValueError(f"reference {self.reference!r} must be a comparison id (a plain name)")
+        return self
+
+    @classmethod
+    def of(cls, **fields: Any) -> ComparisonSpec:
+        """Build and validate; a mistake is a ConfigError with one line per field."""
+        try:
+            return cls(**fields)
+        except ValidationError as e:
+            lines = []
+            for err in e.errors():
+                key, msg = ".".join(map(str, err["loc"])), err["msg"].removeprefix("Value error, ")
+                lines.append(msg if key in msg else f"{key}: {msg}")  # name the field once
+            raise ConfigError("; ".join(lines)) from None
+
+    def runs(self) -> list[RunSpec]:
+        """The planned runs (RL only; the SFT controls are sft_control's), budgets checked."""
+        return plan(self.preset, self.methods, self.seeds, self.overrides, self.sweep or None, self.compare_id,
+                    self.one_at_a_time)
+
+    @property
+    def report_dir(self) -> Path:
+        """Where the report goes: <out_dir>/<compare_id>/."""
+        return Path(self.out_dir) / self.compare_id
