@@ -39,7 +39,7 @@ from thinking_seeds.experiments.jobs import JobResult, raise_on_failures
 from thinking_seeds.experiments.sft_control import run_controls
 from thinking_seeds.experiments.spec import ComparisonSpec, RunSpec
 from thinking_seeds.store.run_dir import runs_root
-from thinking_seeds.tasks.common import artifact_key
+from thinking_seeds.tasks.artifacts import artifact_key
 
 
 def _rows(results: Sequence[JobResult]) -> list[dict[str, Any]]:
