@@ -112,11 +112,11 @@ for name in ("is_available", "init", "device_count", "current_device", "set_devi
     setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
 torch.Tensor.cuda = spy("Tensor.cuda", torch.Tensor.cuda)
 torch.nn.Module.cuda = spy("Module.cuda", torch.nn.Module.cuda)
-import ts_core
-names = [m.name for m in pkgutil.iter_modules(ts_core.__path__, "ts_core.")]
+import thinking_seeds
+names = [m.name for m in pkgutil.walk_packages(thinking_seeds.__path__, "thinking_seeds.")]
 for n in names:
     importlib.import_module(n)
-assert not calls, f"CUDA touched at import by ts_core: {calls}"
+assert not calls, f"CUDA touched at import by thinking_seeds: {calls}"
 print(len(names))
 """
 
@@ -127,7 +127,7 @@ def test_no_module_touches_cuda_at_import():
     assert r.returncode == 0, r.stderr[-3000:]
     assert int(r.stdout.split()[-1]) > 20
     # And no code moves a tensor with .cuda(): placement goes through resolve_device / .to(device).
-    offenders = [p.name for p in (REPO / "ts_core").glob("*.py") if ".cuda(" in p.read_text()]
+    offenders = [str(p) for p in (REPO / "ts_core").rglob("*.py") if ".cuda(" in p.read_text()]
     assert not offenders, offenders
 
 
