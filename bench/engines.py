@@ -37,11 +37,11 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from thinking_seeds.data.chain_sum import CHARSET, question  # noqa: E402
+from thinking_seeds.algo.seeding import cut_length  # noqa: E402
 from thinking_seeds.config import load_config  # noqa: E402
+from thinking_seeds.data.chain_sum import CHARSET, question  # noqa: E402
 from thinking_seeds.engine.models import BUILTIN_MODELS, char_tokenizer, encode_prompt, load_model, tiny_llama  # noqa: E402
 from thinking_seeds.engine.rollout import HFEngine, SamplingParams  # noqa: E402
-from thinking_seeds.algo.seeding import cut_length  # noqa: E402
 
 
 def make_checkpoints(name: str, work: Path) -> list[Path]:
@@ -97,14 +97,25 @@ def iteration(engine, tok, ckpts, prompts, group, seeds, max_new, temperature, s
     t = time.perf_counter()
     engine.load_weights(ckpts[2])
     swap_s += time.perf_counter() - t
-    cont = [(ctx[i], []) for i in range(len(prompts)) for _ in range(group - seeds)] + [(ctx[i], p) for i, p in prefixes]
+    cont = [(ctx[i], []) for i in range(len(prompts)) for _ in range(group - seeds)] + [
+        (ctx[i], p) for i, p in prefixes
+    ]
     t = time.perf_counter()
-    gens = engine.generate([c + p for c, p in cont], SamplingParams(temperature, 1.0, max_new, seed=seed + 2),
-                           max_new=[max_new - len(p) for _, p in cont])
+    gens = engine.generate(
+        [c + p for c, p in cont],
+        SamplingParams(temperature, 1.0, max_new, seed=seed + 2),
+        max_new=[max_new - len(p) for _, p in cont],
+    )
     gen_s += time.perf_counter() - t
     tokens += sum(len(g.token_ids) for g in gens)
-    return {"tokens": tokens, "gen_s": gen_s, "swap_s": swap_s, "total_s": gen_s + swap_s,
-            "tok_per_s": tokens / (gen_s + swap_s), "gen_tok_per_s": tokens / gen_s}
+    return {
+        "tokens": tokens,
+        "gen_s": gen_s,
+        "swap_s": swap_s,
+        "total_s": gen_s + swap_s,
+        "tok_per_s": tokens / (gen_s + swap_s),
+        "gen_tok_per_s": tokens / gen_s,
+    }
 
 
 def bench_model(name: str, args, work: Path) -> dict:
@@ -116,8 +127,14 @@ def bench_model(name: str, args, work: Path) -> dict:
         n = rng.randint(2, 3)
         expr = str(rng.randint(0, 99)) + "".join(f"{rng.choice('+-')}{rng.randint(0, 99)}" for _ in range(n - 1))
         prompts.append(question(expr))
-    res = {"model": name, "params_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
-           "prompts": args.prompts, "group": args.group, "seeds": args.seeds, "max_new": args.max_new}
+    res = {
+        "model": name,
+        "params_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
+        "prompts": args.prompts,
+        "group": args.group,
+        "seeds": args.seeds,
+        "max_new": args.max_new,
+    }
     cfg = load_config("tiny", [f"rollout.batch_size={args.prompts * args.group}"])
 
     t = time.perf_counter()
@@ -131,14 +148,21 @@ def bench_model(name: str, args, work: Path) -> dict:
     res["vllm_start_s"] = time.perf_counter() - t
     # One untimed warm-up pass each (first-call allocations, oneDNN primitive creation).
     for eng in (hf, vl):
-        eng.generate([encode_prompt(tok, [{"role": "user", "content": prompts[0]}])] * 2, SamplingParams(max_new_tokens=4))
+        eng.generate(
+            [encode_prompt(tok, [{"role": "user", "content": prompts[0]}])] * 2, SamplingParams(max_new_tokens=4)
+        )
     for label, eng in (("hf", hf), ("vllm", vl)):
-        runs = [iteration(eng, tok, ckpts, prompts, args.group, args.seeds, args.max_new, args.temperature, 100 + r)
-                for r in range(args.repeats)]
+        runs = [
+            iteration(eng, tok, ckpts, prompts, args.group, args.seeds, args.max_new, args.temperature, 100 + r)
+            for r in range(args.repeats)
+        ]
         best = max(runs, key=lambda r: r["tok_per_s"])
         res[label] = {k: round(v, 3) if isinstance(v, float) else v for k, v in best.items()}
-        print(f"  {name:8s} {label:5s} {best['tokens']:6d} tokens  gen {best['gen_s']:7.2f} s  swaps {best['swap_s']:6.2f} s"
-              f"  -> {best['tok_per_s']:8.1f} tok/s (generation only {best['gen_tok_per_s']:8.1f})", flush=True)
+        print(
+            f"  {name:8s} {label:5s} {best['tokens']:6d} tokens  gen {best['gen_s']:7.2f} s  swaps {best['swap_s']:6.2f} s"
+            f"  -> {best['tok_per_s']:8.1f} tok/s (generation only {best['gen_tok_per_s']:8.1f})",
+            flush=True,
+        )
     vl.close()
     res["ratio_vllm_over_hf"] = round(res["vllm"]["tok_per_s"] / res["hf"]["tok_per_s"], 2)
     print(f"  {name:8s} vLLM / HF = {res['ratio_vllm_over_hf']:.2f}x", flush=True)
@@ -159,8 +183,11 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import vllm
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
-          f"{torch.get_num_threads()}, torch {torch.__version__}, vllm {vllm.__version__}", flush=True)
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
+        f"{torch.get_num_threads()}, torch {torch.__version__}, vllm {vllm.__version__}",
+        flush=True,
+    )
     work = Path(tempfile.mkdtemp(prefix="ts-bench-"))
     out = []
     try:

@@ -54,8 +54,15 @@ def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path
     from thinking_seeds.config import load_config
     from thinking_seeds.store.run_dir import RunDir
 
-    overrides = [f"algorithm={method}", f"iterations={iterations}", f"update.launcher={launcher}",
-                 f"eval.every={iterations + 1}", "eval.prompts=1", "eval.samples=1", "eval.seeded=false"]
+    overrides = [
+        f"algorithm={method}",
+        f"iterations={iterations}",
+        f"update.launcher={launcher}",
+        f"eval.every={iterations + 1}",
+        "eval.prompts=1",
+        "eval.samples=1",
+        "eval.seeded=false",
+    ]
     run_id = f"bench-{method}-{launcher}"
     os.environ["TS_RUNS_DIR"] = str(base)
     t0 = time.perf_counter()
@@ -100,19 +107,25 @@ def main() -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
-          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {'plain loop' if a.no_prefect else 'Prefect flow (no server)'}")
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+        f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {'plain loop' if a.no_prefect else 'Prefect flow (no server)'}"
+    )
     print(f"per-iteration wall time (mean of iterations 1..{a.iterations - 1}), seconds")
     hdr = f"{'method':16} {'launcher':11} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} {'verify':>7} {'else':>7} {'else %':>7}"
     print(hdr)
     for (m, l), r in results.items():
-        print(f"{m:16} {l:11} {r['iteration_wall']:9.2f} {r['generation']:10.2f} {r['fwd_bwd']:8.2f} "
-              f"{r['verification']:7.2f} {r['everything_else']:7.2f} {100 * r['everything_else'] / r['iteration_wall']:6.1f}%")
+        print(
+            f"{m:16} {l:11} {r['iteration_wall']:9.2f} {r['generation']:10.2f} {r['fwd_bwd']:8.2f} "
+            f"{r['verification']:7.2f} {r['everything_else']:7.2f} {100 * r['everything_else'] / r['iteration_wall']:6.1f}%"
+        )
     for m in a.methods.split(","):
         if (m, "in_process") in results and (m, "accelerate") in results:
             ip, ac = results[(m, "in_process")], results[(m, "accelerate")]
-            print(f"{m}: accelerate launcher costs {ac['iteration_wall'] - ip['iteration_wall']:+.2f} s per iteration "
-                  f"(ratio {ac['iteration_wall'] / ip['iteration_wall']:.2f}x of in-process)")
+            print(
+                f"{m}: accelerate launcher costs {ac['iteration_wall'] - ip['iteration_wall']:+.2f} s per iteration "
+                f"(ratio {ac['iteration_wall'] / ip['iteration_wall']:.2f}x of in-process)"
+            )
     print("one-off startup per run (s): " + ", ".join(f"{m}/{l} {r['startup']:.1f}" for (m, l), r in results.items()))
     if a.json:
         a.json.write_text(json.dumps({f"{m}/{l}": r for (m, l), r in results.items()}, indent=2))

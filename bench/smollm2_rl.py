@@ -80,8 +80,17 @@ def main() -> None:
     def on_stage(k, stage, m):
         r = rows.setdefault(k, {"iteration": k})
         for key, v in m.metrics.items():
-            if key in ("reward/mean", "reward/on_policy", "reward/seeded", "actor/pg_loss", "actor/entropy",
-                       "eval/accuracy", "eval/pass@4", "rollout/strategy_b", "eval/strategy_b") or key.startswith("eval/pass@"):
+            if key in (
+                "reward/mean",
+                "reward/on_policy",
+                "reward/seeded",
+                "actor/pg_loss",
+                "actor/entropy",
+                "eval/accuracy",
+                "eval/pass@4",
+                "rollout/strategy_b",
+                "eval/strategy_b",
+            ) or key.startswith("eval/pass@"):
                 r[key] = round(float(v), 4)
         r[f"s/{stage}"] = round(sum(m.seconds.values()), 1)
         if stage == "evaluate":  # the last stage of an iteration (and the θ_0 evaluation, k = -1)
@@ -94,11 +103,15 @@ def main() -> None:
     train(run, cfg, on_stage=on_stage)
     total = time.perf_counter() - t0
     print(f"\ntotal {total:.0f} s, run dir {run.root}")
-    print(f"{'iter':>4} {'train reward':>12} {'eval acc (θ_k+1)':>17} {'pass@4':>7} {'seconds':>8} {'peak RSS MiB':>12}")
+    print(
+        f"{'iter':>4} {'train reward':>12} {'eval acc (θ_k+1)':>17} {'pass@4':>7} {'seconds':>8} {'peak RSS MiB':>12}"
+    )
     for k in sorted(rows):
         r = rows[k]
-        print(f"{k:>4} {r.get('reward/mean', float('nan')):>12.3f} {r.get('eval/accuracy', float('nan')):>17.3f} "
-              f"{r.get('eval/pass@4', float('nan')):>7.3f} {r['seconds']:>8.1f} {r['peak_rss_mib']:>12}")
+        print(
+            f"{k:>4} {r.get('reward/mean', float('nan')):>12.3f} {r.get('eval/accuracy', float('nan')):>17.3f} "
+            f"{r.get('eval/pass@4', float('nan')):>7.3f} {r['seconds']:>8.1f} {r['peak_rss_mib']:>12}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps([rows[k] for k in sorted(rows)], indent=1))
 

@@ -43,35 +43,51 @@ from thinking_seeds.tasks.artifacts import artifact_key
 
 
 def _rows(results: Sequence[JobResult]) -> list[dict[str, Any]]:
-    return [{"run": r.run_id, "status": r.status, "exit": r.returncode, "seconds": round(r.seconds, 1), "log": r.log}
-            for r in results]
+    return [
+        {"run": r.run_id, "status": r.status, "exit": r.returncode, "seconds": round(r.seconds, 1), "log": r.log}
+        for r in results
+    ]
 
 
 @task(name="compare-runs", cache_policy=NO_CACHE)
 def runs_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> list[JobResult]:
     results = run_all(specs, Path(runs_dir), parallel=spec.parallel, on_done=archiver(spec, specs, Path(runs_dir)))
-    create_table_artifact(_rows(results), key=artifact_key(spec.compare_id, "runs"),
-                          description=f"runs of comparison {spec.compare_id}")
+    create_table_artifact(
+        _rows(results), key=artifact_key(spec.compare_id, "runs"), description=f"runs of comparison {spec.compare_id}"
+    )
     raise_on_failures(results)
     return results
 
 
 @task(name="sft-control", cache_policy=NO_CACHE)
 def control_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> float:
-    budget, results = run_controls(specs, Path(runs_dir), parallel=spec.parallel, budget_seconds=spec.control_seconds,
-                                   max_steps=spec.control_max_steps, corpus_size=spec.control_corpus_size)
-    create_table_artifact(_rows(results), key=artifact_key(spec.compare_id, "sft-control"),
-                          description=f"SFT controls of comparison {spec.compare_id} (budget {budget:.1f} s)")
+    budget, results = run_controls(
+        specs,
+        Path(runs_dir),
+        parallel=spec.parallel,
+        budget_seconds=spec.control_seconds,
+        max_steps=spec.control_max_steps,
+        corpus_size=spec.control_corpus_size,
+    )
+    create_table_artifact(
+        _rows(results),
+        key=artifact_key(spec.compare_id, "sft-control"),
+        description=f"SFT controls of comparison {spec.compare_id} (budget {budget:.1f} s)",
+    )
     raise_on_failures(results)
     return budget
 
 
 @task(name="final-test", cache_policy=NO_CACHE)
 def final_test_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> None:
-    results = run_final_tests(specs, Path(runs_dir), spec.parallel, spec.control,
-                              on_done=archiver(spec, specs, Path(runs_dir)))
-    create_table_artifact(_rows(results), key=artifact_key(spec.compare_id, "final-test"),
-                          description=f"final test evaluations of comparison {spec.compare_id}")
+    results = run_final_tests(
+        specs, Path(runs_dir), spec.parallel, spec.control, on_done=archiver(spec, specs, Path(runs_dir))
+    )
+    create_table_artifact(
+        _rows(results),
+        key=artifact_key(spec.compare_id, "final-test"),
+        description=f"final test evaluations of comparison {spec.compare_id}",
+    )
     raise_on_failures(results)
 
 
@@ -83,8 +99,9 @@ def archive_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> l
 @task(name="compare-report", cache_policy=NO_CACHE)
 def report_task(spec: ComparisonSpec, runs_dir: str) -> str:
     path = write_report(spec, Path(runs_dir))
-    create_markdown_artifact(path.read_text()[:50_000], key=artifact_key(spec.compare_id, "report"),
-                             description=f"comparison report {path}")
+    create_markdown_artifact(
+        path.read_text()[:50_000], key=artifact_key(spec.compare_id, "report"), description=f"comparison report {path}"
+    )
     return str(path)
 
 
@@ -94,8 +111,15 @@ def compare_flow(spec: ComparisonSpec) -> str:
     log = get_run_logger()
     runs_dir = str(runs_root())
     specs = prepare(spec, Path(runs_dir))
-    log.info("comparison %s: %d runs (%s x seeds %s), %d at once, runs in %s", spec.compare_id, len(specs),
-             ", ".join(spec.methods), spec.seeds, spec.parallel, runs_dir)
+    log.info(
+        "comparison %s: %d runs (%s x seeds %s), %d at once, runs in %s",
+        spec.compare_id,
+        len(specs),
+        ", ".join(spec.methods),
+        spec.seeds,
+        spec.parallel,
+        runs_dir,
+    )
     if spec.archive:
         archive_task(spec, specs, runs_dir)  # what finished before --archive was given
     runs_task(spec, specs, runs_dir)
@@ -132,8 +156,23 @@ if __name__ == "__main__":  # pragma: no cover
     ap.add_argument("--archive", action="store_true")
     a = ap.parse_args()
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "thinking_seeds.flows.compare", *sys.argv[1:]])
-    print(compare_flow(ComparisonSpec.of(
-        preset=a.preset, methods=a.methods, seeds=a.seeds, overrides=a.overrides, sweep=a.sweep,
-        compare_id=a.compare_id, parallel=a.parallel, out_dir=a.out, control=not a.no_control,
-        one_at_a_time=a.one_at_a_time, reference=a.reference, final_test=not a.no_final_test, archive=a.archive,
-        command=cmd)))
+    print(
+        compare_flow(
+            ComparisonSpec.of(
+                preset=a.preset,
+                methods=a.methods,
+                seeds=a.seeds,
+                overrides=a.overrides,
+                sweep=a.sweep,
+                compare_id=a.compare_id,
+                parallel=a.parallel,
+                out_dir=a.out,
+                control=not a.no_control,
+                one_at_a_time=a.one_at_a_time,
+                reference=a.reference,
+                final_test=not a.no_final_test,
+                archive=a.archive,
+                command=cmd,
+            )
+        )
+    )

@@ -29,7 +29,9 @@ def evaluate_flow(run_id: str, step: int | None = None, split: str = "validation
     run = RunDir.for_run(run_id)
     out = evaluate_checkpoint_task(str(run.root), step, split, seeded)
     m = out["metrics"]
-    get_run_logger().info("run %s θ_%d on %s: accuracy %.3f", run_id, out["step"], split, m.get("eval/accuracy", float("nan")))
+    get_run_logger().info(
+        "run %s θ_%d on %s: accuracy %.3f", run_id, out["step"], split, m.get("eval/accuracy", float("nan"))
+    )
     create_table_artifact(
         [{"name": k, "value": round(float(v), 6)} for k, v in sorted(m.items()) if not k.startswith("time/")],
         key=artifact_key(run_id, "evaluation", split),

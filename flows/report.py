@@ -1,6 +1,6 @@
 """The report flow: a thin Prefect wrapper around `thinking_seeds.evals.report.write_report`.
 
-    prefect deploy ... flows/report.py:report_flow      |  ts report RUN_ID
+prefect deploy ... flows/report.py:report_flow      |  ts report RUN_ID
 """
 
 from __future__ import annotations

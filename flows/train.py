@@ -51,8 +51,15 @@ class TrainProgress(AbstractContextManager):
         self.total = 2 + cfg.iterations * len(STAGES)  # prepare + evaluate θ_0 + the iterations
         self.done = 0
         self.run = run
-        self.bar = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self.task_id = None
         self.artifact_id = None
 
@@ -60,8 +67,10 @@ class TrainProgress(AbstractContextManager):
         self.bar.start()
         self.task_id = self.bar.add_task(f"{self.run.run_id}: prepare", total=self.total)
         self.artifact_id = create_progress_artifact(
-            progress=0.0, key=artifact_key(self.run.run_id, "progress"),
-            description=f"Training progress of run {self.run.run_id} (stages done / all stages)")
+            progress=0.0,
+            key=artifact_key(self.run.run_id, "progress"),
+            description=f"Training progress of run {self.run.run_id} (stages done / all stages)",
+        )
         return self
 
     def step(self, k: int, stage: str, m: dict) -> None:
@@ -69,8 +78,11 @@ class TrainProgress(AbstractContextManager):
         self.bar.update(self.task_id, advance=1, description=f"{self.run.run_id}: iteration {k} {stage}")
 
     def iteration_done(self, k: int) -> None:
-        update_progress_artifact(self.artifact_id, progress=100.0 * self.done / self.total,
-                                 description=f"run {self.run.run_id}: iteration {k} done")
+        update_progress_artifact(
+            self.artifact_id,
+            progress=100.0 * self.done / self.total,
+            description=f"run {self.run.run_id}: iteration {k} done",
+        )
 
     def __exit__(self, *exc) -> None:
         self.bar.stop()
@@ -82,8 +94,14 @@ def iteration_table(k: int, manifests: list[dict]) -> list[dict]:
     for m in manifests:
         for name, value in sorted(m.get("metrics", {}).items()):
             rows.append({"iteration": k, "stage": m["stage"], "name": name, "value": round(float(value), 6)})
-        rows.append({"iteration": k, "stage": m["stage"], "name": "seconds",
-                     "value": round(sum(m.get("seconds", {}).values()), 3)})
+        rows.append(
+            {
+                "iteration": k,
+                "stage": m["stage"],
+                "name": "seconds",
+                "value": round(sum(m.get("seconds", {}).values()), 3),
+            }
+        )
     return rows
 
 
@@ -130,14 +148,17 @@ def report_iteration(run: RunDir, k: int, manifests: list[dict]) -> None:
     rows = iteration_table(k, manifests)
     if rows:
         label = "θ_0 evaluation" if k < 0 else f"iteration {k}"
-        create_table_artifact(rows, key=artifact_key(run.run_id, "metrics"),
-                              description=f"run {run.run_id}: metrics of {label}")
+        create_table_artifact(
+            rows, key=artifact_key(run.run_id, "metrics"), description=f"run {run.run_id}: metrics of {label}"
+        )
 
 
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(description="Run the Prefect training flow (the `ts train --prefect` CLI calls it too).")
+    ap = argparse.ArgumentParser(
+        description="Run the Prefect training flow (the `ts train --prefect` CLI calls it too)."
+    )
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--run-id", default="demo")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")

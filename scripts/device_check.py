@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,14 +35,21 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from thinking_seeds.config import load_config  # noqa: E402
-from thinking_seeds.pipeline.loop import train  # noqa: E402
 from thinking_seeds.engine.rollout import HFEngine  # noqa: E402
+from thinking_seeds.pipeline.loop import train  # noqa: E402
 from thinking_seeds.store.run_dir import RunDir  # noqa: E402
 
 # ~100M parameters: 12 layers of hidden 768 (4·768² attention + 3·768·2560 MLP each) = 99.6M.
 LLAMA_100M = dict(hidden=768, layers=12, heads=12, intermediate=2560, max_positions=512)
-RUN = ["eval.every=1000", "eval.prompts=8", "eval.samples=2", "data.train_size=256", "data.val_size=16",
-       "data.test_size=16", "logger=[console]"]
+RUN = [
+    "eval.every=1000",
+    "eval.prompts=8",
+    "eval.samples=2",
+    "data.train_size=256",
+    "data.val_size=16",
+    "data.test_size=16",
+    "logger=[console]",
+]
 
 
 def build_llama_100m(path: Path) -> int:
@@ -77,15 +84,32 @@ class GenMeter:
         HFEngine.generate = self._orig
 
 
-def run_case(name: str, model_path: str, algorithm: str, device: str, iterations: int, runs: Path,
-             params: int | None) -> dict:
-    case = {"model": name, "params": params, "algorithm": algorithm, "device": device, "precision": "bf16",
-            "iterations": iterations, "status": "error"}
+def run_case(
+    name: str, model_path: str, algorithm: str, device: str, iterations: int, runs: Path, params: int | None
+) -> dict:
+    case = {
+        "model": name,
+        "params": params,
+        "algorithm": algorithm,
+        "device": device,
+        "precision": "bf16",
+        "iterations": iterations,
+        "status": "error",
+    }
     t0 = time.perf_counter()
     meter = GenMeter()
     try:
-        cfg = load_config("tiny", [f"model.path={model_path}", f"algorithm={algorithm}", f"device={device}",
-                                   "update.mixed_precision=bf16", f"iterations={iterations}", *RUN])
+        cfg = load_config(
+            "tiny",
+            [
+                f"model.path={model_path}",
+                f"algorithm={algorithm}",
+                f"device={device}",
+                "update.mixed_precision=bf16",
+                f"iterations={iterations}",
+                *RUN,
+            ],
+        )
         assert cfg.update.recompute_old_logprobs and cfg.engine_dtype == "bfloat16"
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -110,10 +134,13 @@ def run_case(name: str, model_path: str, algorithm: str, device: str, iterations
             update_s_per_iteration=round(sum(update_wall) / len(update_wall), 4),
             update_s_per_step=round(sum(u["perf/fwd_bwd_s"] for u in updates) / steps, 4),
             engine_trainer_max_abs_logprob_diff=max(diffs) if diffs else None,
-            engine_trainer_mean_abs_logprob_diff=(sum(u["actor/engine_logprob_diff/mean"] for u in updates) / len(updates)
-                                                  if diffs else None),
+            engine_trainer_mean_abs_logprob_diff=(
+                sum(u["actor/engine_logprob_diff/mean"] for u in updates) / len(updates) if diffs else None
+            ),
             loss_finite=all(math.isfinite(u.get("actor/pg_loss", 0.0)) for u in updates),
-            peak_gpu_mem_gib=(round(torch.cuda.max_memory_allocated() / 2**30, 3) if device.startswith("cuda") else None),
+            peak_gpu_mem_gib=(
+                round(torch.cuda.max_memory_allocated() / 2**30, 3) if device.startswith("cuda") else None
+            ),
         )
         if not case["loss_finite"]:
             case["status"] = "error"
@@ -136,12 +163,17 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     cuda = torch.cuda.is_available()
     res: dict = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
-        "gpu": {"skipped": a.cpu_only or not cuda,
-                "reason": "--cpu-only" if a.cpu_only else (None if cuda else "torch sees no CUDA device")},
+        "gpu": {
+            "skipped": a.cpu_only or not cuda,
+            "reason": "--cpu-only" if a.cpu_only else (None if cuda else "torch sees no CUDA device"),
+        },
         "cases": [],
     }
     t0 = time.perf_counter()
@@ -159,8 +191,18 @@ def main() -> int:
                 (a.out / "device_check.json").write_text(json.dumps(res, indent=2))  # partial results survive a kill
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     (a.out / "device_check.json").write_text(json.dumps(res, indent=2))
-    cols = ("model", "algorithm", "device", "status", "gen_tokens_per_s", "update_s_per_step", "update_s_per_iteration",
-            "peak_gpu_mem_gib", "engine_trainer_max_abs_logprob_diff", "wall_s")
+    cols = (
+        "model",
+        "algorithm",
+        "device",
+        "status",
+        "gen_tokens_per_s",
+        "update_s_per_step",
+        "update_s_per_iteration",
+        "peak_gpu_mem_gib",
+        "engine_trainer_max_abs_logprob_diff",
+        "wall_s",
+    )
     print("\t".join(cols))
     for c in res["cases"]:
         print("\t".join(str(c.get(k)) for k in cols))

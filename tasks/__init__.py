@@ -11,5 +11,14 @@ verify_task = stage_task("verify")  # rewards, statuses, group advantages
 update_task = stage_task("update")  # the loss of SPEC §3 -> θ_{k+1}
 evaluate_task = stage_task("evaluate")  # held-out accuracy and pass@k of θ_{k+1}
 
-__all__ = ["prepare_task", "snapshot_task", "seeds_task", "continuation_task", "verify_task", "update_task",
-           "evaluate_task", "evaluate_checkpoint_task", "stage_task"]
+__all__ = [
+    "prepare_task",
+    "snapshot_task",
+    "seeds_task",
+    "continuation_task",
+    "verify_task",
+    "update_task",
+    "evaluate_task",
+    "evaluate_checkpoint_task",
+    "stage_task",
+]

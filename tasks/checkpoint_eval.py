@@ -8,8 +8,9 @@ from thinking_seeds.pipeline.checkpoint_eval import evaluate_checkpoint
 
 
 @task(name="evaluate-checkpoint", task_run_name="step-{step}-{split}")
-def evaluate_checkpoint_task(run_dir: str, step: int | None = None, split: str = "validation",
-                             seeded: bool | None = None) -> dict:
+def evaluate_checkpoint_task(
+    run_dir: str, step: int | None = None, split: str = "validation", seeded: bool | None = None
+) -> dict:
     """Evaluate θ_step of a run (default: the latest) on `split` with the run's eval settings; write
     metrics/iteration=<step>/evaluate-<split>.parquet and return the metrics.
 

@@ -48,8 +48,22 @@ ROLLOUTS = [
 ]
 
 ITERATIONS = 3
-EVAL = {0: {"eval/accuracy": 0.2, "eval/pass@1": 0.2, "eval/pass@2": 0.3, "eval/pass@16": 0.6, "eval/mean_response_len": 30.0},
-        3: {"eval/accuracy": 0.35, "eval/pass@1": 0.35, "eval/pass@2": 0.45, "eval/pass@16": 0.62, "eval/mean_response_len": 28.0}}
+EVAL = {
+    0: {
+        "eval/accuracy": 0.2,
+        "eval/pass@1": 0.2,
+        "eval/pass@2": 0.3,
+        "eval/pass@16": 0.6,
+        "eval/mean_response_len": 30.0,
+    },
+    3: {
+        "eval/accuracy": 0.35,
+        "eval/pass@1": 0.35,
+        "eval/pass@2": 0.45,
+        "eval/pass@16": 0.62,
+        "eval/mean_response_len": 28.0,
+    },
+}
 
 
 def entropy(k: int, pop: str) -> float:
@@ -64,10 +78,22 @@ def prefix_rows(run_id: str) -> list[dict]:
     rows = []
     for j, (k, step, text) in enumerate(PREFIXES):
         L = len(text)
-        rows.append({"run_id": run_id, "iteration": k, "prompt_id": f"p{j}", "seed_id": f"{k}-p{j}-0",
-                     "source_step": step, "source_age": k - step, "prefix_ratio": 0.5,
-                     "prefix_token_ids": list(range(L)), "behaviour_logprobs": [-1.0] * L, "prefix_text": text,
-                     "draft_len": 2 * L, "draft_reward": None})
+        rows.append(
+            {
+                "run_id": run_id,
+                "iteration": k,
+                "prompt_id": f"p{j}",
+                "seed_id": f"{k}-p{j}-0",
+                "source_step": step,
+                "source_age": k - step,
+                "prefix_ratio": 0.5,
+                "prefix_token_ids": list(range(L)),
+                "behaviour_logprobs": [-1.0] * L,
+                "prefix_text": text,
+                "draft_len": 2 * L,
+                "draft_reward": None,
+            }
+        )
     return rows
 
 
@@ -75,10 +101,26 @@ def rollout_rows(run_id: str) -> list[dict]:
     rows = []
     for j, (k, kind, step, L, reward, status) in enumerate(ROLLOUTS):
         n = max(L, 3)
-        rows.append({"run_id": run_id, "iteration": k, "prompt_id": "q", "sample_id": j, "kind": kind,
-                     "source_step": step, "prefix_len": L, "prompt_token_ids": [1, 2], "token_ids": list(range(n)),
-                     "old_logprobs": [-0.5] * n, "behaviour_logprobs": [0.0] * n, "response_text": "x",
-                     "answer": "1", "status": status, "reward": reward, "advantage": 0.0})
+        rows.append(
+            {
+                "run_id": run_id,
+                "iteration": k,
+                "prompt_id": "q",
+                "sample_id": j,
+                "kind": kind,
+                "source_step": step,
+                "prefix_len": L,
+                "prompt_token_ids": [1, 2],
+                "token_ids": list(range(n)),
+                "old_logprobs": [-0.5] * n,
+                "behaviour_logprobs": [0.0] * n,
+                "response_text": "x",
+                "answer": "1",
+                "status": status,
+                "reward": reward,
+                "advantage": 0.0,
+            }
+        )
     return rows
 
 
@@ -89,8 +131,11 @@ def make_run(base: Path, run_id: str = "syn", algorithm: str = "thinking_seeds")
 
     pre = prefix_rows(run_id)
     for k in sorted({r["iteration"] for r in pre}):
-        write_table_atomic(pa.Table.from_pylist([r for r in pre if r["iteration"] == k], schema=PREFIX_SCHEMA),
-                           run.prefixes(k), schema=PREFIX_SCHEMA)
+        write_table_atomic(
+            pa.Table.from_pylist([r for r in pre if r["iteration"] == k], schema=PREFIX_SCHEMA),
+            run.prefixes(k),
+            schema=PREFIX_SCHEMA,
+        )
     ro = rollout_rows(run_id)
     for k in sorted({r["iteration"] for r in ro}):
         part = pa.Table.from_pylist([r for r in ro if r["iteration"] == k], schema=ROLLOUT_SCHEMA)
@@ -114,11 +159,22 @@ def make_run(base: Path, run_id: str = "syn", algorithm: str = "thinking_seeds")
     for step in (0, 1):
         d = run.pool_root / f"step_{step:06d}"
         d.mkdir(parents=True, exist_ok=True)
-        (d / "manifest.json").write_text(json.dumps({"step": step, "created_at": f"2026-01-0{step + 1}T00:00:00+00:00",
-                                                     "param_count": 1234, "sha256": {}, "extra": {}}))
+        (d / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "step": step,
+                    "created_at": f"2026-01-0{step + 1}T00:00:00+00:00",
+                    "param_count": 1234,
+                    "sha256": {},
+                    "extra": {},
+                }
+            )
+        )
     return run
 
 
 def snapshot_files(root: Path) -> dict[str, tuple[int, bytes]]:
     """{relative path: (mtime_ns, bytes)} of every file under root: to prove nothing changed."""
-    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()
+    }

@@ -42,8 +42,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # A run of a few seconds on the random tiny model (add model.path=...).
 TINY_OVERRIDES = [
-    "iterations=2", "rollout.prompts_per_iteration=4", "data.train_size=50", "data.val_size=8",
-    "data.test_size=8", "eval.prompts=4", "eval.samples=4", "pool.snapshot_every=1",
+    "iterations=2",
+    "rollout.prompts_per_iteration=4",
+    "data.train_size=50",
+    "data.val_size=8",
+    "data.test_size=8",
+    "eval.prompts=4",
+    "eval.samples=4",
+    "pool.snapshot_every=1",
 ]
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import torch
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def bpe_tokenizer(corpus: list[str]):
@@ -18,8 +20,11 @@ def bpe_tokenizer(corpus: list[str]):
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHATML
@@ -32,12 +37,26 @@ def build(path: Path, arch: str) -> Path:
 
     from thinking_seeds.data.chain_sum import question, solution
 
-    corpus = [question(f"{a}+{b}-{c}") + " " + solution(f"{a}+{b}-{c}", "a") for a in range(1, 20)
-              for b in range(1, 20, 3) for c in range(1, 20, 5)]
+    corpus = [
+        question(f"{a}+{b}-{c}") + " " + solution(f"{a}+{b}-{c}", "a")
+        for a in range(1, 20)
+        for b in range(1, 20, 3)
+        for c in range(1, 20, 5)
+    ]
     tok = bpe_tokenizer(corpus)
-    kw = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-              num_key_value_heads=1, max_position_embeddings=256, pad_token_id=tok.pad_token_id,
-              eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id, tie_word_embeddings=True)
+    kw = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**kw)) if arch == "llama" else Qwen2ForCausalLM(Qwen2Config(**kw))
     model.save_pretrained(path)

@@ -67,7 +67,9 @@ def test_strategy_of() -> None:
 
 def test_reasoning_gym_entries_round_trip_and_are_covered_by_charset() -> None:
     """Every generated question/solution uses only CHARSET, and both strategies reach the answer."""
-    ds = reasoning_gym.create_dataset("chain_sum", size=300, seed=7, min_terms=3, max_terms=5, min_digits=1, max_digits=2)
+    ds = reasoning_gym.create_dataset(
+        "chain_sum", size=300, seed=7, min_terms=3, max_terms=5, min_digits=1, max_digits=2
+    )
     alphabet = set(CHARSET)
     assert CHARSET == "".join(sorted(alphabet)) and "\n" in alphabet
     seen_b_reorder = False

@@ -41,8 +41,12 @@ def tiny_model(seed: int = 0):
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2,
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
     )
     return LlamaForCausalLM(cfg)
 
@@ -195,7 +199,9 @@ def _linear_and_adamw(weights=None):
         model.load_state_dict(weights)
     opt = torch.optim.AdamW(
         [{"params": model[0].parameters()}, {"params": model[1].parameters(), "lr": 0.05}],
-        lr=0.1, betas=(0.8, 0.9), weight_decay=0.1,
+        lr=0.1,
+        betas=(0.8, 0.9),
+        weight_decay=0.1,
     )
     return model, opt
 

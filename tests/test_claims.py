@@ -25,17 +25,34 @@ def test_verdicts():
 
 
 def test_hard_subset_stats():
-    rows = {"a": {"n": 4, "correct": 0, "distinct_labels": 0}, "b": {"n": 4, "correct": 2, "distinct_labels": 1},
-            "c": {"n": 4, "correct": 4, "distinct_labels": 2}}
+    rows = {
+        "a": {"n": 4, "correct": 0, "distinct_labels": 0},
+        "b": {"n": 4, "correct": 2, "distinct_labels": 1},
+        "c": {"n": 4, "correct": 4, "distinct_labels": 2},
+    }
     s = hard_subset_stats(rows, ["a", "b"], 4)
     assert s == {"hard/accuracy": 0.25, "hard/pass@4": 0.5, "hard/ever_solved": 0.5, "hard/distinct_patterns": 0.5}
 
 
 def _per_prompt(path, correct):
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist([{"step": 0, "mode": "plain", "prompt_id": f"p{i}", "n": 8, "correct": c,
-                                          "distinct_labels": min(c, 2), "label_entropy": 0.0}
-                                         for i, c in enumerate(correct)]), path)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "step": 0,
+                    "mode": "plain",
+                    "prompt_id": f"p{i}",
+                    "n": 8,
+                    "correct": c,
+                    "distinct_labels": min(c, 2),
+                    "label_entropy": 0.0,
+                }
+                for i, c in enumerate(correct)
+            ]
+        ),
+        path,
+    )
 
 
 def test_claims_markdown_on_a_made_up_comparison(tmp_path):
@@ -45,12 +62,18 @@ def test_claims_markdown_on_a_made_up_comparison(tmp_path):
         for seed in range(3):
             rid = f"c-{method}-s{seed}"
             members.append({"run_id": rid, "method": method, "seed": seed})
-            per_run[rid] = {"test/accuracy": acc + 0.001 * seed, "test/pass@8": 0.6 - (method == "grpo") * 0.1,
-                            "actor/effective_entropy/all": 0.2, "actor/pg_clipfrac_adv/all": clip + 0.001 * seed,
-                            "actor/pg_clipfrac/on_policy": 0.003,
-                            "actor/prefix_abs_log_ratio/age=20-49": 0.3}
-            _per_prompt(tmp_path / rid / "evals" / "final-test" / "step_000100.parquet",
-                        [8, 0, 1] if method == "grpo" else [8, 1, 1])
+            per_run[rid] = {
+                "test/accuracy": acc + 0.001 * seed,
+                "test/pass@8": 0.6 - (method == "grpo") * 0.1,
+                "actor/effective_entropy/all": 0.2,
+                "actor/pg_clipfrac_adv/all": clip + 0.001 * seed,
+                "actor/pg_clipfrac/on_policy": 0.003,
+                "actor/prefix_abs_log_ratio/age=20-49": 0.3,
+            }
+            _per_prompt(
+                tmp_path / rid / "evals" / "final-test" / "step_000100.parquet",
+                [8, 0, 1] if method == "grpo" else [8, 1, 1],
+            )
     _per_prompt(tmp_path / "c-grpo-s0" / "evals" / "final-test" / "step_000000.parquet", [6, 0, 0])
     variants = {m: [f"c-{m}-s{s}" for s in range(3)] for m in ("grpo", "thinking_seeds", "seq_mix")}
     data = {"members": members, "per_run": per_run, "base_test": {"test/accuracy": 0.25, "test/pass@8": 0.55}}

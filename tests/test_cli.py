@@ -48,7 +48,11 @@ def test_sql_named_query_csv_and_table(runs):
 def test_sql_free_query_and_show(runs):
     r = ts(runs, "sql", "SELECT kind, count(*) AS n FROM rollouts GROUP BY kind ORDER BY kind", "-f", "json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout) == [{"kind": "offpolicy_full", "n": 1}, {"kind": "on_policy", "n": 8}, {"kind": "seeded", "n": 6}]
+    assert json.loads(r.stdout) == [
+        {"kind": "offpolicy_full", "n": 1},
+        {"kind": "on_policy", "n": 8},
+        {"kind": "seeded", "n": 6},
+    ]
     r = ts(runs, "sql", "--query", "runs", "--show")
     assert r.exit_code == 0 and r.stdout.lstrip().startswith("WITH")
 
@@ -114,20 +118,30 @@ def test_config_keys():
     assert "Lower end of the prefix fraction λ ~ U[min, max]" in r.stdout  # no rich markup eaten
     r = runner.invoke(app, ["config", "keys", "ratio_max", "-f", "json"])
     (row,) = json.loads(r.stdout)
-    assert row == {"key": "prefix.ratio_max", "type": "float", "default": "0.6", "allowed": ">= 0.0, <= 1.0",
-                   "help": "Upper end of the prefix fraction λ."}
+    assert row == {
+        "key": "prefix.ratio_max",
+        "type": "float",
+        "default": "0.6",
+        "allowed": ">= 0.0, <= 1.0",
+        "help": "Upper end of the prefix fraction λ.",
+    }
 
 
 def test_config_show():
-    r = runner.invoke(app, ["config", "show", "--preset", "tiny", "--set", "prefix.ratio_max=0.5", "--set", "iterations=2"])
+    r = runner.invoke(
+        app, ["config", "show", "--preset", "tiny", "--set", "prefix.ratio_max=0.5", "--set", "iterations=2"]
+    )
     assert r.exit_code == 0, r.output
     cfg = yaml.safe_load(r.stdout)
     assert cfg["prefix"]["ratio_max"] == 0.5 and cfg["iterations"] == 2 and cfg["algorithm"] == "thinking_seeds"
 
 
 def test_bad_preset_exits_2_with_a_message():
-    for args in (["config", "show", "--preset", "nope"], ["train", "--preset", "nope", "--run-id", "x", "--no-prefect"],
-                 ["train", "--preset", "nope", "--run-id", "x"]):
+    for args in (
+        ["config", "show", "--preset", "nope"],
+        ["train", "--preset", "nope", "--run-id", "x", "--no-prefect"],
+        ["train", "--preset", "nope", "--run-id", "x"],
+    ):
         r = runner.invoke(app, args)
         assert r.exit_code == 2, (args, r.output)
         assert "unknown preset 'nope'" in r.output and "Traceback" not in r.output
@@ -152,14 +166,17 @@ def test_error_classes_handled():
     assert not _is_user_error(KeyError("bug"))
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["sql"], "ts sql: Invalid value: give exactly one of"),
-    (["train"], "ts train: Missing option '--run-id'"),
-    (["nosuch"], "ts: No such command 'nosuch'"),
-    (["--bogus"], "ts: No such option: --bogus"),
-    (["config", "keys", "--format", "nope"], "ts config keys: Invalid value for '--format'"),
-    (["compare", "--seeds", "0,x", "--no-prefect"], "ts compare: Invalid value: --seeds must be integers"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["sql"], "ts sql: Invalid value: give exactly one of"),
+        (["train"], "ts train: Missing option '--run-id'"),
+        (["nosuch"], "ts: No such command 'nosuch'"),
+        (["--bogus"], "ts: No such option: --bogus"),
+        (["config", "keys", "--format", "nope"], "ts config keys: Invalid value for '--format'"),
+        (["compare", "--seeds", "0,x", "--no-prefect"], "ts compare: Invalid value: --seeds must be integers"),
+    ],
+)
 def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, needle):
     """click's usage errors go through the same handler as every other user error: one line, exit 2."""
     r = runner.invoke(app, args, env={"TS_RUNS_DIR": str(tmp_path)})

@@ -56,7 +56,9 @@ def test_plan_ids_and_overrides():
 
 
 def test_plan_sweep_is_a_cartesian_product():
-    specs = plan("tiny", ["thinking_seeds"], [0, 1], [], {"prefix.ratio_max": [0.4, 0.5], "pool.size": ["1", "4"]}, "abl")
+    specs = plan(
+        "tiny", ["thinking_seeds"], [0, 1], [], {"prefix.ratio_max": [0.4, 0.5], "pool.size": ["1", "4"]}, "abl"
+    )
     assert len(specs) == 2 * 2 * 2
     ids = [s.run_id for s in specs]
     assert ids[0] == "abl-thinking_seeds-prefix.ratio_max=0.4-pool.size=1-s0"
@@ -68,8 +70,14 @@ def test_plan_sweep_is_a_cartesian_product():
     cfg = s.config()
     assert (cfg.prefix.ratio_max, cfg.pool.size) == (0.5, 4)
     # every ablation axis of the issue goes through the same planner
-    sweep = parse_sweep(["prefix.ratio_min=0.1,0.3", "pool.pick=uniform,recent", "prefix.loss=clip,capped",
-                         "rollout.seeds_per_group=2,4"])
+    sweep = parse_sweep(
+        [
+            "prefix.ratio_min=0.1,0.3",
+            "pool.pick=uniform,recent",
+            "prefix.loss=clip,capped",
+            "rollout.seeds_per_group=2,4",
+        ]
+    )
     assert len(plan("tiny", ["thinking_seeds"], [0], [], sweep, "abl2")) == 16
 
 
@@ -107,7 +115,9 @@ def test_mismatched_budgets_are_rejected():
         check_same_budget({"a": a, "b": b})
     assert "b has data.train_size=500 but a has 2000" in str(e.value)
     assert "b has rollout.prompts_per_iteration=8 but a has 16" in str(e.value)
-    check_same_budget({"a": a, "c": load_config("tiny", ["algorithm=seq_mix", "pool.size=2"])})  # method settings may differ
+    check_same_budget(
+        {"a": a, "c": load_config("tiny", ["algorithm=seq_mix", "pool.size=2"])}
+    )  # method settings may differ
 
 
 def test_plan_refuses_bad_input():
@@ -137,8 +147,13 @@ def test_plan_per_method_seeds_the_countdown_comparison():
     methods = ["grpo:0-4", "thinking_seeds:0-4", "seq_mix:0-2", "luffy:0-1", "prefix_context:0-1"]
     specs = plan("countdown", methods, [0], [], None, "cd")
     seeds = {m: sorted(s.seed for s in specs if s.method == m) for m in {s.method for s in specs}}
-    assert seeds == {"grpo": [0, 1, 2, 3, 4], "thinking_seeds": [0, 1, 2, 3, 4], "seq_mix": [0, 1, 2],
-                     "luffy": [0, 1], "prefix_context": [0, 1]}
+    assert seeds == {
+        "grpo": [0, 1, 2, 3, 4],
+        "thinking_seeds": [0, 1, 2, 3, 4],
+        "seq_mix": [0, 1, 2],
+        "luffy": [0, 1],
+        "prefix_context": [0, 1],
+    }
     assert [s.method for s in specs[:2]] == ["grpo", "grpo"]  # the plan keeps the method order
     cfg = next(s for s in specs if s.method == "thinking_seeds").config()
     assert (cfg.data.source, cfg.reward.backend, cfg.reward.partial_credit) == ("countdown", "reasoning_gym", False)
@@ -173,8 +188,24 @@ def _training(stage: str) -> bool:
 def e2e(tmp_path_factory, tiny_model_dir):
     base = tmp_path_factory.mktemp("compare")
     runs, out = base / "runs", base / "results"
-    args = ["compare", "--methods", ",".join(METHODS), "--seeds", "0", "--id", CMP, "--out", str(out),
-            "--parallel", "2", "--no-prefect", "--control-corpus", "300", "--set", f"model.path={tiny_model_dir}"]
+    args = [
+        "compare",
+        "--methods",
+        ",".join(METHODS),
+        "--seeds",
+        "0",
+        "--id",
+        CMP,
+        "--out",
+        str(out),
+        "--parallel",
+        "2",
+        "--no-prefect",
+        "--control-corpus",
+        "300",
+        "--set",
+        f"model.path={tiny_model_dir}",
+    ]
     for o in TINY_OVERRIDES + ["loss.entropy_coeff=0.01", "update.lr=1e-3"]:
         args += ["--set", o]
     r = runner.invoke(app, args, env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
@@ -193,13 +224,21 @@ def test_e2e_runs_and_markers(e2e):
     assert "done" in (runs / f"{CMP}-grpo-s0" / "train.log").read_text()
 
 
-
 def test_e2e_methods_saw_the_same_prompts(e2e):
     runs, _, _, _ = e2e
     for k in range(2):
-        prompts = [sorted(set(pq.read_table(runs / f"{CMP}-{m}-s0" / "rollouts" / f"iteration={k}" / "rollouts.parquet")
-                              .column("prompt_id").to_pylist())) for m in METHODS]
+        prompts = [
+            sorted(
+                set(
+                    pq.read_table(runs / f"{CMP}-{m}-s0" / "rollouts" / f"iteration={k}" / "rollouts.parquet")
+                    .column("prompt_id")
+                    .to_pylist()
+                )
+            )
+            for m in METHODS
+        ]
         assert prompts[0] == prompts[1] and len(prompts[0]) == 4
+
 
 def test_e2e_report_files(e2e):
     _, out, _, _ = e2e
@@ -267,8 +306,14 @@ def test_e2e_sft_control(e2e):
     ctl = runs / f"{CMP}-sft_control-s0"
     state = json.loads((ctl / "control.json").read_text())
     # budget = mean training time of the RL runs, measured from their time/* metrics
-    rl = [sum(r["value"] for r in _metrics(runs / f"{CMP}-{m}-s0") if r["name"].startswith("time/") and _training(r["stage"]))
-          for m in METHODS]
+    rl = [
+        sum(
+            r["value"]
+            for r in _metrics(runs / f"{CMP}-{m}-s0")
+            if r["name"].startswith("time/") and _training(r["stage"])
+        )
+        for m in METHODS
+    ]
     assert state["budget_seconds"] == pytest.approx(statistics.fmean(rl), abs=1e-3)
     assert state["done"] and state["evaluated"] and state["steps"] > 0
     assert state["trained_seconds"] >= state["budget_seconds"]
@@ -280,7 +325,9 @@ def test_e2e_sft_control(e2e):
     assert (2, "eval_seeded/pass@4") in ev  # its own earlier checkpoints seed the explorable-space eval
     assert {r["name"] for r in rows if r["stage"] == "sft"} >= {"sft/loss", "sft/steps", "time/sft/train"}
     # Exactly the RL runs' evaluation: θ_0 is the same model, so step 0 scores identically.
-    grpo = {(r["iteration"], r["name"]): r["value"] for r in _metrics(runs / f"{CMP}-grpo-s0") if r["stage"] == "evaluate"}
+    grpo = {
+        (r["iteration"], r["name"]): r["value"] for r in _metrics(runs / f"{CMP}-grpo-s0") if r["stage"] == "evaluate"
+    }
     for name in ("eval/accuracy", "eval/mean_response_len", "eval/strategy_a", "eval/strategy_b"):
         assert ev[(0, name)] == grpo[(0, name)]
     # the control's policy is not the base model any more
@@ -301,7 +348,11 @@ def test_e2e_final_test_on_the_whole_test_split(e2e):
         assert res[rid]["test/accuracy"] == final["eval/accuracy"] and res[rid]["test/pass@4"] == final["eval/pass@4"]
     test_table = md.split("## Final test accuracy")[1].split("##")[0]
     assert "all 8 test prompts" in md
-    base = {r["name"]: r["value"] for r in _metrics(runs / f"{CMP}-grpo-s0") if r["stage"] == FINAL_TEST_STAGE and r["iteration"] == 0}
+    base = {
+        r["name"]: r["value"]
+        for r in _metrics(runs / f"{CMP}-grpo-s0")
+        if r["stage"] == FINAL_TEST_STAGE and r["iteration"] == 0
+    }
     assert f"| θ_0 (base model) | — | {base['eval/accuracy']:.4f} |" in test_table
     assert f"| grpo | 1 | {res[CMP + '-grpo-s0']['test/accuracy']:.4f} |" in test_table
 
@@ -320,38 +371,70 @@ def test_e2e_rerun_skips_everything(e2e):
 def test_e2e_ablation_reuses_the_reference_runs(e2e, tiny_model_dir):
     """An ablation with --reference: the base point comes from comparison CMP, only the sweep point trains."""
     runs, out, args, _ = e2e
-    base = args[args.index("--set"):]  # the same --set budget as the reference comparison
-    abl = ["compare", "--methods", "thinking_seeds", "--seeds", "0", "--id", "abl", "--out", str(out.parent),
-           "--no-prefect", "--no-control", "--sweep", "pool.pick=recent,oldest", "--one-at-a-time",
-           "--reference", CMP, *base]
+    base = args[args.index("--set") :]  # the same --set budget as the reference comparison
+    abl = [
+        "compare",
+        "--methods",
+        "thinking_seeds",
+        "--seeds",
+        "0",
+        "--id",
+        "abl",
+        "--out",
+        str(out.parent),
+        "--no-prefect",
+        "--no-control",
+        "--sweep",
+        "pool.pick=recent,oldest",
+        "--one-at-a-time",
+        "--reference",
+        CMP,
+        *base,
+    ]
     r = runner.invoke(app, abl, env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert sorted(m["run_id"] for m in compare_members("abl", runs)) == [
-        "abl-thinking_seeds-pool.pick=oldest-s0", "abl-thinking_seeds-pool.pick=recent-s0"]
+        "abl-thinking_seeds-pool.pick=oldest-s0",
+        "abl-thinking_seeds-pool.pick=recent-s0",
+    ]
     assert (runs / f"{CMP}-thinking_seeds-s0" / "train.log").read_text().count("=== ") == 1  # not trained again
     md = (out.parent / "abl" / "report.md").read_text()
     assert "--one-at-a-time --reference t" in md
     table = md.split("## Final in-training evaluation")[1].split("##")[0]
     variants = [ln.split("|")[1].strip() for ln in table.splitlines() if ln.startswith("| thinking_seeds")]
-    assert variants == ["thinking_seeds pool.pick=uniform [t]", "thinking_seeds pool.pick=oldest",
-                        "thinking_seeds pool.pick=recent"]
+    assert variants == [
+        "thinking_seeds pool.pick=uniform [t]",
+        "thinking_seeds pool.pick=oldest",
+        "thinking_seeds pool.pick=recent",
+    ]
     res = {r["run_id"]: r for r in pq.read_table(out.parent / "abl" / "results.parquet").to_pylist()}
     ref = res[f"{CMP}-thinking_seeds-s0"]
     assert ref["compare_id"] == CMP and res["abl-thinking_seeds-pool.pick=recent-s0"]["compare_id"] == "abl"
-    want = [r["value"] for r in _metrics(runs / f"{CMP}-thinking_seeds-s0")
-            if r["name"] == "eval/accuracy" and r["iteration"] == 2 and r["stage"] == "evaluate"]
+    want = [
+        r["value"]
+        for r in _metrics(runs / f"{CMP}-thinking_seeds-s0")
+        if r["name"] == "eval/accuracy" and r["iteration"] == 2 and r["stage"] == "evaluate"
+    ]
     assert [ref["eval/accuracy"]] == want and ref["test/accuracy"] is not None
     # A reference on another budget, or one without the method, is refused before anything trains.
-    r = runner.invoke(app, [*abl, "--set", "eval.samples=8", "--id", "abl2"], env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
+    r = runner.invoke(
+        app, [*abl, "--set", "eval.samples=8", "--id", "abl2"], env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"}
+    )
     assert r.exit_code == 2 and "must share" in r.output and "eval.samples" in r.output, r.output
-    r = runner.invoke(app, [*abl, "--reference", "nope", "--id", "abl3"], env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
+    r = runner.invoke(
+        app, [*abl, "--reference", "nope", "--id", "abl3"], env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"}
+    )
     assert r.exit_code == 2 and "--reference nope" in r.output
     assert not [p for p in runs.iterdir() if p.name.startswith(("abl2", "abl3"))]
 
 
 def test_cli_compare_errors(tmp_path):
     env = {"TS_RUNS_DIR": str(tmp_path)}
-    r = runner.invoke(app, ["compare", "--methods", "grpo,thinking_seeds", "--sweep", "rollout.group_size=4,8", "--no-prefect"], env=env)
+    r = runner.invoke(
+        app,
+        ["compare", "--methods", "grpo,thinking_seeds", "--sweep", "rollout.group_size=4,8", "--no-prefect"],
+        env=env,
+    )
     assert r.exit_code == 2 and "must share" in r.output and "Traceback" not in r.output
     r = runner.invoke(app, ["compare", "--methods", "grpo,nope", "--no-prefect"], env=env)
     assert r.exit_code == 2 and "unknown method(s) nope" in r.output
@@ -368,9 +451,20 @@ def test_compare_flow_resumes_the_comparison(e2e, tiny_model_dir, monkeypatch, t
     runs, _, _, _ = e2e
     monkeypatch.setenv("TS_RUNS_DIR", str(runs))
     overrides = [f"model.path={tiny_model_dir}", *TINY_OVERRIDES, "loss.entropy_coeff=0.01", "update.lr=1e-3"]
-    path = compare_flow(ComparisonSpec(preset="tiny", methods=list(METHODS), seeds=[0], overrides=overrides,
-                                       compare_id=CMP, parallel=2, out_dir=str(tmp_path), command="flow-command",
-                                       control_corpus_size=300, archive=True))
+    path = compare_flow(
+        ComparisonSpec(
+            preset="tiny",
+            methods=list(METHODS),
+            seeds=[0],
+            overrides=overrides,
+            compare_id=CMP,
+            parallel=2,
+            out_dir=str(tmp_path),
+            command="flow-command",
+            control_corpus_size=300,
+            archive=True,
+        )
+    )
     assert path == str(tmp_path / CMP / "report.md")
     assert "```\nflow-command\n```" in Path(path).read_text()
     for m in METHODS + ("sft_control",):
@@ -404,7 +498,7 @@ def archived(e2e, tmp_path_factory):
     runs, out = base / "runs", base / "results"
     shutil.copytree(runs0, runs, symlinks=True)
     i = args.index("--out")
-    args = [*args[:i], "--out", str(out), *args[i + 2:], "--archive"]
+    args = [*args[:i], "--out", str(out), *args[i + 2 :], "--archive"]
     r = _ts(args, runs)
     assert r.output.count("already complete") == 3 + 4
     return args, runs, out / CMP
@@ -417,18 +511,26 @@ def test_archive_holds_the_small_files_of_every_run(archived):
     for rid in ids:
         root = out / "runs" / rid
         files = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-        assert {"archive.json", "compare.json", "config.yaml", "metrics/iteration=all/metrics.parquet",
-                "evals/final-test/step_000002.parquet"} <= files, rid
+        assert {
+            "archive.json",
+            "compare.json",
+            "config.yaml",
+            "metrics/iteration=all/metrics.parquet",
+            "evals/final-test/step_000002.parquet",
+        } <= files, rid
         assert not [f for f in files if f.split("/")[0] in ("policy", "checkpoints", "rollouts", "manifests", "data")]
         rec = json.loads((root / "archive.json").read_text())
         assert rec["final_test"] and rec["files"] == {f: (root / f).stat().st_size for f in files - {"archive.json"}}
         # every metrics row of the run, in one table
         live = _metrics(runs / rid)
         assert sorted(map(str, pq.read_table(root / "metrics/iteration=all/metrics.parquet").to_pylist())) == sorted(
-            map(str, live))
+            map(str, live)
+        )
     assert (out / "runs" / f"{CMP}-grpo-s0" / "evals/final-test/step_000000.parquet").is_file()  # θ_0, once
     assert "control.json" in {p.name for p in (out / "runs" / f"{CMP}-sft_control-s0").iterdir()}
-    prefixes = pq.read_table(out / "runs" / f"{CMP}-thinking_seeds-s0" / "corpus/prefixes/iteration=all/prefixes.parquet")
+    prefixes = pq.read_table(
+        out / "runs" / f"{CMP}-thinking_seeds-s0" / "corpus/prefixes/iteration=all/prefixes.parquet"
+    )
     assert "prefix_token_ids" not in prefixes.column_names and prefixes.num_rows > 0
     assert "come from the committed archive" not in (out / "report.md").read_text()  # live runs, this time
 
@@ -458,8 +560,14 @@ def test_archive_matches_only_the_same_config(archived, tiny_model_dir):
     runs = out.parent / "fresh-runs"
 
     def spec(extra: list[str]) -> ComparisonSpec:
-        return ComparisonSpec.of(compare_id=CMP, methods=list(METHODS), seeds=[0], overrides=sets + extra,
-                                 out_dir=str(out.parent), control_corpus_size=300)
+        return ComparisonSpec.of(
+            compare_id=CMP,
+            methods=list(METHODS),
+            seeds=[0],
+            overrides=sets + extra,
+            out_dir=str(out.parent),
+            control_corpus_size=300,
+        )
 
     specs = prepare(spec([]), runs)
     assert sorted(p.name for p in runs.iterdir()) == sorted(f"{CMP}-{m}-s0" for m in (*METHODS, "sft_control"))
@@ -473,11 +581,19 @@ def test_archive_matches_only_the_same_config(archived, tiny_model_dir):
 def test_run_jobs_reports_failures_and_keeps_going(tmp_path):
     ok = [sys.executable, "-c", "print('fine')"]
     bad = [sys.executable, "-c", "import sys; print('no Hugging Face checkpoint at /x'); sys.exit(3)"]
-    jobs = [Job("a", ok, tmp_path / "a" / "train.log"), Job("b", bad, tmp_path / "b" / "train.log"),
-            Job("c", ok, tmp_path / "c" / "train.log"), Job("d", ok, tmp_path / "d" / "train.log", done=True)]
+    jobs = [
+        Job("a", ok, tmp_path / "a" / "train.log"),
+        Job("b", bad, tmp_path / "b" / "train.log"),
+        Job("c", ok, tmp_path / "c" / "train.log"),
+        Job("d", ok, tmp_path / "d" / "train.log", done=True),
+    ]
     res = run_jobs(jobs, tmp_path, parallel=2, poll=0.05)
-    assert [(r.run_id, r.status, r.returncode) for r in res] == [("a", "done", 0), ("b", "failed", 3), ("c", "done", 0),
-                                                                  ("d", "skipped", 0)]
+    assert [(r.run_id, r.status, r.returncode) for r in res] == [
+        ("a", "done", 0),
+        ("b", "failed", 3),
+        ("c", "done", 0),
+        ("d", "skipped", 0),
+    ]
     assert not (tmp_path / "d").exists()  # a complete job starts no process
     assert "fine" in (tmp_path / "c" / "train.log").read_text()
     with pytest.raises(CompareError) as e:
@@ -490,11 +606,15 @@ def test_cli_compare_failure_is_one_error_line_and_exit_2(monkeypatch, tmp_path)
     import thinking_seeds.experiments.compare
 
     def fail(*args, **kwargs):
-        raise CompareError("1 of 1 runs failed; rerun the same command to resume them.\n\n"
-                           "x-grpo-s0 (exit 3), log runs/x-grpo-s0/train.log:\nline one\nline two")
+        raise CompareError(
+            "1 of 1 runs failed; rerun the same command to resume them.\n\n"
+            "x-grpo-s0 (exit 3), log runs/x-grpo-s0/train.log:\nline one\nline two"
+        )
 
     monkeypatch.setattr(thinking_seeds.experiments.compare, "run_comparison", fail)
-    r = runner.invoke(app, ["compare", "--methods", "grpo", "--seeds", "0", "--no-prefect"], env={"TS_RUNS_DIR": str(tmp_path)})
+    r = runner.invoke(
+        app, ["compare", "--methods", "grpo", "--seeds", "0", "--no-prefect"], env={"TS_RUNS_DIR": str(tmp_path)}
+    )
     assert r.exit_code == 2 and "Traceback" not in r.output  # the same exit code as every user error
     first, *details = r.stderr.strip().splitlines()
     assert first == "error: 1 of 1 runs failed; rerun the same command to resume them."
@@ -512,13 +632,33 @@ def test_report_mean_and_std_over_seeds(tmp_path):
         run = RunDir.for_run(f"c-{method}-s{seed}", tmp_path)
         write_marker(run.root, {"compare_id": "c", "method": method, "seed": seed, "variant": method, "sweep": {}})
         run.write_metrics(0, "evaluate", {"eval/accuracy": 0.1, "eval/pass@1": 0.1})
-        run.write_metrics(4, "evaluate", {"eval/accuracy": a, "eval/pass@1": a, "eval/pass@2": a + 0.1,
-                                          "eval/strategy_b": seed / 10, "eval_seeded/pass@2": a + 0.2})
+        run.write_metrics(
+            4,
+            "evaluate",
+            {
+                "eval/accuracy": a,
+                "eval/pass@1": a,
+                "eval/pass@2": a + 0.1,
+                "eval/strategy_b": seed / 10,
+                "eval_seeded/pass@2": a + 0.2,
+            },
+        )
         for k in range(4):  # entropy 2 - 0.1 k: the first 3 average to 1.9, the last 3 to 1.8
-            run.write_metrics(k, "update", {"actor/entropy/all": 2.0 - 0.1 * k, "actor/pg_clipfrac/on_policy": 0.01 * k,
-                                            "time/update/update_total": 1.0})
-            run.write_metrics(k, "continuation", {"rollout/generated_tokens": 100.0 + seed, "time/continuation/generation": 0.5})
-    write_marker(tmp_path / "other-grpo-s0", {"compare_id": "other", "method": "grpo", "seed": 0})  # not this comparison
+            run.write_metrics(
+                k,
+                "update",
+                {
+                    "actor/entropy/all": 2.0 - 0.1 * k,
+                    "actor/pg_clipfrac/on_policy": 0.01 * k,
+                    "time/update/update_total": 1.0,
+                },
+            )
+            run.write_metrics(
+                k, "continuation", {"rollout/generated_tokens": 100.0 + seed, "time/continuation/generation": 0.5}
+            )
+    write_marker(
+        tmp_path / "other-grpo-s0", {"compare_id": "other", "method": "grpo", "seed": 0}
+    )  # not this comparison
     path = write_compare_report("c", tmp_path, tmp_path / "out", command="ts compare --id c", last=3)
     md = path.read_text()
     assert "| grpo | 2 | 4 | 0.3000 ± 0.1414 | 0.0500 ± 0.0707 |" in md
@@ -531,11 +671,18 @@ def test_report_mean_and_std_over_seeds(tmp_path):
     # paired by seed against grpo: 0.5 - 0.2 and 0.6 - 0.4; strategy b equal at each seed
     paired = md.split("## Paired differences against `grpo`")[1].split("##")[0]
     # with the 95% t-interval over 2 seeds: 0.25 ± 12.706 x 0.0707 / sqrt(2)
-    assert ("| thinking_seeds | +0.2500 ± 0.0707 [-0.3853, +0.8853] (s0: +0.300, s1: +0.200) | "
-            "+0.0000 ± 0.0000 [+0.0000, +0.0000] (s0: +0.000, s1: +0.000) |") in paired
+    assert (
+        "| thinking_seeds | +0.2500 ± 0.0707 [-0.3853, +0.8853] (s0: +0.300, s1: +0.200) | "
+        "+0.0000 ± 0.0000 [+0.0000, +0.0000] (s0: +0.000, s1: +0.000) |"
+    ) in paired
     res = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
     assert sorted(r["run_id"] for r in res) == ["c-grpo-s0", "c-grpo-s1", "c-thinking_seeds-s0", "c-thinking_seeds-s1"]
     r = next(r for r in res if r["run_id"] == "c-grpo-s1")
-    assert (r["final_step"], r["eval/accuracy"], r["actor/entropy/all"], r["budget/generated_tokens"]) == (4, 0.4, pytest.approx(1.8), 404)
+    assert (r["final_step"], r["eval/accuracy"], r["actor/entropy/all"], r["budget/generated_tokens"]) == (
+        4,
+        0.4,
+        pytest.approx(1.8),
+        404,
+    )
     assert "eval/pass@2" in r and "eval/pass@4" not in r  # the k that were evaluated
     assert (tmp_path / "out" / "accuracy.png").read_bytes().startswith(PNG_MAGIC)

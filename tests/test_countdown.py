@@ -10,8 +10,8 @@ import pytest
 from thinking_seeds.data.builtin_tasks import get_task
 from thinking_seeds.data.countdown import CHARSET, question, random_solution, signature, solution, valid_patterns
 from thinking_seeds.data.countdown_data import build_countdown_splits, countdown_keys_of, countdown_warmup_corpus
-from thinking_seeds.data.sources import load_dataset
 from thinking_seeds.data.rewards import Verifier
+from thinking_seeds.data.sources import load_dataset
 from thinking_seeds.data.verdicts import last_boxed
 
 

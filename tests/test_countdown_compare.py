@@ -9,23 +9,50 @@ from thinking_seeds.flows.cli import app
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["iterations=2", "rollout.prompts_per_iteration=4", "data.train_size=40", "data.val_size=8",
-         "data.test_size=16", "eval.prompts=8", "eval.samples=4", "eval.test_samples=8", "pool.snapshot_every=1",
-         "eval.every=2"]
+SMALL = [
+    "iterations=2",
+    "rollout.prompts_per_iteration=4",
+    "data.train_size=40",
+    "data.val_size=8",
+    "data.test_size=16",
+    "eval.prompts=8",
+    "eval.samples=4",
+    "eval.test_samples=8",
+    "pool.snapshot_every=1",
+    "eval.every=2",
+]
 
 
 def test_countdown_comparison_report(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "results"
-    args = ["compare", "--preset", "countdown", "--methods", "grpo:0-1,thinking_seeds:0-1,seq_mix:0-0",
-            "--id", "cd", "--out", str(out), "--parallel", "2", "--no-prefect", "--control-corpus", "300"]
+    args = [
+        "compare",
+        "--preset",
+        "countdown",
+        "--methods",
+        "grpo:0-1,thinking_seeds:0-1,seq_mix:0-0",
+        "--id",
+        "cd",
+        "--out",
+        str(out),
+        "--parallel",
+        "2",
+        "--no-prefect",
+        "--control-corpus",
+        "300",
+    ]
     for o in SMALL:
         args += ["--set", o]
     r = CliRunner().invoke(app, args, env={"TS_RUNS_DIR": str(runs), "COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     md = (out / "cd" / "report.md").read_text()
     assert "## The paper's claims on this testbed" in md
-    for claim in ("1. beats GRPO on pass@1", "2. higher effective entropy", "3. less gradient lost to clipping",
-                  "4. larger explorable space"):
+    for claim in (
+        "1. beats GRPO on pass@1",
+        "2. higher effective entropy",
+        "3. less gradient lost to clipping",
+        "4. larger explorable space",
+    ):
         assert f"| {claim} |" in md
     assert "test pass@8, thinking_seeds − θ_0" in md and "### The regime" in md
     assert "### The hard subset" in md and "mean |log π_θ − log π_h| on prefix tokens by source age" in md

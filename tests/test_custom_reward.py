@@ -7,10 +7,10 @@ import textwrap
 import pytest
 
 from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.data.sources import Message, Prompt, load_dataset
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table
-from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.store.run_dir import RunDir
 
 MODULE = '''
@@ -49,7 +49,14 @@ def test_statuses_in_worker_processes(user_module):
     with Verifier(backend="custom", fn=f"{user_module}:length_reward", timeout_s=1.0) as v:
         got = v.score_batch(texts, [p] * len(texts))
     assert [(x.reward, x.status) for x in got] == [
-        (1.0, "ok"), (0.0, "wrong"), (0.0, "no_answer"), (0.5, "wrong"), (0.0, "error"), (0.0, "error"), (0.0, "timeout")]
+        (1.0, "ok"),
+        (0.0, "wrong"),
+        (0.0, "no_answer"),
+        (0.5, "wrong"),
+        (0.0, "error"),
+        (0.0, "error"),
+        (0.0, "timeout"),
+    ]
     assert "expected a finite number" in got[4].detail and "checker bug" in got[5].detail
 
 
@@ -67,9 +74,20 @@ def test_bad_functions_fail_before_any_work(user_module, tmp_path, tiny_model_di
 
 
 def test_a_run_scored_by_the_users_function(user_module, tmp_path, tiny_model_dir):
-    cfg = load_config("tiny", [f"reward.fn={user_module}:length_reward", f"model.path={tiny_model_dir}",
-                               "iterations=1", "rollout.prompts_per_iteration=4", "data.train_size=40",
-                               "data.val_size=8", "data.test_size=8", "eval.prompts=4", "eval.samples=2"])
+    cfg = load_config(
+        "tiny",
+        [
+            f"reward.fn={user_module}:length_reward",
+            f"model.path={tiny_model_dir}",
+            "iterations=1",
+            "rollout.prompts_per_iteration=4",
+            "data.train_size=40",
+            "data.val_size=8",
+            "data.test_size=8",
+            "eval.prompts=4",
+            "eval.samples=2",
+        ],
+    )
     assert cfg.reward.backend == "custom"
     run = train(RunDir.for_run("custom", tmp_path), cfg)
     rows = read_table(run.rollouts(0)).to_pylist()

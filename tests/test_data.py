@@ -13,6 +13,7 @@ from thinking_seeds.data.sources import build_chain_sum_splits, expressions_of, 
 from thinking_seeds.store.parquet_io import DataError, content_hash, read_table, write_table_atomic
 from thinking_seeds.store.schemas import DATASET_SCHEMA
 
+
 def _expr(q: str) -> str:
     return q.removeprefix("Compute ").removesuffix(". Answer in \\boxed{}.")
 
@@ -27,7 +28,9 @@ def splits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_splits_have_the_verl_layout(splits: dict[str, Path]) -> None:
     assert {s: p.name for s, p in splits.items()} == {
-        "train": "train.parquet", "validation": "validation.parquet", "test": "test.parquet"
+        "train": "train.parquet",
+        "validation": "validation.parquet",
+        "test": "test.parquet",
     }
     table = read_table(splits["validation"])
     assert table.schema.equals(DATASET_SCHEMA) and table.num_rows == SIZES["val_size"]
@@ -42,8 +45,10 @@ def test_splits_have_the_verl_layout(splits: dict[str, Path]) -> None:
 
 
 def test_splits_are_disjoint_and_duplicate_free(splits: dict[str, Path]) -> None:
-    exprs = {s: [compact(json.loads(p.rg_entry)["metadata"]["expression"]) for p in load_dataset(path)]
-             for s, path in splits.items()}
+    exprs = {
+        s: [compact(json.loads(p.rg_entry)["metadata"]["expression"]) for p in load_dataset(path)]
+        for s, path in splits.items()
+    }
     assert all(len(set(v)) == len(v) for v in exprs.values())
     assert not set(exprs["train"]) & set(exprs["test"])
     assert not set(exprs["train"]) & set(exprs["validation"])
@@ -96,8 +101,11 @@ def test_load_dataset_reads_prompts(splits: dict[str, Path]) -> None:
 
 def _user_rows() -> list[dict]:
     return [
-        {"data_source": "gsm8k", "prompt": [{"role": "user", "content": f"What is {i}+1?"}],
-         "reward_model": {"style": "rule", "ground_truth": str(i + 1)}}
+        {
+            "data_source": "gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {i}+1?"}],
+            "reward_model": {"style": "rule", "ground_truth": str(i + 1)},
+        }
         for i in range(3)
     ]
 

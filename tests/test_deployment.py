@@ -28,14 +28,14 @@ from thinking_seeds.store.run_dir import RunDir
 REPO = Path(__file__).resolve().parent.parent
 PREFECT = str(Path(sys.executable).parent / "prefect")
 
-PLACEHOLDER_REPORT = '''
+PLACEHOLDER_REPORT = """
 from prefect import flow
 
 
 @flow(name="report")
 def report_flow(run_id: str) -> str:  # placeholder for the test only (flows/report.py is missing)
     return run_id
-'''
+"""
 
 
 def _free_port() -> int:
@@ -72,20 +72,34 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
 def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_API_URL=api,
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", TS_RUNS_DIR=str(tmp_path / "runs"), OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_API_URL=api,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        TS_RUNS_DIR=str(tmp_path / "runs"),
+        OMP_NUM_THREADS="1",
+    )
     cwd = _project_dir(tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
 
     def run(*args: str, timeout: float = 300) -> str:
         p = subprocess.run([PREFECT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        assert p.returncode == 0, f"prefect {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        assert p.returncode == 0, (
+            f"prefect {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        )
         return p.stdout
 
     def start(name: str, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([PREFECT, *args], cwd=cwd, env=env, stdout=(logs / f"{name}.log").open("w"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [PREFECT, *args],
+            cwd=cwd,
+            env=env,
+            stdout=(logs / f"{name}.log").open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     server = start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
     worker = None
@@ -99,7 +113,9 @@ def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
             except OSError:
                 pass
             assert server.poll() is None, (logs / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "prefect server did not come up:\n" + (logs / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (
+                "prefect server did not come up:\n" + (logs / "server.log").read_text()[-3000:]
+            )
             time.sleep(0.5)
 
         run("work-pool", "create", "ts-process", "--type", "process")
@@ -114,9 +130,19 @@ def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
         assert report["work_pool_name"] == nightly["work_pool_name"] == "ts-process"
 
         worker = start("worker", "worker", "start", "--pool", "ts-process")
-        out = run("deployment", "run", "train/train", "--param", "run_id=deployed",
-                  "--param", "overrides=" + json.dumps(tiny_overrides), "--watch", "--watch-timeout", "500",
-                  timeout=560)
+        out = run(
+            "deployment",
+            "run",
+            "train/train",
+            "--param",
+            "run_id=deployed",
+            "--param",
+            "overrides=" + json.dumps(tiny_overrides),
+            "--watch",
+            "--watch-timeout",
+            "500",
+            timeout=560,
+        )
         assert "Completed" in out, out[-3000:] + (logs / "worker.log").read_text()[-3000:]
     finally:
         if worker is not None:

@@ -23,12 +23,12 @@ import torch
 from safetensors.torch import load_file
 
 from thinking_seeds.config import ConfigError, load_config
-from thinking_seeds.pipeline.loop import run_prepare, run_stage
 from thinking_seeds.engine.models import DeviceError, resolve_device
+from thinking_seeds.pipeline.loop import run_prepare, run_stage
+from thinking_seeds.pipeline.stages import Session, accelerate_command, update
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
-from thinking_seeds.pipeline.stages import Session, accelerate_command, update
 
 REPO = Path(__file__).resolve().parent.parent
 UPDATE = ["update.micro_batch_size=8", "update.mini_batches=2", "update.lr=1e-3"]
@@ -54,14 +54,17 @@ def test_device_and_precision_settings():
     assert (pure.engine_dtype, pure.update.recompute_old_logprobs) == ("bfloat16", True)
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["device=gpu"], "device: must be auto, cpu, cuda or cuda:N"),
-    (["device=cuda:x"], "device: must be auto, cpu, cuda or cuda:N"),
-    (["update.mixed_precision=fp16"], "update.mixed_precision"),
-    (["update.mixed_precision=bf16", "update.recompute_old_logprobs=false"], "on-policy ratios would not be 1"),
-    (["model.dtype=bfloat16", "update.recompute_old_logprobs=false"], "on-policy ratios would not be 1"),
-    (["model.dtype=bfloat16", "update.mixed_precision=bf16"], "keeps fp32 master weights: set model.dtype=float32"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["device=gpu"], "device: must be auto, cpu, cuda or cuda:N"),
+        (["device=cuda:x"], "device: must be auto, cpu, cuda or cuda:N"),
+        (["update.mixed_precision=fp16"], "update.mixed_precision"),
+        (["update.mixed_precision=bf16", "update.recompute_old_logprobs=false"], "on-policy ratios would not be 1"),
+        (["model.dtype=bfloat16", "update.recompute_old_logprobs=false"], "on-policy ratios would not be 1"),
+        (["model.dtype=bfloat16", "update.mixed_precision=bf16"], "keeps fp32 master weights: set model.dtype=float32"),
+    ],
+)
 def test_inconsistent_settings_are_refused(overrides, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
         load_config("tiny", overrides)
@@ -123,7 +126,9 @@ print(len(names))
 
 def test_no_module_touches_cuda_at_import():
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    r = subprocess.run([sys.executable, "-c", _IMPORT_ALL], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALL], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert int(r.stdout.split()[-1]) > 20
     # And no code moves a tensor with .cuda(): placement goes through resolve_device / .to(device).
@@ -164,10 +169,17 @@ def test_explicit_cpu_device_runs(tmp_path, tiny_overrides):
 
 def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
     """bf16 engine, bf16-autocast trainer with fp32 masters: finite loss and ratios, π_old recomputed."""
-    from thinking_seeds.engine.lora import load_policy
     from thinking_seeds.algo.stats import Stats
-    from thinking_seeds.train.trainer import autocast, load_batch, loss_settings, micro_loss, recompute_old_logprobs, schedule
+    from thinking_seeds.engine.lora import load_policy
     from thinking_seeds.engine.scoring import score_responses
+    from thinking_seeds.train.trainer import (
+        autocast,
+        load_batch,
+        loss_settings,
+        micro_loss,
+        recompute_old_logprobs,
+        schedule,
+    )
 
     run, cfg, s = _verified(tmp_path, tiny_overrides + UPDATE + ["device=cpu", "update.mixed_precision=bf16"])
     try:
@@ -191,12 +203,15 @@ def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
     for idx in micro:
         mb = batch.select(idx)
         with autocast(cfg, model):  # with grad, as in the update
-            sc = score_responses(model, mb.contexts, mb.responses, pad_id=tok.pad_token_id,
-                                 temperature=cfg.rollout.temperature)
+            sc = score_responses(
+                model, mb.contexts, mb.responses, pad_id=tok.pad_token_id, temperature=cfg.rollout.temperature
+            )
         for j, i in enumerate(idx):
             n = len(batch.responses[i])
             if n:
-                worst = max(worst, float((sc.logprobs[j, :n].detach() - torch.tensor(batch.old_logprobs[i])).abs().max()))
+                worst = max(
+                    worst, float((sc.logprobs[j, :n].detach() - torch.tensor(batch.old_logprobs[i])).abs().max())
+                )
         out = micro_loss(model, mb, cfg, tok.pad_token_id, settings)
         assert torch.isfinite(out.loss)
         stats.merge(out.stats)
@@ -220,8 +235,12 @@ def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
 
 def test_bf16_under_accelerate_launch_on_cpu(tmp_path, tiny_overrides):
     """`accelerate launch --mixed_precision bf16 ... --cpu`: the same exact recompute, in the worker."""
-    run, cfg, s = _verified(tmp_path, tiny_overrides + UPDATE + ["device=cpu", "update.mixed_precision=bf16",
-                                                                  "update.launcher=accelerate", "update.mini_batches=1"])
+    run, cfg, s = _verified(
+        tmp_path,
+        tiny_overrides
+        + UPDATE
+        + ["device=cpu", "update.mixed_precision=bf16", "update.launcher=accelerate", "update.mini_batches=1"],
+    )
     s.close()
     m = update(Session(run, cfg), 0)
     assert all(math.isfinite(v) for v in m.metrics.values()), m.metrics
@@ -236,8 +255,14 @@ def test_bf16_under_accelerate_launch_on_cpu(tmp_path, tiny_overrides):
 @pytest.mark.slow
 def test_device_check_cpu_only(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable)
-    r = subprocess.run(["bash", "scripts/device_check.sh", "--cpu-only"], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=900)
+    r = subprocess.run(
+        ["bash", "scripts/device_check.sh", "--cpu-only"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     res = json.loads((tmp_path / "out" / "device_check.json").read_text())
     cpu = [c for c in res["cases"] if c["device"] == "cpu"]

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from thinking_seeds.flows.cli import app
 from thinking_seeds.config import ConfigError, load_config, load_saved_config, parse_overrides, save_config
 from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.flows.cli import app
 from thinking_seeds.store.parquet_io import DataError, content_hash, read_table
 
 runner = CliRunner()
@@ -50,11 +50,21 @@ def one_line(text: str) -> str:
 
 WRONG_TYPES = [
     # column, value, found type, expected type (as the message writes them)
-    ("reward_model", ['{"style": "rule", "ground_truth": "3"}'] * 2, "string", "struct<style: string, ground_truth: string>"),
+    (
+        "reward_model",
+        ['{"style": "rule", "ground_truth": "3"}'] * 2,
+        "string",
+        "struct<style: string, ground_truth: string>",
+    ),
     ("prompt", [1, 2], "int64", "list<struct<role: string, content: string>>"),
     ("prompt", ["1+2=", "3+4="], "string", "list<struct<role: string, content: string>>"),
     ("data_source", [1, 2], "int64", "string"),
-    ("reward_model", [{"answer": "3"}, {"answer": "7"}], "struct<answer: string>", "struct<style: string, ground_truth: string>"),
+    (
+        "reward_model",
+        [{"answer": "3"}, {"answer": "7"}],
+        "struct<answer: string>",
+        "struct<style: string, ground_truth: string>",
+    ),
     ("extra_info", ['{"index": 0}'] * 2, "string", "struct<split: string, index: int64"),
 ]
 
@@ -76,7 +86,10 @@ def test_compatible_layouts_still_load(tmp_path):
     path = write(
         tmp_path / "ok.parquet",
         data_source=pa.array(["a", "b"], pa.large_string()),
-        reward_model=[{"style": "rule", "ground_truth": 3, "extra": 1}, {"style": "rule", "ground_truth": 7, "extra": 2}],
+        reward_model=[
+            {"style": "rule", "ground_truth": 3, "extra": 1},
+            {"style": "rule", "ground_truth": 7, "extra": 2},
+        ],
         extra_info=[{"split": "t", "index": "0"}, {"split": "t", "index": "1"}],
         ability=pa.array([None, None], pa.null()),
         target=pa.array([None, None], pa.null()),
@@ -86,8 +99,19 @@ def test_compatible_layouts_still_load(tmp_path):
 
 
 def train_args(train: Path, val: Path, run_id: str = "u1") -> list[str]:
-    return ["train", "--preset", "tiny", "--run-id", run_id, "--set", "data.source=parquet",
-            "--set", f"data.train_path={train}", "--set", f"data.val_path={val}"]
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--run-id",
+        run_id,
+        "--set",
+        "data.source=parquet",
+        "--set",
+        f"data.train_path={train}",
+        "--set",
+        f"data.val_path={val}",
+    ]
 
 
 @pytest.mark.parametrize("prefect", [False, True], ids=["no-prefect", "prefect"])
@@ -140,8 +164,9 @@ def test_prepare_refuses_an_empty_data_set_before_loading_the_model(tmp_path, mo
 
     monkeypatch.setattr(stage_prepare, "load_model", no_model)
     train = empty(tmp_path / "train.parquet")
-    cfg = load_config("tiny", ["data.source=parquet", f"data.train_path={train}",
-                               f"data.val_path={write(tmp_path / 'val.parquet')}"])
+    cfg = load_config(
+        "tiny", ["data.source=parquet", f"data.train_path={train}", f"data.val_path={write(tmp_path / 'val.parquet')}"]
+    )
     with pytest.raises(DataError, match=f"{train} has no rows"):
         stage_prepare.prepare(RunDir(tmp_path / "runs" / "e"), cfg)
 
@@ -230,9 +255,24 @@ def test_wrongly_typed_config_values_are_refused_not_coerced(override, needle):
 
 def test_numbers_are_still_numbers(tmp_path):
     assert parse_overrides(["a=1e-4", "b=3E5", "c=1.0e4", "d=-2e-5", "e=0.5", "f=1e", "g=1e-4x"]) == {
-        "a": 1e-4, "b": 3e5, "c": 1e4, "d": -2e-5, "e": 0.5, "f": "1e", "g": "1e-4x"}
-    cfg = load_config("tiny", ["update.lr=1e-4", "update.grad_clip=1", "update.betas=[0.9, 0.95]", "eval.seeded=false",
-                               "loss.clip_ratio_c=3"])
+        "a": 1e-4,
+        "b": 3e5,
+        "c": 1e4,
+        "d": -2e-5,
+        "e": 0.5,
+        "f": "1e",
+        "g": "1e-4x",
+    }
+    cfg = load_config(
+        "tiny",
+        [
+            "update.lr=1e-4",
+            "update.grad_clip=1",
+            "update.betas=[0.9, 0.95]",
+            "eval.seeded=false",
+            "loss.clip_ratio_c=3",
+        ],
+    )
     assert cfg.update.lr == 1e-4 and cfg.update.grad_clip == 1.0 and cfg.update.betas == (0.9, 0.95)
     assert cfg.loss.clip_ratio_c == 3.0 and cfg.eval.seeded is False
     save_config(cfg, tmp_path / "c.yaml")  # a run's config.yaml (betas as a YAML list) loads back
@@ -250,9 +290,9 @@ def test_numbers_are_still_numbers(tmp_path):
 def test_vllm_load_weights_refuses_a_damaged_checkpoint(tmp_path, tiny_model_dir):
     """VLLMEngine.load_weights goes through checkpoints.verified() like HFEngine's: vLLM is never
     asked to load weights their manifest does not vouch for (no vLLM needed: the engine is a stub)."""
-    from thinking_seeds.store.checkpoints import CheckpointError, save_checkpoint
     from thinking_seeds.engine.models import load_model
     from thinking_seeds.engine.vllm_engine import VLLMEngine
+    from thinking_seeds.store.checkpoints import CheckpointError, save_checkpoint
 
     model, tok = load_model(tiny_model_dir)
     ckpt = save_checkpoint(model, tok, tmp_path / "policy", 1)
@@ -290,8 +330,8 @@ def umask_027():
 
 
 def test_atomic_and_sft_control_files_follow_the_umask(tmp_path, umask_027):
-    from thinking_seeds.store.atomic import atomic_write
     from thinking_seeds.experiments.sft_control import _write_json_atomic
+    from thinking_seeds.store.atomic import atomic_write
 
     (tmp_path / "plain").write_text("x")
     expected = stat.S_IMODE((tmp_path / "plain").stat().st_mode)

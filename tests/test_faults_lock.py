@@ -44,8 +44,17 @@ run.release_lock()
 def _race(root: Path) -> list[str]:
     start = time.time() + 3.0  # every racer has imported run_dir by then
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(root), repr(start)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=REPO) for _ in range(RACERS)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(root), repr(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        for _ in range(RACERS)
+    ]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=60)
@@ -81,9 +90,18 @@ def test_many_simultaneous_starts_have_exactly_one_owner(tmp_path, stale):
 def test_live_owner_refused_then_taken_over_when_it_dies(tmp_path):
     run = RunDir.for_run("r", tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys,time; from pathlib import Path; from thinking_seeds.store.run_dir import RunDir; "
-         "RunDir(Path(sys.argv[1])).acquire_lock(); print('held', flush=True); time.sleep(60)", str(run.root)],
-        stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        [
+            sys.executable,
+            "-c",
+            "import sys,time; from pathlib import Path; from thinking_seeds.store.run_dir import RunDir; "
+            "RunDir(Path(sys.argv[1])).acquire_lock(); print('held', flush=True); time.sleep(60)",
+            str(run.root),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunLockedError, match=f"in use by live process {holder.pid}"):
@@ -128,8 +146,8 @@ def test_takeover_removes_what_a_killed_writer_left(tmp_path):
 def test_files_and_folders_respect_the_umask(tmp_path, umask, tiny_model_dir):
     import pyarrow as pa
 
-    from thinking_seeds.store.checkpoints import save_checkpoint
     from thinking_seeds.engine.models import load_model
+    from thinking_seeds.store.checkpoints import save_checkpoint
     from thinking_seeds.store.parquet_io import write_table_atomic
 
     model, tok = load_model(tiny_model_dir)

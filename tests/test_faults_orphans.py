@@ -60,8 +60,14 @@ def test_children_die_when_the_main_process_is_killed_alone(tmp_path):
     script = tmp_path / "owner.py"
     script.write_text(_OWNER)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    owner = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run")], stdout=subprocess.PIPE,
-                             text=True, env=env, cwd=tmp_path, start_new_session=True)
+    owner = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     try:
         named = [int(x) for x in owner.stdout.readline().split()]
         assert len(named) == 3, named

@@ -90,10 +90,13 @@ def sealed(tmp_path, monkeypatch):
 
 
 def _objects(con) -> list:
-    return query(con, "SELECT database_name, schema_name, table_name FROM duckdb_tables() UNION ALL "
-                      "SELECT database_name, schema_name, view_name FROM duckdb_views() WHERE NOT internal "
-                      "UNION ALL SELECT database_name, schema_name, function_name FROM duckdb_functions() "
-                      "WHERE function_type = 'macro' AND NOT internal ORDER BY ALL").rows
+    return query(
+        con,
+        "SELECT database_name, schema_name, table_name FROM duckdb_tables() UNION ALL "
+        "SELECT database_name, schema_name, view_name FROM duckdb_views() WHERE NOT internal "
+        "UNION ALL SELECT database_name, schema_name, function_name FROM duckdb_functions() "
+        "WHERE function_type = 'macro' AND NOT internal ORDER BY ALL",
+    ).rows
 
 
 @pytest.mark.parametrize("sql", ADVERSARIAL)
@@ -129,9 +132,14 @@ def test_plain_queries_still_run(sealed):
 
 def test_resources_are_capped_and_no_directory_is_open(sealed):
     con = connect("syn", sealed)
-    settings = dict(query(con, "SELECT name, value FROM duckdb_settings() WHERE name IN "
-                               "('temp_directory', 'allowed_directories', 'allowed_paths', 'enable_external_access', "
-                               "'lock_configuration', 'threads', 'memory_limit')").rows)
+    settings = dict(
+        query(
+            con,
+            "SELECT name, value FROM duckdb_settings() WHERE name IN "
+            "('temp_directory', 'allowed_directories', 'allowed_paths', 'enable_external_access', "
+            "'lock_configuration', 'threads', 'memory_limit')",
+        ).rows
+    )
     assert settings["temp_directory"] == ""
     assert settings["allowed_directories"] in ("[]", "")
     assert settings["enable_external_access"] == "false" and settings["lock_configuration"] == "true"
@@ -151,8 +159,15 @@ def test_a_query_that_never_ends_times_out(sealed):
 
 def _ts(args: list[str], runs: Path, **kw) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), TS_RUNS_DIR=str(runs))
-    return subprocess.Popen([sys.executable, "-m", "thinking_seeds.flows.cli", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "thinking_seeds.flows.cli", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def test_cli_timeout_and_ctrl_c_come_back_in_one_line(sealed):

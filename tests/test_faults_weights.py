@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from thinking_seeds.store import checkpoints
-from thinking_seeds.store.checkpoints import CheckpointError, save_checkpoint, verify_checkpoint
 from thinking_seeds.config import load_config
-from thinking_seeds.pipeline.loop import train
 from thinking_seeds.engine.models import load_model
 from thinking_seeds.engine.rollout import HFEngine
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.store import checkpoints
+from thinking_seeds.store.checkpoints import CheckpointError, save_checkpoint, verify_checkpoint
 from thinking_seeds.store.run_dir import RunDir
 
 
@@ -89,8 +89,9 @@ def test_resume_redoes_a_damaged_step(runs_dir, tiny_overrides, where):
         "policy_truncate": run.policy(1) / "optimizer.safetensors",
         "policy0_delete": run.policy(0) / "tokenizer.json",
     }[where]
-    {"policy_flip": flip_byte, "snapshot_flip": flip_byte, "policy_truncate": truncate,
-     "policy0_delete": os.remove}[where](target)
+    {"policy_flip": flip_byte, "snapshot_flip": flip_byte, "policy_truncate": truncate, "policy0_delete": os.remove}[
+        where
+    ](target)
     with pytest.raises(CheckpointError):
         verify_checkpoint(target.parent)
     train(run, cfg)

@@ -10,8 +10,22 @@ from thinking_seeds.store.run_dir import RunDir
 
 
 def test_final_test_after_training(tmp_path, tiny_model_dir, capsys):
-    args = ["--preset", "tiny", "--run-id", "ft", "--runs-dir", str(tmp_path), "--final-test", "--final-test-base",
-            "--set", f"model.path={tiny_model_dir}", "--set", "eval.test_samples=4", "--set", "eval.seeded=false"]
+    args = [
+        "--preset",
+        "tiny",
+        "--run-id",
+        "ft",
+        "--runs-dir",
+        str(tmp_path),
+        "--final-test",
+        "--final-test-base",
+        "--set",
+        f"model.path={tiny_model_dir}",
+        "--set",
+        "eval.test_samples=4",
+        "--set",
+        "eval.seeded=false",
+    ]
     for o in TINY_OVERRIDES:
         args += ["--set", o]
     main(args)

@@ -9,7 +9,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # Package folder of each part of the `thinking_seeds` namespace (pyproject's package-dir).
-ROOTS = {"thinking_seeds": REPO / "ts_core", "thinking_seeds.assets": REPO / "data", "thinking_seeds.tasks": REPO / "tasks", "thinking_seeds.flows": REPO / "flows"}
+ROOTS = {
+    "thinking_seeds": REPO / "ts_core",
+    "thinking_seeds.assets": REPO / "data",
+    "thinking_seeds.tasks": REPO / "tasks",
+    "thinking_seeds.flows": REPO / "flows",
+}
 # Bottom to top. `config` (the typed run config) is the foundation every layer may read.
 LAYERS = ["config", "algo", "store", "data", "engine", "evals", "train", "pipeline", "tasks", "experiments", "flows"]
 
@@ -84,7 +89,7 @@ def test_no_import_cycles():
         state[n] = 1
         for d in sorted(g.get(n, ())):
             if state.get(d) == 1:
-                cycles.append(" -> ".join(path[path.index(d):] + [d]) if d in path else f"{n} -> {d}")
+                cycles.append(" -> ".join(path[path.index(d) :] + [d]) if d in path else f"{n} -> {d}")
             elif d not in state:
                 visit(d, path + [d])
         state[n] = 2

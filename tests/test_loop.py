@@ -12,15 +12,21 @@ import torch
 from safetensors.torch import load_file
 
 from thinking_seeds.config import load_config
-from thinking_seeds.pipeline.loop import train
 from thinking_seeds.engine.models import load_model
+from thinking_seeds.engine.scoring import score_responses
+from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
-from thinking_seeds.engine.scoring import score_responses
 
 SMALL = [
-    "iterations=2", "rollout.prompts_per_iteration=6", "rollout.group_size=6",
-    "data.train_size=60", "data.val_size=8", "data.test_size=8", "eval.prompts=4", "eval.samples=4",
+    "iterations=2",
+    "rollout.prompts_per_iteration=6",
+    "rollout.group_size=6",
+    "data.train_size=60",
+    "data.val_size=8",
+    "data.test_size=8",
+    "eval.prompts=4",
+    "eval.samples=4",
     "pool.snapshot_every=1",
 ]
 

@@ -184,8 +184,9 @@ def test_effective_entropy_leaves_out_zero_advantage_tokens():
     # Sample 0 has A = 0 (its group's rewards were all equal): its tokens carry no gradient, so
     # they must not count in the effective entropy even though they are in the loss mask and
     # unclipped. Sample 1 (A = 1, unclipped) is the only one that counts.
-    inp = make_inputs([[0.0, 0.0], [0.0, 0.0]], old=[[0.0, 0.0], [0.0, 0.0]], adv=[0.0, 1.0],
-                      entropy=[[3.0, 3.0], [1.0, 0.5]])
+    inp = make_inputs(
+        [[0.0, 0.0], [0.0, 0.0]], old=[[0.0, 0.0], [0.0, 0.0]], adv=[0.0, 1.0], entropy=[[3.0, 3.0], [1.0, 0.5]]
+    )
     m = compute_policy_loss(inp, LossSettings()).stats.metrics()
     assert m["actor/entropy/on_policy"] == pytest.approx(7.5 / 4)
     assert m["actor/effective_entropy/on_policy"] == pytest.approx(0.75)

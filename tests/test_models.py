@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from thinking_seeds.data.chain_sum import CHARSET, question, solution
-from thinking_seeds.engine.models import ModelError, builtin_model_path, char_tokenizer, count_params, encode_prompt, load_model, resolve_model_path
+from thinking_seeds.engine.models import (
+    ModelError,
+    builtin_model_path,
+    char_tokenizer,
+    count_params,
+    encode_prompt,
+    load_model,
+    resolve_model_path,
+)
 
 
 def test_char_tokenizer_round_trip():

@@ -12,20 +12,32 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from thinking_seeds.config import ConfigError, load_config
-from thinking_seeds.pipeline.export import export_policy
 from thinking_seeds.engine.lora import merged_state_dict
+from thinking_seeds.pipeline.export import export_policy
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
 
 # A reward the random models earn about half the time, so advantages (and gradients) are not zero.
-REWARD = '''
+REWARD = """
 def has_one(data_source, solution_str, ground_truth, extra_info):
     return 1.0 if "1" in solution_str else 0.0
-'''
-SMALL = ["rollout.prompts_per_iteration=4", "rollout.group_size=4", "rollout.seeds_per_group=2", "rollout.max_new_tokens=16",
-         "data.train_size=40", "data.val_size=8", "data.test_size=8", "eval.prompts=4", "eval.samples=2",
-         "eval.seeded=false", "pool.snapshot_every=1", "update.lr=0.01", "reward.fn=ts_test_reward:has_one"]
+"""
+SMALL = [
+    "rollout.prompts_per_iteration=4",
+    "rollout.group_size=4",
+    "rollout.seeds_per_group=2",
+    "rollout.max_new_tokens=16",
+    "data.train_size=40",
+    "data.val_size=8",
+    "data.test_size=8",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "eval.seeded=false",
+    "pool.snapshot_every=1",
+    "update.lr=0.01",
+    "reward.fn=ts_test_reward:has_one",
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +69,10 @@ def test_any_local_hf_model_trains_with_its_own_chat_template(arch, tmp_path, re
 def lora_run(tmp_path_factory, reward_module):
     base = tmp_path_factory.mktemp("lora")
     path = build(base / "llama", "llama")
-    cfg = load_config("tiny", SMALL + [f"model.path={path}", "iterations=3", "model.lora.r=4",
-                                       "model.lora.target_modules=[q_proj, v_proj]"])
+    cfg = load_config(
+        "tiny",
+        SMALL + [f"model.path={path}", "iterations=3", "model.lora.r=4", "model.lora.target_modules=[q_proj, v_proj]"],
+    )
     return train(RunDir.for_run("lora", base / "runs"), cfg), cfg
 
 

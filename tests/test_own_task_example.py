@@ -29,10 +29,22 @@ def example_on_path():
 
 def test_own_task_example_runs(tmp_path, example_on_path):
     model = build(tmp_path / "llama", "llama")
-    cfg = load_config(str(example_on_path), [
-        f"model.path={model}", "iterations=2", "data.train_size=30", "data.val_size=8", "data.test_size=8",
-        "rollout.prompts_per_iteration=4", "rollout.max_new_tokens=24", "eval.every=1", "eval.prompts=4",
-        "eval.samples=2", "pool.snapshot_every=1"])
+    cfg = load_config(
+        str(example_on_path),
+        [
+            f"model.path={model}",
+            "iterations=2",
+            "data.train_size=30",
+            "data.val_size=8",
+            "data.test_size=8",
+            "rollout.prompts_per_iteration=4",
+            "rollout.max_new_tokens=24",
+            "eval.every=1",
+            "eval.prompts=4",
+            "eval.samples=2",
+            "pool.snapshot_every=1",
+        ],
+    )
     assert (cfg.model.lora.r, cfg.reward.backend, cfg.logger) == (16, "custom", ["console", "tensorboard"])
     run = train(RunDir.for_run("mine", tmp_path / "runs"), cfg)
     sources = {p.data_source for p in load_dataset(run.data_dir / "train.parquet")}
@@ -41,5 +53,8 @@ def test_own_task_example_runs(tmp_path, example_on_path):
     assert {r["status"] for r in rows} <= {"ok", "wrong", "no_answer"}
     assert (run.policy(2) / "adapter_model.safetensors").is_file()  # LoRA adapters only
     assert any((run.root / "tensorboard").iterdir())
-    assert sorted(p.name for p in run.policy_root.iterdir() if p.is_dir()) == ["step_000000", "step_000001",
-                                                                               "step_000002"]
+    assert sorted(p.name for p in run.policy_root.iterdir() if p.is_dir()) == [
+        "step_000000",
+        "step_000001",
+        "step_000002",
+    ]

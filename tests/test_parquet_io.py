@@ -15,11 +15,21 @@ from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
 def _rollouts(n: int = 3) -> pa.Table:
     rows = [
         {
-            "run_id": "r1", "iteration": 2, "prompt_id": f"train-{i}", "sample_id": i,
-            "kind": "seeded" if i else "on_policy", "source_step": 4 if i else None,
-            "prefix_len": 2 if i else 0, "prompt_token_ids": [1, 2], "token_ids": [5, 6, 7], "old_logprobs": [-0.1, -0.2, -0.3],
+            "run_id": "r1",
+            "iteration": 2,
+            "prompt_id": f"train-{i}",
+            "sample_id": i,
+            "kind": "seeded" if i else "on_policy",
+            "source_step": 4 if i else None,
+            "prefix_len": 2 if i else 0,
+            "prompt_token_ids": [1, 2],
+            "token_ids": [5, 6, 7],
+            "old_logprobs": [-0.1, -0.2, -0.3],
             "behaviour_logprobs": [-0.5, -0.6, 0.0] if i else [0.0, 0.0, 0.0],
-            "response_text": "a 1+2=3. \\boxed{3}", "answer": "3", "status": "ok", "reward": 1.0,
+            "response_text": "a 1+2=3. \\boxed{3}",
+            "answer": "3",
+            "status": "ok",
+            "reward": 1.0,
             "advantage": None,
         }
         for i in range(n)

@@ -24,10 +24,24 @@ def test_typed_rows_list_their_schema_fields_in_order(cls):
 
 
 def _rollout(i: int) -> RolloutRow:
-    return RolloutRow(run_id="r", iteration=0, prompt_id=f"p{i}", sample_id=i, kind="seeded", source_step=0,
-                      prefix_len=1, prompt_token_ids=[1, 2], token_ids=[3, 4], old_logprobs=[0.0, -0.5],
-                      behaviour_logprobs=[-0.25, 0.0], response_text="x", answer=None, status="pending",
-                      reward=None, advantage=None)
+    return RolloutRow(
+        run_id="r",
+        iteration=0,
+        prompt_id=f"p{i}",
+        sample_id=i,
+        kind="seeded",
+        source_step=0,
+        prefix_len=1,
+        prompt_token_ids=[1, 2],
+        token_ids=[3, 4],
+        old_logprobs=[0.0, -0.5],
+        behaviour_logprobs=[-0.25, 0.0],
+        response_text="x",
+        answer=None,
+        status="pending",
+        reward=None,
+        advantage=None,
+    )
 
 
 def test_rows_round_trip_and_write_the_same_bytes(tmp_path: Path):

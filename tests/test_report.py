@@ -7,8 +7,8 @@ import re
 import pytest
 from _synthetic_run import make_run
 
-from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.evals.report import PLOTS, format_cell, write_report
+from thinking_seeds.store.parquet_io import DataError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -43,8 +43,9 @@ def reference(tmp_path_factory, overrides) -> RunDir:
     return train(RunDir.for_run(RUN_ID, tmp_path_factory.mktemp("reference")), load_config("tiny", overrides))
 
 
-def _start(mode: str, overrides: list[str], env: dict, log: Path, pause: str | None = None,
-           marker: Path | None = None) -> subprocess.Popen:
+def _start(
+    mode: str, overrides: list[str], env: dict, log: Path, pause: str | None = None, marker: Path | None = None
+) -> subprocess.Popen:
     cmd = [sys.executable, str(DRIVER), mode, RUN_ID]
     if pause:
         cmd += ["--pause-at", pause, "--marker", str(marker)]
@@ -100,8 +101,11 @@ def _state(run: RunDir, step: int) -> dict[str, object]:
 
 def _same_state(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(
-        a[n][1] == b[n][1] and a[n][0].keys() == b[n][0].keys()
-        and all(torch.equal(a[n][0][k], b[n][0][k]) for k in a[n][0]) for n in a)
+        a[n][1] == b[n][1]
+        and a[n][0].keys() == b[n][0].keys()
+        and all(torch.equal(a[n][0][k], b[n][0][k]) for k in a[n][0])
+        for n in a
+    )
 
 
 def _assert_same_results(run: RunDir, ref: RunDir, iterations: int) -> None:

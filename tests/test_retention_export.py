@@ -3,17 +3,26 @@
 import pytest
 import torch
 from safetensors.torch import load_file
-from typer.testing import CliRunner
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from typer.testing import CliRunner
 
-from thinking_seeds.flows.cli import app
 from thinking_seeds.config import load_config
+from thinking_seeds.flows.cli import app
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.run_dir import RunDir
 
-SMALL = ["rollout.prompts_per_iteration=4", "data.train_size=40", "data.val_size=8", "data.test_size=8",
-         "eval.prompts=4", "eval.samples=2", "eval.every=2", "eval.seeded=false", "algorithm=grpo",
-         "rollout.seeds_per_group=0"]
+SMALL = [
+    "rollout.prompts_per_iteration=4",
+    "data.train_size=40",
+    "data.val_size=8",
+    "data.test_size=8",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "eval.every=2",
+    "eval.seeded=false",
+    "algorithm=grpo",
+    "rollout.seeds_per_group=0",
+]
 
 
 def _du(path):
@@ -49,7 +58,9 @@ def test_keep_last_bounds_the_policy_steps_and_resume_redoes_nothing(runs, tiny_
 
 def test_export_loads_with_transformers_and_matches_the_policy(runs, tmp_path):
     base, r = runs
-    res = CliRunner().invoke(app, ["--runs-dir", str(base), "export", "all", "--step", "4", "--out", str(tmp_path / "m")])
+    res = CliRunner().invoke(
+        app, ["--runs-dir", str(base), "export", "all", "--step", "4", "--out", str(tmp_path / "m")]
+    )
     assert res.exit_code == 0, res.output
     out = tmp_path / "m"
     assert not (out / "optimizer.safetensors").exists() and not (out / "manifest.json").exists()
@@ -67,9 +78,11 @@ def test_export_refuses_pruned_steps_and_non_empty_folders(runs, tmp_path):
     base, _ = runs
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
-    for args, msg in ((["kept", "--step", "2", "--out", str(tmp_path / "a")], "was pruned by checkpoint.keep_last"),
-                      (["all", "--step", "4", "--out", str(tmp_path / "full")], "not empty"),
-                      (["nope", "--out", str(tmp_path / "b")], "no run 'nope'")):
+    for args, msg in (
+        (["kept", "--step", "2", "--out", str(tmp_path / "a")], "was pruned by checkpoint.keep_last"),
+        (["all", "--step", "4", "--out", str(tmp_path / "full")], "not empty"),
+        (["nope", "--out", str(tmp_path / "b")], "no run 'nope'"),
+    ):
         res = CliRunner().invoke(app, ["--runs-dir", str(base), "export", *args])
         assert res.exit_code == 2 and msg in res.output, res.output
     assert not (tmp_path / "a").exists()

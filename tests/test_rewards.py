@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from thinking_seeds.data.chain_sum import solution
-from thinking_seeds.data.sources import Message, Prompt, build_chain_sum_splits, load_dataset
 from thinking_seeds.data.rewards import Verifier
+from thinking_seeds.data.sources import Message, Prompt, build_chain_sum_splits, load_dataset
 from thinking_seeds.data.verdicts import STATUSES, Verdict, count_statuses, last_boxed
 
 # sympy evaluates nested factorials of 9 for ever, in Python code an alarm can interrupt

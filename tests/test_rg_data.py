@@ -6,9 +6,9 @@ from collections import Counter
 import pytest
 
 from thinking_seeds.config import ConfigError, load_config
-from thinking_seeds.data.sources import load_dataset
 from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.data.rg_data import INSTRUCTION, build_reasoning_gym_splits
+from thinking_seeds.data.sources import load_dataset
 
 TASKS = "data.tasks=[{name: countdown, weight: 3, config: {min_numbers: 3, max_numbers: 3}}, {name: basic_arithmetic, weight: 1}]"
 
@@ -42,6 +42,8 @@ def test_bad_mixtures_are_refused_with_the_key():
     with pytest.raises(ConfigError, match="set reward=reasoning_gym"):
         load_config("tiny", ["data.source=reasoning_gym", TASKS])
     with pytest.raises(ConfigError, match="weight"):
-        load_config("tiny", ["data.source=reasoning_gym", "reward=reasoning_gym", "data.tasks=[{name: countdown, weight: 0}]"])
+        load_config(
+            "tiny", ["data.source=reasoning_gym", "reward=reasoning_gym", "data.tasks=[{name: countdown, weight: 0}]"]
+        )
     with pytest.raises(ConfigError, match="only for|is for data.source=reasoning_gym"):
         load_config("tiny", [TASKS])

@@ -1,7 +1,7 @@
 """HF engine and scorer: sampled log-probs match a fresh forward pass; padding, EOS, seeds, swaps."""
 
-import torch
 import pytest
+import torch
 
 from thinking_seeds.engine.models import char_tokenizer, tiny_llama
 from thinking_seeds.engine.rollout import HFEngine, SamplingParams
@@ -60,10 +60,15 @@ def test_top_p_small_is_greedy(tiny):
 
 def test_weight_swap_changes_and_restores_outputs(tiny, tmp_path):
     model, tok = tiny
-    other = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=32, layers=2, heads=2, intermediate=64, seed=99)
+    other = tiny_llama(
+        len(tok), tok.pad_token_id, tok.eos_token_id, hidden=32, layers=2, heads=2, intermediate=64, seed=99
+    )
     model.save_pretrained(tmp_path / "a")
     other.save_pretrained(tmp_path / "b")
-    eng = HFEngine(tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=32, layers=2, heads=2, intermediate=64, seed=5), tok)
+    eng = HFEngine(
+        tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=32, layers=2, heads=2, intermediate=64, seed=5),
+        tok,
+    )
     p = SamplingParams(max_new_tokens=10, seed=1)
     eng.load_weights(tmp_path / "a")
     first = eng.generate(contexts(tok), p)
@@ -84,7 +89,9 @@ def test_continuation_from_prefix_conditions_on_it(tiny):
     gens = eng.generate([ctx + prefix], SamplingParams(max_new_tokens=8, seed=0))
     with torch.no_grad():
         sc = score_responses(model, [ctx], [prefix + gens[0].token_ids], pad_id=tok.pad_token_id)
-    assert torch.allclose(sc.logprobs[0, len(prefix):len(prefix) + len(gens[0].token_ids)], torch.tensor(gens[0].logprobs), atol=1e-5)
+    assert torch.allclose(
+        sc.logprobs[0, len(prefix) : len(prefix) + len(gens[0].token_ids)], torch.tensor(gens[0].logprobs), atol=1e-5
+    )
 
 
 def test_per_row_caps(tiny):

@@ -10,9 +10,18 @@ from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
 
-BASE = ["iterations=1", "rollout.prompts_per_iteration=6", "rollout.group_size=8", "rollout.seeds_per_group=4",
-        "data.train_size=60", "data.val_size=8", "data.test_size=8", "eval.prompts=4", "eval.samples=2",
-        "eval.seeded=false"]
+BASE = [
+    "iterations=1",
+    "rollout.prompts_per_iteration=6",
+    "rollout.group_size=8",
+    "rollout.seeds_per_group=4",
+    "data.train_size=60",
+    "data.val_size=8",
+    "data.test_size=8",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "eval.seeded=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +45,10 @@ def test_two_continuations_per_seed_and_same_seed_baseline(credit_run):
     assert all(len(g) == 2 for g in by_seed.values()) and len(by_seed) == 12
     for g in by_seed.values():
         # both continue one prefix, and each is judged only against the other
-        assert g[0]["prefix_len"] == g[1]["prefix_len"] and g[0]["token_ids"][:g[0]["prefix_len"]] == \
-            g[1]["token_ids"][:g[1]["prefix_len"]]
+        assert (
+            g[0]["prefix_len"] == g[1]["prefix_len"]
+            and g[0]["token_ids"][: g[0]["prefix_len"]] == g[1]["token_ids"][: g[1]["prefix_len"]]
+        )
         assert g[0]["advantage"] + g[1]["advantage"] == pytest.approx(0.0, abs=1e-5)
         if g[0]["reward"] == g[1]["reward"]:
             assert g[0]["advantage"] == 0.0

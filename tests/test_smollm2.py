@@ -10,9 +10,9 @@ import importlib.util
 import pytest
 import torch
 
+from thinking_seeds.engine.models import ModelError, char_tokenizer, tiny_llama
 from thinking_seeds.train import smollm2
 from thinking_seeds.train.warmup import encode_corpus
-from thinking_seeds.engine.models import ModelError, char_tokenizer, tiny_llama
 
 torch.set_num_threads(1)
 
@@ -26,13 +26,16 @@ def test_missing_package_names_the_install_command(monkeypatch):
 def test_sft_batches_keep_lengths_when_pad_is_eos():
     tok = char_tokenizer("0123456789+-=ab.,{}\\ boxedCmputAnswri")
     tok.pad_token = tok.eos_token  # SmolLM2: pad == EOS == the end of every chat turn
-    pairs = [("Compute 1+2. Answer in \\boxed{}.", "a 1+2=3. \\boxed{3}"), ("Compute 3. Answer in \\boxed{}.", "a 3. \\boxed{3}")]
+    pairs = [
+        ("Compute 1+2. Answer in \\boxed{}.", "a 1+2=3. \\boxed{3}"),
+        ("Compute 3. Answer in \\boxed{}.", "a 3. \\boxed{3}"),
+    ]
     ids, labels, lengths = encode_corpus(tok, pairs)
     for i, (q, a) in enumerate(pairs):
         n = int(lengths[i])
         answer = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        assert ids[i, n - len(answer): n].tolist() == answer
-        assert labels[i, n - len(answer): n].tolist() == answer  # the answer and its EOS are learned
+        assert ids[i, n - len(answer) : n].tolist() == answer
+        assert labels[i, n - len(answer) : n].tolist() == answer  # the answer and its EOS are learned
         assert (labels[i, : n - len(answer)] == -100).all() and (labels[i, n:] == -100).all()
     model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=32, layers=1, heads=2, intermediate=32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -165,8 +165,11 @@ def test_entropy_accuracy(con):
                 assert r[f"entropy_{p}"] is None
         if k in EVAL:
             assert r["accuracy"] == EVAL[k]["eval/accuracy"]
-            assert list(r["pass_at_k"].items()) == [(1, EVAL[k]["eval/pass@1"]), (2, EVAL[k]["eval/pass@2"]),
-                                                   (16, EVAL[k]["eval/pass@16"])]  # ordered by k, not text
+            assert list(r["pass_at_k"].items()) == [
+                (1, EVAL[k]["eval/pass@1"]),
+                (2, EVAL[k]["eval/pass@2"]),
+                (16, EVAL[k]["eval/pass@16"]),
+            ]  # ordered by k, not text
         else:
             assert r["accuracy"] is None and r["pass_at_k"] is None
 
@@ -174,7 +177,7 @@ def test_entropy_accuracy(con):
 def test_clip_fraction(con):
     res = run_named(con, "clip_fraction")
     assert len(res) == ITERATIONS * len(POPS)
-    assert [r["population"] for r in res.to_dicts()][:: ITERATIONS] == list(POPS)
+    assert [r["population"] for r in res.to_dicts()][::ITERATIONS] == list(POPS)
     for r in res.to_dicts():
         assert r["clipfrac"] == pytest.approx(clipfrac(r["iteration"], r["population"]))
         assert r["clipfrac_adv"] == pytest.approx(clipfrac(r["iteration"], r["population"]) / 2)
@@ -232,8 +235,13 @@ def test_engine_refuses_file_access_even_without_the_check(runs):
     target = runs / "syn" / "rollouts" / "iteration=1" / "rollouts.parquet"
     before = snapshot_files(runs)
     c = connect("syn", runs)
-    for sql in (f"COPY (SELECT 1) TO '{target}'", f"ATTACH '{runs}/x.db'", f"EXPORT DATABASE '{runs}/exp'",
-                "SELECT * FROM read_text('/etc/hostname')", f"SELECT * FROM read_parquet('{target}')"):
+    for sql in (
+        f"COPY (SELECT 1) TO '{target}'",
+        f"ATTACH '{runs}/x.db'",
+        f"EXPORT DATABASE '{runs}/exp'",
+        "SELECT * FROM read_text('/etc/hostname')",
+        f"SELECT * FROM read_parquet('{target}')",
+    ):
         with pytest.raises(duckdb.Error, match="(?i)disabled|permission"):
             c.execute(sql)
     with pytest.raises(duckdb.Error, match="(?i)locked"):
@@ -251,8 +259,11 @@ def test_read_only_statements_are_allowed(con):
     assert query(con, "FROM metrics SELECT count(*) WHERE stage = 'evaluate'").rows == [(10,)]
     assert len(query(con, "SUMMARIZE SELECT value FROM metrics")) == 1
     assert len(query(con, "EXPLAIN SELECT * FROM rollouts")) >= 1
-    piv = query(con, "PIVOT (SELECT iteration, name, value FROM metrics WHERE name = 'eval/accuracy') "
-                     "ON name USING first(value) ORDER BY iteration")
+    piv = query(
+        con,
+        "PIVOT (SELECT iteration, name, value FROM metrics WHERE name = 'eval/accuracy') "
+        "ON name USING first(value) ORDER BY iteration",
+    )
     assert piv.rows == [(0, 0.2), (3, 0.35)]
     with pytest.raises(QueryError, match="cannot parse"):
         query(con, "SELEC 1")

@@ -106,9 +106,24 @@ def test_two_gloo_processes_log_the_statistics_of_the_union(tmp_path, subprocess
     sequences; the logged mean, max, min and sum are those of the whole batch in one process."""
     out = tmp_path / "metrics.json"
     driver = Path(__file__).resolve().parent / "stats_driver.py"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--multi_gpu", "--main_process_port", str(_free_port()),
-           str(driver), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--multi_gpu",
+        "--main_process_port",
+        str(_free_port()),
+        str(driver),
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     whole = batch()

@@ -14,9 +14,18 @@ from thinking_seeds.store.sql import connect, query
 
 pytestmark = pytest.mark.slow  # three trackers' start-up (~40 s on a loaded machine): CI's slow step
 
-SMALL = ["iterations=2", "rollout.prompts_per_iteration=4", "data.train_size=40", "data.val_size=8", "data.test_size=8",
-         "eval.prompts=4", "eval.samples=2", "eval.every=1", "eval.seeded=false",
-         "logger=[console, tensorboard, mlflow, wandb]"]
+SMALL = [
+    "iterations=2",
+    "rollout.prompts_per_iteration=4",
+    "data.train_size=40",
+    "data.val_size=8",
+    "data.test_size=8",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "eval.every=1",
+    "eval.seeded=false",
+    "logger=[console, tensorboard, mlflow, wandb]",
+]
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +81,10 @@ def _wandb_records(path):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
             pos += 32768 - pos % 32768
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if length == 0 and kind == 0:
             break
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         buf = chunk if kind in (1, 2) else buf + chunk  # FULL/FIRST start a record, MIDDLE/LAST continue it
         if kind in (1, 4):
             rec = pb.Record()

@@ -29,8 +29,10 @@ RUN_ID = "flow_test"
 
 
 def _mtimes(run: RunDir) -> dict[str, int]:
-    return {str(p.relative_to(run.root)): p.stat().st_mtime_ns
-            for p in sorted((run.root / "manifests").glob("iteration=*/*.json"))}
+    return {
+        str(p.relative_to(run.root)): p.stat().st_mtime_ns
+        for p in sorted((run.root / "manifests").glob("iteration=*/*.json"))
+    }
 
 
 def _task_states(flow_state) -> dict[str, dict]:
@@ -137,8 +139,9 @@ def test_changed_output_invalidates_downstream(in_runs):
     # vouches for the new file), e.g. a plain-loop rerun with other code.
     t = read_table(run.rollouts(1), ROLLOUT_SCHEMA)
     adv = pa.array([0.5 * (-1) ** i for i in range(t.num_rows)], t.schema.field("advantage").type)
-    write_table_atomic(t.set_column(t.schema.get_field_index("advantage"), "advantage", adv), run.rollouts(1),
-                       schema=ROLLOUT_SCHEMA)
+    write_table_atomic(
+        t.set_column(t.schema.get_field_index("advantage"), "advantage", adv), run.rollouts(1), schema=ROLLOUT_SCHEMA
+    )
     m = run.read_manifest(1, "verify")
     m.hashes["rollouts"] = run.file_hash(run.rollouts(1))
     run.write_manifest(m)

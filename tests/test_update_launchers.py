@@ -23,10 +23,10 @@ from safetensors.torch import load_file
 
 from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.loop import run_prepare, run_stage
+from thinking_seeds.pipeline.stages import Session, accelerate_command, update
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
-from thinking_seeds.pipeline.stages import Session, accelerate_command, update
 
 # Two mini-batches of 4-sequence micro-batches: several optimizer steps and gradient accumulation.
 UPDATE = ["update.micro_batch_size=4", "update.mini_batches=2", "update.lr=1e-3", "loss.entropy_coeff=0.01"]
@@ -71,7 +71,7 @@ def test_accelerate_command_uses_gloo_ddp_on_cpu(verified_run, tmp_path):
     c.update.launcher, c.update.num_processes = "accelerate", 2
     cmd = accelerate_command(run, c, 0, tmp_path / "m.json", None)
     assert cmd[cmd.index("--num_processes") + 1] == "2" and "--multi_gpu" in cmd  # `--cpu` alone runs one
-    assert "--cpu" in cmd[cmd.index("thinking_seeds.train.trainer"):]  # the trainer's flag: Accelerator(cpu=True)
+    assert "--cpu" in cmd[cmd.index("thinking_seeds.train.trainer") :]  # the trainer's flag: Accelerator(cpu=True)
 
 
 def test_one_and_two_processes_match_in_process(verified_run, tmp_path):
@@ -113,10 +113,18 @@ def test_kill_9_of_the_run_stops_its_accelerate_update(tmp_path, tiny_overrides,
     """The launcher dies with its parent (PR_SET_PDEATHSIG): no orphan update races a resumed run."""
     driver = Path(__file__).resolve().parent / "resume_driver.py"
     env = dict(subprocess_env, TS_RUNS_DIR=str(tmp_path / "runs"))
-    sets = [f"--set={o}" for o in tiny_overrides + ["iterations=1", "update.launcher=accelerate", "update.num_processes=2",
-                                                         "update.epochs=1000"]]  # minutes, unless killed
-    proc = subprocess.Popen([sys.executable, str(driver), "loop", "orphan", *sets], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sets = [
+        f"--set={o}"
+        for o in tiny_overrides
+        + ["iterations=1", "update.launcher=accelerate", "update.num_processes=2", "update.epochs=1000"]
+    ]  # minutes, unless killed
+    proc = subprocess.Popen(
+        [sys.executable, str(driver), "loop", "orphan", *sets],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     marker = str(tmp_path / "runs" / "orphan" / "policy")  # in the trainer's command line
     try:
         deadline = time.monotonic() + 300

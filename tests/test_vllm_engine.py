@@ -24,8 +24,8 @@ vllm = pytest.importorskip("vllm")
 
 torch.set_num_threads(1)
 
-from thinking_seeds.data.chain_sum import CHARSET  # noqa: E402
 from thinking_seeds.config import load_config  # noqa: E402
+from thinking_seeds.data.chain_sum import CHARSET  # noqa: E402
 from thinking_seeds.engine.models import char_tokenizer, load_model, tiny_llama  # noqa: E402
 from thinking_seeds.engine.rollout import SamplingParams  # noqa: E402
 from thinking_seeds.engine.scoring import score_responses  # noqa: E402
@@ -36,8 +36,9 @@ TOL = 1e-4  # float32 on both sides
 
 def _save_tiny(path, seed):
     tok = char_tokenizer(CHARSET)
-    model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=64, layers=2, heads=2,
-                       intermediate=96, seed=seed)
+    model = tiny_llama(
+        len(tok), tok.pad_token_id, tok.eos_token_id, hidden=64, layers=2, heads=2, intermediate=96, seed=seed
+    )
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -62,14 +63,24 @@ def engine(ckpts):
 
 
 def _contexts(tok):
-    qs = ["Compute 1+2. Answer in \\boxed{}.", "Compute 38-57+10. Answer in \\boxed{}.", "Compute 7-0. Answer in \\boxed{}."]
+    qs = [
+        "Compute 1+2. Answer in \\boxed{}.",
+        "Compute 38-57+10. Answer in \\boxed{}.",
+        "Compute 7-0. Answer in \\boxed{}.",
+    ]
     return [tok(q + "\n", add_special_tokens=False)["input_ids"] for q in qs]
 
 
 def _max_diff(model, tok, contexts, gens, temperature):
     with torch.no_grad():
-        sc = score_responses(model, contexts, [g.token_ids for g in gens], pad_id=tok.pad_token_id,
-                             temperature=temperature, with_entropy=False)
+        sc = score_responses(
+            model,
+            contexts,
+            [g.token_ids for g in gens],
+            pad_id=tok.pad_token_id,
+            temperature=temperature,
+            with_entropy=False,
+        )
     worst = 0.0
     for i, g in enumerate(gens):
         assert len(g.token_ids) == len(g.logprobs)
@@ -129,8 +140,14 @@ def test_continuation_from_a_prefix(engine, hf, ckpts):
     # The prefix is context, not part of the returned continuation: scoring prompt+prefix+continuation
     # as (prompt, prefix+continuation) gives the same continuation log-probs.
     with torch.no_grad():
-        sc = score_responses(model, drafts_ctx, [p + g.token_ids for p, g in zip(prefixes, gens)],
-                             pad_id=tok.pad_token_id, temperature=1.0, with_entropy=False)
+        sc = score_responses(
+            model,
+            drafts_ctx,
+            [p + g.token_ids for p, g in zip(prefixes, gens)],
+            pad_id=tok.pad_token_id,
+            temperature=1.0,
+            with_entropy=False,
+        )
     for i, (p, g) in enumerate(zip(prefixes, gens)):
         got = sc.logprobs[i, len(p) : len(p) + len(g.token_ids)]
         assert torch.allclose(got, torch.tensor(g.logprobs), atol=TOL)
@@ -184,12 +201,27 @@ def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
 
     engine.close()  # one engine at a time in this process (each holds its own KV cache)
     base = _save_tiny(tmp_path / "base", 3)
-    cfg = load_config("tiny", [
-        "algorithm=thinking_seeds", f"model.path={base}", "rollout.engine=vllm", "iterations=2",
-        "rollout.prompts_per_iteration=4", "rollout.group_size=4", "rollout.seeds_per_group=2",
-        "rollout.max_new_tokens=24", "data.train_size=40", "data.val_size=8", "data.test_size=8",
-        "eval.prompts=4", "eval.samples=2", "eval.every=2", "pool.snapshot_every=1", "update.lr=1e-3",
-    ])
+    cfg = load_config(
+        "tiny",
+        [
+            "algorithm=thinking_seeds",
+            f"model.path={base}",
+            "rollout.engine=vllm",
+            "iterations=2",
+            "rollout.prompts_per_iteration=4",
+            "rollout.group_size=4",
+            "rollout.seeds_per_group=2",
+            "rollout.max_new_tokens=24",
+            "data.train_size=40",
+            "data.val_size=8",
+            "data.test_size=8",
+            "eval.prompts=4",
+            "eval.samples=2",
+            "eval.every=2",
+            "pool.snapshot_every=1",
+            "update.lr=1e-3",
+        ],
+    )
     run = train(RunDir.for_run("vllm-ts", tmp_path / "runs"), cfg)
     for k in range(2):
         for stage in ("seeds", "continuation", "verify", "update"):
@@ -201,12 +233,13 @@ def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
     assert {r["kind"] for r in rows} == {"on_policy", "seeded"}
     pol, tok = load_model(run.policy(k))
     ctx = [r["prompt_token_ids"] + r["token_ids"][: r["prefix_len"]] for r in rows]
-    cont = [r["token_ids"][r["prefix_len"]:] for r in rows]
+    cont = [r["token_ids"][r["prefix_len"] :] for r in rows]
     with torch.no_grad():
-        sc = score_responses(pol, ctx, cont, pad_id=tok.pad_token_id, temperature=cfg.rollout.temperature,
-                             with_entropy=False)
+        sc = score_responses(
+            pol, ctx, cont, pad_id=tok.pad_token_id, temperature=cfg.rollout.temperature, with_entropy=False
+        )
     for i, r in enumerate(rows):
-        old = torch.tensor(r["old_logprobs"][r["prefix_len"]:])
+        old = torch.tensor(r["old_logprobs"][r["prefix_len"] :])
         if len(old):
             assert torch.allclose(sc.logprobs[i, : len(old)], old, atol=TOL)
     seeded = [r for r in rows if r["kind"] == "seeded" and r["prefix_len"] > 0]
@@ -215,6 +248,12 @@ def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
         r = seeded[0]
         n = r["prefix_len"]
         with torch.no_grad():
-            sh = score_responses(h, [r["prompt_token_ids"]], [r["token_ids"][:n]], pad_id=tok.pad_token_id,
-                                 temperature=cfg.rollout.temperature, with_entropy=False)
+            sh = score_responses(
+                h,
+                [r["prompt_token_ids"]],
+                [r["token_ids"][:n]],
+                pad_id=tok.pad_token_id,
+                temperature=cfg.rollout.temperature,
+                with_entropy=False,
+            )
         assert torch.allclose(sh.logprobs[0, :n], torch.tensor(r["behaviour_logprobs"][:n]), atol=TOL)

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     out = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    assert out.returncode == 0, f"{' '.join(map(str, cmd))} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, (
+        f"{' '.join(map(str, cmd))} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    )
     return out
 
 
@@ -39,9 +41,30 @@ def test_wheel_outside_the_checkout_trains_the_tiny_preset(tmp_path):
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(OMP_NUM_THREADS="1", TS_RUNS_DIR=str(work / "runs"))
-    where = run([str(py), "-c", "import thinking_seeds, thinking_seeds.assets as a; print(thinking_seeds.__file__); print(a.PRESETS_DIR)"],
-                cwd=work, env=env).stdout.split()
+    where = run(
+        [
+            str(py),
+            "-c",
+            "import thinking_seeds, thinking_seeds.assets as a; print(thinking_seeds.__file__); print(a.PRESETS_DIR)",
+        ],
+        cwd=work,
+        env=env,
+    ).stdout.split()
     assert all(str(venv) in w for w in where), f"imported from outside the wheel: {where}"
-    run([str(venv / "bin" / "ts"), "train", "--preset", "tiny", "--run-id", "wheel",
-         "--set", "iterations=1", "--set", "eval.every=1"], cwd=work, env=env)
+    run(
+        [
+            str(venv / "bin" / "ts"),
+            "train",
+            "--preset",
+            "tiny",
+            "--run-id",
+            "wheel",
+            "--set",
+            "iterations=1",
+            "--set",
+            "eval.every=1",
+        ],
+        cwd=work,
+        env=env,
+    )
     assert (work / "runs" / "wheel" / "metrics").is_dir()

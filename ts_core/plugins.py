@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["EXTRAS", "LOGGERS", "check_loggers", "check_task_names", "known_task_names", "load_reward_fn"]
 
@@ -57,7 +58,11 @@ def check_task_names(names: Sequence[str]) -> None:
     for name in names:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=4, cutoff=0.5)
-            hint = f"did you mean {', '.join(close)}?" if close else f"{len(known)} are known (reasoning_gym.factory.DATASETS)"
+            hint = (
+                f"did you mean {', '.join(close)}?"
+                if close
+                else f"{len(known)} are known (reasoning_gym.factory.DATASETS)"
+            )
             raise ValueError(f"data.tasks: unknown reasoning-gym data set {name!r}; {hint}")
 
 

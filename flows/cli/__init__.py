@@ -43,8 +43,11 @@ app = typer.Typer(
 
 @app.callback()
 def _main(
-    runs_dir: Optional[Path] = typer.Option(
-        None, "--runs-dir", envvar="TS_RUNS_DIR", help="Folder holding the run directories (default ./runs).",
+    runs_dir: Path | None = typer.Option(
+        None,
+        "--runs-dir",
+        envvar="TS_RUNS_DIR",
+        help="Folder holding the run directories (default ./runs).",
         show_default=False,
     ),
 ) -> None:

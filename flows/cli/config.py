@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import types
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 import typer
 
@@ -36,7 +36,7 @@ def config_show(
 
 @config_app.command("keys")
 def config_keys(
-    filter_: Optional[str] = typer.Argument(None, metavar="[FILTER]", help="Only keys containing this text."),
+    filter_: str | None = typer.Argument(None, metavar="[FILTER]", help="Only keys containing this text."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Every configuration key (usable with --set) with its type, default, allowed values and help."""
@@ -58,7 +58,9 @@ def config_key_rows() -> list[tuple[str, str, str, str, str]]:
             if isinstance(ann, type) and issubclass(ann, BaseModel):
                 walk(ann, f"{prefix}{name}.")
                 continue
-            rows.append((prefix + name, _type_name(ann), _default_text(field.default), _allowed(field), field.description or ""))
+            rows.append(
+                (prefix + name, _type_name(ann), _default_text(field.default), _allowed(field), field.description or "")
+            )
 
     walk(RunConfig, "")
     return rows

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -34,8 +35,11 @@ def _loaded_class(module: str, name: str) -> type | None:
 def is_user_error(e: BaseException) -> bool:
     if isinstance(e, ValueError):  # ConfigError, DataError, CheckpointError, ModelError, QueryError, ValidationError
         return True
-    for module, name in (("thinking_seeds.store.run_dir", "RunLockedError"), ("duckdb", "Error"),
-                         ("thinking_seeds.experiments.compare", "CompareError")):
+    for module, name in (
+        ("thinking_seeds.store.run_dir", "RunLockedError"),
+        ("duckdb", "Error"),
+        ("thinking_seeds.experiments.compare", "CompareError"),
+    ):
         cls = _loaded_class(module, name)
         if cls is not None and isinstance(e, cls):
             return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -30,7 +30,7 @@ def existing_run(run_id: str) -> Any:
 
 def eval_(
     run_id: str = typer.Argument(..., help="Run to evaluate."),
-    step: Optional[int] = typer.Option(None, "--step", help="Policy step θ_step (default: the latest)."),
+    step: int | None = typer.Option(None, "--step", help="Policy step θ_step (default: the latest)."),
     split: Split = typer.Option(Split.validation, "--split", help="Held-out split."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
@@ -43,18 +43,22 @@ def eval_(
 
     res = evaluate_flow(run_id=run_id, step=step, split=split.value)
     rows = sorted((k, v) for k, v in (res or {}).items())
-    emit(["metric", "value"], rows, fmt, title=f"{run_id}: {split.value}" + (f" step {step}" if step is not None else ""))
+    emit(
+        ["metric", "value"], rows, fmt, title=f"{run_id}: {split.value}" + (f" step {step}" if step is not None else "")
+    )
 
 
-def _check_eval_target(run_id: str, step: Optional[int]) -> None:
+def _check_eval_target(run_id: str, step: int | None) -> None:
     """Refuse a run that does not exist or a policy step it does not have, listing the steps it has."""
     from thinking_seeds.store.parquet_io import DataError
 
     run = existing_run(run_id)
     steps = sorted(int(p.name[5:]) for p in run.policy_root.glob("step_*") if p.name[5:].isdigit())
     if step is not None and step not in steps:
-        raise DataError(f"run {run_id!r} has no policy step {step} (it has {ranges(steps) or 'none'}); "
-                        f"pass --step with one of them, or leave --step out for the latest")
+        raise DataError(
+            f"run {run_id!r} has no policy step {step} (it has {ranges(steps) or 'none'}); "
+            f"pass --step with one of them, or leave --step out for the latest"
+        )
 
 
 def ranges(steps: list[int]) -> str:
@@ -71,7 +75,7 @@ def ranges(steps: list[int]) -> str:
 def export(
     run_id: str = typer.Argument(..., help="Run to export from."),
     out: Path = typer.Option(..., "--out", "-o", help="New folder for the Hugging Face model directory."),
-    step: Optional[int] = typer.Option(None, "--step", help="Policy step θ_step (default: the latest)."),
+    step: int | None = typer.Option(None, "--step", help="Policy step θ_step (default: the latest)."),
 ) -> None:
     """Write a policy step as a clean Hugging Face model directory (weights, config, tokenizer, model card)."""
     run = existing_run(run_id)

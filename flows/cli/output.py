@@ -91,8 +91,9 @@ def _csv_cell(v: Any) -> Any:
     return v
 
 
-def emit(columns: list[str], rows: list[tuple], fmt: OutputFormat, title: str | None = None,
-         numeric: set[str] | None = None) -> None:
+def emit(
+    columns: list[str], rows: list[tuple], fmt: OutputFormat, title: str | None = None, numeric: set[str] | None = None
+) -> None:
     """Print rows as a rich table (at most MAX_TABLE_ROWS, then a row count), CSV or JSON."""
     if fmt is OutputFormat.json:
         typer.echo(json.dumps([{c: _jsonable(v) for c, v in zip(columns, r)} for r in rows], indent=2))
@@ -110,8 +111,11 @@ def emit(columns: list[str], rows: list[tuple], fmt: OutputFormat, title: str | 
     from rich.table import Table
 
     if numeric is None:  # right-align columns whose values are all numbers
-        numeric = {c for i, c in enumerate(columns)
-                   if rows and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows)}
+        numeric = {
+            c
+            for i, c in enumerate(columns)
+            if rows and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows)
+        }
     table = Table(title=title, header_style="bold cyan", show_lines=False)
     for c in columns:
         table.add_column(c, justify="right" if c in numeric else "left", overflow="fold")

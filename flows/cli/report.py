@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from thinking_seeds.flows.cli.output import OutputFormat, cell, console, emit, warn
@@ -49,18 +47,27 @@ def runs(fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", 
         done = f"{r['iterations_done']}/{r['iterations']}" if r["iterations"] is not None else str(r["iterations_done"])
         acc = "—" if r["last_accuracy"] is None else f"{cell(r['last_accuracy'])} (step {r['last_eval_step']})"
         rows.append((r["run_id"], r["algorithm"], done, acc, r["created_at"]))
-    emit(["run id", "algorithm", "iterations done", "last eval accuracy", "created"], rows, fmt,
-         title=f"runs in {runs_root()}", numeric={"iterations done", "last eval accuracy"})
+    emit(
+        ["run id", "algorithm", "iterations done", "last eval accuracy", "created"],
+        rows,
+        fmt,
+        title=f"runs in {runs_root()}",
+        numeric={"iterations done", "last eval accuracy"},
+    )
 
 
 def sql(
-    text: Optional[str] = typer.Argument(None, metavar="QUERY", help="Read-only SQL over the views prefixes, rollouts, metrics, checkpoints, configs."),
-    name: Optional[str] = typer.Option(None, "--query", "-q", help="Run a named query (see --list)."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", "-r", help="Only this run (default: every run)."),
+    text: str | None = typer.Argument(
+        None, metavar="QUERY", help="Read-only SQL over the views prefixes, rollouts, metrics, checkpoints, configs."
+    ),
+    name: str | None = typer.Option(None, "--query", "-q", help="Run a named query (see --list)."),
+    run_id: str | None = typer.Option(None, "--run-id", "-r", help="Only this run (default: every run)."),
     list_: bool = typer.Option(False, "--list", "-l", help="List the named queries and the views' columns."),
     show: bool = typer.Option(False, "--show", help="With --query: print the named query's SQL instead of running it."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format."),
-    timeout: float = typer.Option(60.0, "--timeout", min=0.0, help="Stop the query after this many seconds (0: no limit)."),
+    timeout: float = typer.Option(
+        60.0, "--timeout", min=0.0, help="Stop the query after this many seconds (0: no limit)."
+    ),
 ) -> None:
     """Query run data with DuckDB (read-only: only plain queries run; Ctrl-C or --timeout stops one)."""
     from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, query, run_named

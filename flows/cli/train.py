@@ -14,7 +14,9 @@ PRESET_HELP = "Preset name (data/presets/NAME.yaml) or a YAML path."
 
 def train(
     preset: str = typer.Option("tiny", "--preset", "-p", help=PRESET_HELP),
-    run_id: str = typer.Option(..., "--run-id", "-r", help="Run directory name under the runs folder; reusing one resumes it."),
+    run_id: str = typer.Option(
+        ..., "--run-id", "-r", help="Run directory name under the runs folder; reusing one resumes it."
+    ),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: section.key=value (repeatable)."),
     no_prefect: bool = typer.Option(False, "--no-prefect", help="Run the plain loop in this process (no Prefect)."),
 ) -> None:
@@ -42,7 +44,8 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
     """The plain loop in this process, with a progress bar over every stage of every iteration."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from thinking_seeds.pipeline.loop import summary, train as train_loop
+    from thinking_seeds.pipeline.loop import summary
+    from thinking_seeds.pipeline.loop import train as train_loop
     from thinking_seeds.pipeline.stages import STAGES
 
     total = 1 + cfg.iterations * len(STAGES)
@@ -51,8 +54,14 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
     def label(k: int, stage: str) -> str:
         return f"iteration {k}/{cfg.iterations - 1} · {stage}" if k >= 0 else "evaluate θ_0"
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=con, transient=False) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=con,
+        transient=False,
+    ) as progress:
         task = progress.add_task("prepare · " + label(-1, "evaluate"), total=total)
 
         def on_stage(k: int, stage: str, m: Any) -> None:
@@ -61,7 +70,9 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
             if stage == "evaluate" and "eval/accuracy" in m.metrics:
                 progress.console.print(f"step {k + 1}: eval/accuracy {m.metrics['eval/accuracy']:.4f}")
             if stage == "evaluate" and k >= 0:
-                progress.console.print(f"iteration {k}: " + (summary({n: v for n, v in seen.items() if n != "eval/accuracy"}) or "done"))
+                progress.console.print(
+                    f"iteration {k}: " + (summary({n: v for n, v in seen.items() if n != "eval/accuracy"}) or "done")
+                )
             i = STAGES.index(stage) if k >= 0 else len(STAGES) - 1
             nk, ns = (k, STAGES[i + 1]) if i + 1 < len(STAGES) else (k + 1, STAGES[0])
             progress.update(task, description=label(nk, ns) if nk < cfg.iterations else "done")

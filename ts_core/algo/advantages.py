@@ -25,7 +25,8 @@ Outcome rewards only (one scalar per sample); broadcasting over response tokens 
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -80,9 +81,7 @@ def get_adv_estimator(name: str) -> AdvantageEstimator:
         ) from None
 
 
-def _check_inputs(
-    rewards: torch.Tensor, group_index: torch.Tensor, baseline_mask: torch.Tensor | None
-) -> torch.Tensor:
+def _check_inputs(rewards: torch.Tensor, group_index: torch.Tensor, baseline_mask: torch.Tensor | None) -> torch.Tensor:
     """Validate shapes/dtypes and return a concrete (N,) bool baseline mask."""
     if rewards.dim() != 1 or not rewards.is_floating_point():
         raise ValueError(

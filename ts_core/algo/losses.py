@@ -19,8 +19,9 @@ Shapes: B sequences, T response positions (right-padded). All per-token tensors 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 
@@ -186,7 +187,9 @@ def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, s: LossSettings) -> to
         norm = s.seq_norm_len if s.seq_norm_len is not None else float(loss_mat.shape[-1])
         seq_loss = (loss_mat * m).sum(-1) / norm
     else:
-        raise KeyError(f"unknown loss_agg_mode {mode!r}; known: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm")
+        raise KeyError(
+            f"unknown loss_agg_mode {mode!r}; known: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm"
+        )
     denom = s.global_seqs if s.global_seqs is not None else has_tokens.sum().clamp(min=1.0)
     return (seq_loss * has_tokens).sum() / denom
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 BOUNDARY_CHARS = ("\n", ",", ";")
 

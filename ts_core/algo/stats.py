@@ -107,7 +107,7 @@ class Stats:
             old_c = self.counts.get(name)
             self.counts[name] = c if old_c is None else old_c + c
 
-    def merge(self, other: "Stats") -> "Stats":
+    def merge(self, other: Stats) -> Stats:
         """Fold another Stats (e.g. one micro-batch's) into this one; returns self."""
         for name, total in other.totals.items():
             self.add(name, total, other.counts.get(name))

@@ -143,8 +143,15 @@ _WRONG_TYPE = {
 
 def _yaml_type(value: Any) -> str:
     """The kind of value the user wrote, as YAML read it (a quoted "3" is text, `true` a bool)."""
-    return {bool: "a bool", int: "a whole number", float: "a number", str: "text", list: "a list",
-            dict: "a mapping", type(None): "null"}.get(type(value), f"a {type(value).__name__}")
+    return {
+        bool: "a bool",
+        int: "a whole number",
+        float: "a number",
+        str: "text",
+        list: "a list",
+        dict: "a mapping",
+        type(None): "null",
+    }.get(type(value), f"a {type(value).__name__}")
 
 
 def _section_for(loc: tuple) -> type[BaseModel] | None:

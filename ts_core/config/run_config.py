@@ -34,20 +34,26 @@ DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _HASH_ALWAYS_OUT = (("device",),)
 _HASH_OUT_AT_DEFAULT = {("update", "mixed_precision"): "no"}
 
+
 class RunConfig(_Section):
-    algorithm: AlgorithmName = Field(
-        "thinking_seeds", description="Method preset (SPEC §4)."
-    )
+    algorithm: AlgorithmName = Field("thinking_seeds", description="Method preset (SPEC §4).")
     iterations: int = Field(10, ge=1, description="Training iterations.")
     seed: int = Field(0, description="Seed for sampling and data order.")
     device: str = Field(
-        "auto", description="Where the engine and the trainer run: auto (the first CUDA GPU when torch sees one, else "
-        "the CPU), cpu, cuda or cuda:N. Checkpoints are always written from CPU copies, so a run resumes on any device.")
-    reward: RewardConfig = Field(default_factory=RewardConfig, description="How responses are scored (a backend "
-                                 "name alone, e.g. reward=reasoning_gym, is short for {backend: reasoning_gym}).")
+        "auto",
+        description="Where the engine and the trainer run: auto (the first CUDA GPU when torch sees one, else "
+        "the CPU), cpu, cuda or cuda:N. Checkpoints are always written from CPU copies, so a run resumes on any device.",
+    )
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig,
+        description="How responses are scored (a backend "
+        "name alone, e.g. reward=reasoning_gym, is short for {backend: reasoning_gym}).",
+    )
     logger: list[Literal["console", "tensorboard", "mlflow", "wandb"]] = Field(
-        default_factory=lambda: ["console"], description="Experiment trackers (verl's trainer.logger): every metric and "
-        "the config; mlflow to <run>/mlruns and wandb offline unless MLFLOW_TRACKING_URI / WANDB_MODE say otherwise.")
+        default_factory=lambda: ["console"],
+        description="Experiment trackers (verl's trainer.logger): every metric and "
+        "the config; mlflow to <run>/mlruns and wandb offline unless MLFLOW_TRACKING_URI / WANDB_MODE say otherwise.",
+    )
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     pool: PoolConfig = PoolConfig()
@@ -72,16 +78,20 @@ class RunConfig(_Section):
         return v
 
     @model_validator(mode="after")
-    def _precision_consistent(self) -> "RunConfig":
+    def _precision_consistent(self) -> RunConfig:
         u = self.update
         if u.mixed_precision == "bf16" and self.model.dtype != "float32":
-            raise ValueError("update.mixed_precision=bf16 keeps fp32 master weights: set model.dtype=float32 "
-                             f"(got {self.model.dtype}; model.dtype=bfloat16 trains bf16 weights without mixed precision)")
+            raise ValueError(
+                "update.mixed_precision=bf16 keeps fp32 master weights: set model.dtype=float32 "
+                f"(got {self.model.dtype}; model.dtype=bfloat16 trains bf16 weights without mixed precision)"
+            )
         if u.recompute_old_logprobs is None:  # automatic: resolved here, so config.yaml records the choice
             u.recompute_old_logprobs = self.precision_differs
         elif not u.recompute_old_logprobs and self.precision_differs:
-            raise ValueError(f"update.recompute_old_logprobs=false with {self._precision_text()}: the engine's bf16 "
-                             "log-probs are not the trainer's, so on-policy ratios would not be 1; leave it unset or true")
+            raise ValueError(
+                f"update.recompute_old_logprobs=false with {self._precision_text()}: the engine's bf16 "
+                "log-probs are not the trainer's, so on-policy ratios would not be 1; leave it unset or true"
+            )
         return self
 
     @property
@@ -96,33 +106,49 @@ class RunConfig(_Section):
         return self.model.dtype == "bfloat16" or self.update.mixed_precision == "bf16"
 
     def _precision_text(self) -> str:
-        return "update.mixed_precision=bf16" if self.update.mixed_precision == "bf16" else f"model.dtype={self.model.dtype}"
+        return (
+            "update.mixed_precision=bf16"
+            if self.update.mixed_precision == "bf16"
+            else f"model.dtype={self.model.dtype}"
+        )
 
     @model_validator(mode="after")
-    def _algorithm_consistent(self) -> "RunConfig":
+    def _algorithm_consistent(self) -> RunConfig:
         # The presets set these; an override that contradicts the method would silently run
         # another method under this one's name.
         seeds = self.rollout.seeds_per_group
         if self.algorithm in ("grpo", "dr_grpo") and seeds != 0:
             raise ValueError(f"algorithm={self.algorithm} is on-policy: rollout.seeds_per_group must be 0, got {seeds}")
         if self.algorithm not in ("grpo", "dr_grpo") and seeds == 0:
-            raise ValueError(f"algorithm={self.algorithm} needs seeded samples: rollout.seeds_per_group must be in [1, {self.rollout.group_size}]")
+            raise ValueError(
+                f"algorithm={self.algorithm} needs seeded samples: rollout.seeds_per_group must be in [1, {self.rollout.group_size}]"
+            )
         full = self.prefix.ratio_min == 1.0 and self.prefix.ratio_max == 1.0
         if self.algorithm in ("seq_mix", "luffy") and not full:
-            raise ValueError(f"algorithm={self.algorithm} mixes whole trajectories: prefix.ratio_min and ratio_max must be 1.0")
+            raise ValueError(
+                f"algorithm={self.algorithm} mixes whole trajectories: prefix.ratio_min and ratio_max must be 1.0"
+            )
         if self.algorithm in ("thinking_seeds", "prefix_context") and self.prefix.ratio_max >= 1.0:
-            raise ValueError(f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)")
+            raise ValueError(
+                f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)"
+            )
         if self.prefix.source == "dataset" and self.algorithm != "luffy":
             raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")
-        from thinking_seeds.plugins import check_loggers  # a tracker whose package is missing fails here, before any work
+        from thinking_seeds.plugins import (
+            check_loggers,
+        )  # a tracker whose package is missing fails here, before any work
 
         check_loggers(self.logger)
         if self.data.source in ("reasoning_gym", "countdown") and self.reward.backend == "math_verify":
-            raise ValueError(f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
-                             "reward=reasoning_gym (or your own reward.fn)")
+            raise ValueError(
+                f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
+                "reward=reasoning_gym (or your own reward.fn)"
+            )
         if self.advantage.baseline == "same_seed" and seeds and self.rollout.continuations_per_seed < 2:
-            raise ValueError("advantage.baseline=same_seed compares continuations of one seed: set "
-                             "rollout.continuations_per_seed >= 2")
+            raise ValueError(
+                "advantage.baseline=same_seed compares continuations of one seed: set "
+                "rollout.continuations_per_seed >= 2"
+            )
         if self.pool.size < 1 and not self.pool.include_initial and seeds > 0:
             raise ValueError("pool is empty: set pool.size >= 1 or pool.include_initial=true")
         return self

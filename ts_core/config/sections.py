@@ -43,26 +43,36 @@ class LoraSettings(_Section):
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        description="Module names that get adapters (Llama/Qwen2 attention projections by default).")
+        description="Module names that get adapters (Llama/Qwen2 attention projections by default).",
+    )
 
 
 class ModelConfig(_Section):
     path: str = Field("builtin:tiny", description="Local HF checkpoint dir, or builtin:tiny / builtin:smollm2.")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weights dtype for rollout and update.")
     lora: LoraSettings | None = Field(
-        None, description="Train LoRA adapters (peft) instead of all weights: policy steps and pool snapshots then "
-        "hold only the adapter (megabytes); the engine samples from base + adapter merged.")
+        None,
+        description="Train LoRA adapters (peft) instead of all weights: policy steps and pool snapshots then "
+        "hold only the adapter (megabytes); the engine samples from base + adapter merged.",
+    )
 
 
 class RewardConfig(_Section):
     backend: Literal["math_verify", "reasoning_gym", "custom"] = Field(
-        "math_verify", description="Verifier: math-verify on the \\boxed{} answer, reasoning-gym's checker of each "
-        "row's data set, or the user's function (reward.fn; setting fn selects custom).")
-    fn: str | None = Field(None, description="custom: package.module:function, called as fn(data_source, solution_str, "
-                           "ground_truth, extra_info) -> float | {'score': float} | None (verl's custom reward).")
+        "math_verify",
+        description="Verifier: math-verify on the \\boxed{} answer, reasoning-gym's checker of each "
+        "row's data set, or the user's function (reward.fn; setting fn selects custom).",
+    )
+    fn: str | None = Field(
+        None,
+        description="custom: package.module:function, called as fn(data_source, solution_str, "
+        "ground_truth, extra_info) -> float | {'score': float} | None (verl's custom reward).",
+    )
     partial_credit: bool = Field(
-        True, description="reasoning_gym: use the checker's partial credit as the reward (countdown gives 0.05 for the "
-        "right numbers with the wrong value); false: 1 for a full score, else 0.")
+        True,
+        description="reasoning_gym: use the checker's partial credit as the reward (countdown gives 0.05 for the "
+        "right numbers with the wrong value); false: 1 for a full score, else 0.",
+    )
     timeout_s: float = Field(5.0, gt=0.0, le=600.0, description="Per-response time limit; a slower one is 'timeout'.")
 
     @model_validator(mode="before")
@@ -73,11 +83,13 @@ class RewardConfig(_Section):
         return data
 
     @model_validator(mode="after")
-    def _fn(self) -> "RewardConfig":
+    def _fn(self) -> RewardConfig:
         if self.backend == "custom":
             if not self.fn:
                 raise ValueError("reward.backend=custom needs reward.fn=package.module:function")
-            from thinking_seeds.plugins import load_reward_fn  # imports the user's module: a typo fails here, before any work
+            from thinking_seeds.plugins import (
+                load_reward_fn,
+            )  # imports the user's module: a typo fails here, before any work
 
             load_reward_fn(self.fn)
         elif self.fn:
@@ -86,17 +98,23 @@ class RewardConfig(_Section):
 
 
 class ReasoningGymTask(_Section):
-    name: str = Field(..., description="A reasoning-gym data set name (reasoning_gym.factory.DATASETS), e.g. countdown.")
+    name: str = Field(
+        ..., description="A reasoning-gym data set name (reasoning_gym.factory.DATASETS), e.g. countdown."
+    )
     weight: float = Field(1.0, gt=0.0, description="Share of the mixture (relative to the other tasks' weights).")
     config: dict[str, Any] = Field(default_factory=dict, description="The data set's own config (e.g. min_numbers).")
 
 
 class DataConfig(_Section):
     source: Literal["chain_sum", "countdown", "reasoning_gym", "parquet"] = Field(
-        "chain_sum", description="Built-in task (chain_sum: the fast demo; countdown: +/- countdown, many solutions per "
-        "prompt), any reasoning-gym data set or mixture by name (data.tasks), or a user's verl Parquet.")
+        "chain_sum",
+        description="Built-in task (chain_sum: the fast demo; countdown: +/- countdown, many solutions per "
+        "prompt), any reasoning-gym data set or mixture by name (data.tasks), or a user's verl Parquet.",
+    )
     tasks: list[ReasoningGymTask] = Field(
-        default_factory=list, description="source=reasoning_gym: the data sets of the mixture, each {name, weight, config}.")
+        default_factory=list,
+        description="source=reasoning_gym: the data sets of the mixture, each {name, weight, config}.",
+    )
     train_path: str | None = Field(None, description="verl-schema Parquet for training prompts (source=parquet).")
     val_path: str | None = Field(None, description="verl-schema Parquet for held-out evaluation (source=parquet).")
     train_size: int = Field(2000, ge=1, description="Training prompts generated for the built-in task.")
@@ -109,7 +127,7 @@ class DataConfig(_Section):
     seed: int = Field(1234, description="Seed of the data set generator (fixed: splits are reproducible).")
 
     @model_validator(mode="after")
-    def _ranges(self) -> "DataConfig":
+    def _ranges(self) -> DataConfig:
         if self.min_terms > self.max_terms:
             raise ValueError(f"data.min_terms={self.min_terms} must be <= data.max_terms={self.max_terms}")
         if self.min_digits > self.max_digits:
@@ -118,8 +136,10 @@ class DataConfig(_Section):
             raise ValueError("data.source=parquet needs data.train_path and data.val_path")
         if self.source == "reasoning_gym":
             if not self.tasks:
-                raise ValueError("data.source=reasoning_gym needs data.tasks, e.g. "
-                                 "--set 'data.tasks=[{name: countdown}, {name: basic_arithmetic, weight: 2}]'")
+                raise ValueError(
+                    "data.source=reasoning_gym needs data.tasks, e.g. "
+                    "--set 'data.tasks=[{name: countdown}, {name: basic_arithmetic, weight: 2}]'"
+                )
             from thinking_seeds.plugins import check_task_names  # imports reasoning-gym: only for this source
 
             names = [t.name for t in self.tasks]
@@ -134,27 +154,39 @@ class DataConfig(_Section):
 class PoolConfig(_Section):
     size: int = Field(4, ge=1, le=1000, description="Historical snapshots kept in the pool H.")
     include_initial: bool = Field(True, description="Keep the initial model (step 0) in H forever.")
-    pick: Literal["uniform", "recent", "oldest"] = Field("uniform", description="How a seed's source checkpoint is drawn from H.")
+    pick: Literal["uniform", "recent", "oldest"] = Field(
+        "uniform", description="How a seed's source checkpoint is drawn from H."
+    )
     snapshot_every: int = Field(1, ge=1, description="Save the policy into H every this many iterations.")
 
 
 class PrefixConfig(_Section):
     ratio_min: float = Field(0.2, ge=0.0, le=1.0, description="Lower end of the prefix fraction λ ~ U[min, max].")
     ratio_max: float = Field(0.6, ge=0.0, le=1.0, description="Upper end of the prefix fraction λ.")
-    cut: Literal["token", "line"] = Field("token", description="Cut the draft at a token, or back to the last step boundary.")
+    cut: Literal["token", "line"] = Field(
+        "token", description="Cut the draft at a token, or back to the last step boundary."
+    )
     loss: Literal["clip", "shaped", "capped", "context"] = Field(
-        "clip", description="Loss on prefix tokens (SPEC §3). Default `clip`: it had the best test accuracy at every seed "
-        "and the largest strategy diversity on average in docs/results/ablation-loss.")
+        "clip",
+        description="Loss on prefix tokens (SPEC §3). Default `clip`: it had the best test accuracy at every seed "
+        "and the largest strategy diversity on average in docs/results/ablation-loss.",
+    )
     shaped_gamma: float = Field(0.1, gt=0.0, description="LUFFY policy shaping f(p)=p/(p+γ).")
     cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")
-    source: Literal["historical", "dataset"] = Field("historical", description="Who writes prefixes: pool checkpoints, or the data set's solutions (luffy).")
-    reuse: bool = Field(False, description="Draw stored seeds for (prompt, checkpoint) from the corpus instead of regenerating.")
+    source: Literal["historical", "dataset"] = Field(
+        "historical", description="Who writes prefixes: pool checkpoints, or the data set's solutions (luffy)."
+    )
+    reuse: bool = Field(
+        False, description="Draw stored seeds for (prompt, checkpoint) from the corpus instead of regenerating."
+    )
     filter: Literal["none", "correct_draft"] = Field(
-        "none", description="correct_draft: keep only seeds whose whole draft was correct (PrefixRL's choice); a seed "
-        "whose draft was wrong is replaced by an on-policy sample, so the group keeps its size.")
+        "none",
+        description="correct_draft: keep only seeds whose whole draft was correct (PrefixRL's choice); a seed "
+        "whose draft was wrong is replaced by an on-policy sample, so the group keeps its size.",
+    )
 
     @model_validator(mode="after")
-    def _ranges(self) -> "PrefixConfig":
+    def _ranges(self) -> PrefixConfig:
         if self.ratio_min > self.ratio_max:
             raise ValueError(f"prefix.ratio_min={self.ratio_min} must be <= prefix.ratio_max={self.ratio_max}")
         return self
@@ -165,39 +197,50 @@ class RolloutConfig(_Section):
     prompts_per_iteration: int = Field(16, ge=1, description="Prompts drawn per iteration.")
     group_size: int = Field(8, ge=1, description="Samples per prompt (seeded + on-policy).")
     seeds_per_group: int = Field(4, ge=0, description="How many of the group's samples start from a historical seed.")
-    temperature: float = Field(1.0, gt=0.0, le=5.0, description="Sampling temperature (also used for training log-probs).")
+    temperature: float = Field(
+        1.0, gt=0.0, le=5.0, description="Sampling temperature (also used for training log-probs)."
+    )
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(96, ge=1, description="Longest response (prefix + continuation), in tokens.")
     batch_size: int = Field(128, ge=1, description="Sequences generated together.")
     continuations_per_seed: int = Field(
-        1, ge=1, description="Continue each seed this many times (seeds_per_group counts the seeded samples, so "
+        1,
+        ge=1,
+        description="Continue each seed this many times (seeds_per_group counts the seeded samples, so "
         "seeds_per_group / continuations_per_seed drafts are written per prompt); >1 lets advantage.baseline=same_seed "
-        "judge a continuation against other continuations of the same seed.")
+        "judge a continuation against other continuations of the same seed.",
+    )
 
     @model_validator(mode="after")
-    def _seeds(self) -> "RolloutConfig":
+    def _seeds(self) -> RolloutConfig:
         if self.seeds_per_group > self.group_size:
             raise ValueError(
                 f"rollout.seeds_per_group={self.seeds_per_group} must be in [0, rollout.group_size={self.group_size}]"
             )
         if self.seeds_per_group % self.continuations_per_seed:
-            raise ValueError(f"rollout.seeds_per_group={self.seeds_per_group} must be a multiple of "
-                             f"rollout.continuations_per_seed={self.continuations_per_seed}")
+            raise ValueError(
+                f"rollout.seeds_per_group={self.seeds_per_group} must be a multiple of "
+                f"rollout.continuations_per_seed={self.continuations_per_seed}"
+            )
         return self
 
 
 class AdvantageConfig(_Section):
     estimator: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group-relative advantage estimator.")
     baseline: Literal["group", "on_policy", "same_seed"] = Field(
-        "group", description="Whose rewards form a sample's baseline: the whole group; on-policy samples only (LUFFY's "
+        "group",
+        description="Whose rewards form a sample's baseline: the whole group; on-policy samples only (LUFFY's "
         "split); or same_seed: a seeded sample only against the other continuations of its own seed, an on-policy "
-        "sample against the on-policy samples (needs rollout.continuations_per_seed >= 2).")
+        "sample against the on-policy samples (needs rollout.continuations_per_seed >= 2).",
+    )
 
 
 class LossConfig(_Section):
     clip_ratio_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low.")
     clip_ratio_high: float = Field(0.28, ge=0.0, description="PPO ε_high (clip-higher).")
-    clip_ratio_c: float | None = Field(None, gt=1.0, description="Dual-clip constant c for negative advantages (None: off).")
+    clip_ratio_c: float | None = Field(
+        None, gt=1.0, description="Dual-clip constant c for negative advantages (None: off)."
+    )
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
         "token-mean", description="How token losses become one number (verl names)."
     )
@@ -215,15 +258,21 @@ class UpdateConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass (the batch split in this many parts).")
     micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward (gradient accumulation).")
     mixed_precision: Literal["no", "bf16"] = Field(
-        "no", description="bf16: the update's forward runs under bf16 autocast (in process: torch.autocast; accelerate "
+        "no",
+        description="bf16: the update's forward runs under bf16 autocast (in process: torch.autocast; accelerate "
         "launcher: --mixed_precision bf16) with fp32 master weights and fp32 AdamW state (needs model.dtype=float32), "
-        "and the engine generates with bf16 weights; no: everything in model.dtype.")
+        "and the engine generates with bf16 weights; no: everything in model.dtype.",
+    )
     recompute_old_logprobs: bool | None = Field(
-        None, description="Recompute π_old with the trainer's own forward (same precision, same micro-batches as the "
+        None,
+        description="Recompute π_old with the trainer's own forward (same precision, same micro-batches as the "
         "first optimizer step) instead of trusting the engine's log-probs. Unset: on exactly when engine and trainer "
         "numerics differ (model.dtype=bfloat16 or update.mixed_precision=bf16), so on-policy ratios stay exactly 1; "
-        "false is refused then. Set true for vLLM in float32 if its parity matters to you.")
-    launcher: Literal["in_process", "accelerate"] = Field("in_process", description="Run the update in this process or via `accelerate launch`.")
+        "false is refused then. Set true for vLLM in float32 if its parity matters to you.",
+    )
+    launcher: Literal["in_process", "accelerate"] = Field(
+        "in_process", description="Run the update in this process or via `accelerate launch`."
+    )
     num_processes: int = Field(1, ge=1, description="Processes for the accelerate launcher.")
 
     @field_validator("mixed_precision", mode="before")
@@ -239,8 +288,11 @@ class UpdateConfig(_Section):
 
 class CheckpointConfig(_Section):
     keep_last: int | None = Field(
-        None, ge=1, description="Keep only the last N policy steps (plus θ_0 and keep_every); None keeps all. The "
-        "historical pool's snapshots are separate and always kept.")
+        None,
+        ge=1,
+        description="Keep only the last N policy steps (plus θ_0 and keep_every); None keeps all. The "
+        "historical pool's snapshots are separate and always kept.",
+    )
     keep_every: int | None = Field(None, ge=1, description="With keep_last: also keep every N-th policy step.")
 
 
@@ -250,6 +302,13 @@ class EvalConfig(_Section):
     samples: int = Field(16, ge=1, description="Samples per prompt (pass@k for k up to this).")
     temperature: float = Field(1.0, gt=0.0, description="Evaluation sampling temperature.")
     split: Literal["validation", "test"] = Field("validation", description="Held-out split.")
-    test_samples: int = Field(16, ge=1, description="Samples per prompt of a comparison's final evaluation on the whole "
-                              "test split (pass@k for k up to this).")
-    seeded: bool = Field(True, description="At the final evaluation, also sample continuations of historical seeds (λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) for the explorable-space pass@k.")
+    test_samples: int = Field(
+        16,
+        ge=1,
+        description="Samples per prompt of a comparison's final evaluation on the whole "
+        "test split (pass@k for k up to this).",
+    )
+    seeded: bool = Field(
+        True,
+        description="At the final evaluation, also sample continuations of historical seeds (λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) for the explorable-space pass@k.",
+    )

@@ -10,13 +10,12 @@ A user's own verl Parquet (`data.source: parquet`) has none of this: it is copie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from thinking_seeds.data import chain_sum
-from thinking_seeds.data import countdown
 from thinking_seeds.config import DataConfig
+from thinking_seeds.data import chain_sum, countdown
 from thinking_seeds.data.verdicts import last_boxed
 
 __all__ = ["BUILTIN_TASKS", "BuiltinTask", "build_splits", "get_task"]
@@ -38,8 +37,9 @@ class BuiltinTask:
 def _chain_sum_splits(out: Path, d: DataConfig) -> dict[str, Path]:
     from thinking_seeds.data.sources import build_chain_sum_splits
 
-    return build_chain_sum_splits(out, d.train_size, d.val_size, d.test_size, d.seed, d.min_terms, d.max_terms,
-                                  d.min_digits, d.max_digits)
+    return build_chain_sum_splits(
+        out, d.train_size, d.val_size, d.test_size, d.seed, d.min_terms, d.max_terms, d.min_digits, d.max_digits
+    )
 
 
 def _chain_sum_keys(path: Path) -> set[str]:
@@ -51,8 +51,16 @@ def _chain_sum_keys(path: Path) -> set[str]:
 def _chain_sum_corpus(n: int, seed: int, exclude: set[str], d: DataConfig) -> list[tuple[str, str]]:
     from thinking_seeds.data.sources import warmup_corpus
 
-    return warmup_corpus(n, seed, exclude, mix=0.5, min_terms=d.min_terms, max_terms=d.max_terms,
-                         min_digits=d.min_digits, max_digits=d.max_digits)
+    return warmup_corpus(
+        n,
+        seed,
+        exclude,
+        mix=0.5,
+        min_terms=d.min_terms,
+        max_terms=d.max_terms,
+        min_digits=d.min_digits,
+        max_digits=d.max_digits,
+    )
 
 
 def _countdown_splits(out: Path, d: DataConfig) -> dict[str, Path]:
@@ -78,10 +86,24 @@ def _countdown_label(text: str, reward: float) -> str | None:
 
 
 BUILTIN_TASKS: dict[str, BuiltinTask] = {
-    "chain_sum": BuiltinTask("chain_sum", chain_sum.CHARSET, "math_verify", _chain_sum_splits, _chain_sum_keys,
-                             _chain_sum_corpus, lambda text, reward: chain_sum.strategy_of(text)),
-    "countdown": BuiltinTask("countdown", countdown.CHARSET, "reasoning_gym", _countdown_splits, _countdown_keys,
-                             _countdown_corpus, _countdown_label),
+    "chain_sum": BuiltinTask(
+        "chain_sum",
+        chain_sum.CHARSET,
+        "math_verify",
+        _chain_sum_splits,
+        _chain_sum_keys,
+        _chain_sum_corpus,
+        lambda text, reward: chain_sum.strategy_of(text),
+    ),
+    "countdown": BuiltinTask(
+        "countdown",
+        countdown.CHARSET,
+        "reasoning_gym",
+        _countdown_splits,
+        _countdown_keys,
+        _countdown_corpus,
+        _countdown_label,
+    ),
 }
 
 
@@ -98,6 +120,7 @@ def get_task(source: str) -> BuiltinTask:
     try:
         return BUILTIN_TASKS[source]
     except KeyError:
-        raise ValueError(f"data.source={source!r} is not a built-in task; known: {', '.join(BUILTIN_TASKS)} "
-                         "(or data.source=parquet with your own files)") from None
-
+        raise ValueError(
+            f"data.source={source!r} is not a built-in task; known: {', '.join(BUILTIN_TASKS)} "
+            "(or data.source=parquet with your own files)"
+        ) from None

@@ -81,7 +81,7 @@ def parse_terms(expr: str) -> list[Term]:
             wanted = "an unsigned integer" if expect_number else "'+' or '-'"
             raise ValueError(
                 f"chain_sum expression {expr!r}: expected {wanted} at position {pos} "
-                f"(found {expr[pos:pos + 5]!r}); only non-negative integers joined by + and - are "
+                f"(found {expr[pos : pos + 5]!r}); only non-negative integers joined by + and - are "
                 "supported (reasoning-gym's allow_negation must stay False)"
             )
         if expect_number:
@@ -91,9 +91,7 @@ def parse_terms(expr: str) -> list[Term]:
         expect_number = not expect_number
         pos = m.end()
     if not terms or expect_number:
-        raise ValueError(
-            f"chain_sum expression {expr!r} is empty or ends with an operator; expected e.g. '38-57+10'"
-        )
+        raise ValueError(f"chain_sum expression {expr!r} is empty or ends with an operator; expected e.g. '38-57+10'")
     return terms
 
 

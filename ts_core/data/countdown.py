@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = [
     "CHARSET",
@@ -41,8 +41,9 @@ __all__ = [
 
 QUESTION_TEMPLATE = "Make {target} from {numbers}."
 # reasoning-gym's generator settings for the testbed (SPEC §7's pilot).
-GEN_CONFIG = dict(min_numbers=4, max_numbers=5, min_value=1, max_value=30, min_target=1, max_target=150,
-                  operators=("+", "-"))
+GEN_CONFIG = dict(
+    min_numbers=4, max_numbers=5, min_value=1, max_value=30, min_target=1, max_target=150, operators=("+", "-")
+)
 
 Signed = tuple[int, int]  # (sign +1/-1, value)
 

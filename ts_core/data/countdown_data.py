@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from thinking_seeds.data.countdown import GEN_CONFIG, numbers_target, question, random_solution
 from thinking_seeds.data.sources import _derived_seed, fill_splits, load_dataset
@@ -31,8 +32,9 @@ def problem_key(numbers: list[int], target: int) -> str:
 def _entries(seed: int, stream: str, limit: int) -> Iterator[dict[str, Any]]:
     import reasoning_gym  # heavy import: only the builders need it
 
-    ds = reasoning_gym.create_dataset(DATA_SOURCE, size=limit, seed=_derived_seed(seed, f"countdown/{stream}"),
-                                      **GEN_CONFIG)
+    ds = reasoning_gym.create_dataset(
+        DATA_SOURCE, size=limit, seed=_derived_seed(seed, f"countdown/{stream}"), **GEN_CONFIG
+    )
     for i in range(limit):
         yield ds[i]
 
@@ -51,18 +53,25 @@ def _row(entry: dict[str, Any], split: str, index: int, rng: random.Random) -> d
     }
 
 
-def build_countdown_splits(out_dir: str | os.PathLike[str], train_size: int, val_size: int, test_size: int,
-                           seed: int) -> dict[str, Path]:
+def build_countdown_splits(
+    out_dir: str | os.PathLike[str], train_size: int, val_size: int, test_size: int, seed: int
+) -> dict[str, Path]:
     """Write train/validation/test Parquet files (DATASET_SCHEMA) and return {split: path}."""
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
     total = sum(sizes.values())
     limit = 2 * total + 1000
     rng = random.Random(_derived_seed(seed, "countdown/targets"))  # the worked solutions' choices
     return fill_splits(
-        out_dir, sizes, _entries(seed, "splits", limit), key=lambda e: problem_key(*numbers_target(e)),
+        out_dir,
+        sizes,
+        _entries(seed, "splits", limit),
+        key=lambda e: problem_key(*numbers_target(e)),
         row=lambda e, split, i: _row(e, split, i, rng),
-        shortage=lambda found: (f"countdown: found only {found} distinct problems in {limit} draws, but {total} "
-                                "were asked for; lower data.train_size / val_size / test_size"))
+        shortage=lambda found: (
+            f"countdown: found only {found} distinct problems in {limit} draws, but {total} "
+            "were asked for; lower data.train_size / val_size / test_size"
+        ),
+    )
 
 
 def countdown_keys_of(path: str | os.PathLike[str]) -> set[str]:
@@ -89,6 +98,8 @@ def countdown_warmup_corpus(n: int, seed: int, exclude: set[str]) -> list[tuple[
             continue
         out.append((question(numbers, target), random_solution(numbers, target, rng)))
     if len(out) < n:
-        raise ValueError(f"countdown warm-up corpus: only {len(out)} of {n} problems in {limit} draws are outside "
-                         f"`exclude` ({len(exclude)} problems)")
+        raise ValueError(
+            f"countdown warm-up corpus: only {len(out)} of {n} problems in {limit} draws are outside "
+            f"`exclude` ({len(exclude)} problems)"
+        )
     return out

@@ -36,10 +36,11 @@ import json
 import math
 import multiprocessing
 import threading
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from thinking_seeds.data.verdicts import BACKENDS, STATUSES, Backend, Status, Verdict, count_statuses, last_boxed
 from thinking_seeds.data.verifier_worker import Item, Result, ping, score_chunk, worker_init
@@ -50,11 +51,22 @@ if TYPE_CHECKING:
 
 # Verdict, the statuses and last_boxed live in data/verdicts.py (light: no pool) and are
 # re-exported here, the verifier's public face.
-__all__ = ["BACKENDS", "STATUSES", "Status", "Verdict", "Verifier", "check_reward_fn", "close_shared_verifiers",
-           "count_statuses", "last_boxed", "load_reward_fn", "shared_verifier"]
+__all__ = [
+    "BACKENDS",
+    "STATUSES",
+    "Status",
+    "Verdict",
+    "Verifier",
+    "check_reward_fn",
+    "close_shared_verifiers",
+    "count_statuses",
+    "last_boxed",
+    "load_reward_fn",
+    "shared_verifier",
+]
 
 
-def check_reward_fn(path: str, prompt: "Prompt") -> None:
+def check_reward_fn(path: str, prompt: Prompt) -> None:
     """Call the user's function once on a real row (an empty response): ValueError in one line if
     it raises or returns anything but a number, a dict with a numeric 'score', or None."""
     fn = load_reward_fn(path)
@@ -62,13 +74,16 @@ def check_reward_fn(path: str, prompt: "Prompt") -> None:
     try:
         out = fn(prompt.data_source, "", prompt.ground_truth, extra)
     except Exception as e:
-        raise ValueError(f"reward.fn={path!r} raised {type(e).__name__}: {e} on an empty response to prompt "
-                         f"{prompt.prompt_id}; it must return a score (0 for a wrong or empty answer)") from None
+        raise ValueError(
+            f"reward.fn={path!r} raised {type(e).__name__}: {e} on an empty response to prompt "
+            f"{prompt.prompt_id}; it must return a score (0 for a wrong or empty answer)"
+        ) from None
     score = out.get("score") if isinstance(out, dict) else out
     if out is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
-        raise ValueError(f"reward.fn={path!r} returned {type(out).__name__} {str(out)[:60]!r}; expected a number, a dict "
-                         "with a numeric 'score', or None (no answer)")
-
+        raise ValueError(
+            f"reward.fn={path!r} returned {type(out).__name__} {str(out)[:60]!r}; expected a number, a dict "
+            "with a numeric 'score', or None (no answer)"
+        )
 
 
 # ----------------------------------------------------------------------------- caller side
@@ -180,7 +195,9 @@ class Verifier:
     # -- scoring
     def _check_inputs(self, responses: Sequence[str], prompts: Sequence[Prompt]) -> None:
         if len(responses) != len(prompts):
-            raise ValueError(f"score_batch: {len(responses)} responses but {len(prompts)} prompts; pass one prompt per response")
+            raise ValueError(
+                f"score_batch: {len(responses)} responses but {len(prompts)} prompts; pass one prompt per response"
+            )
         if self.backend == "reasoning_gym":
             from reasoning_gym.factory import DATASETS
 
@@ -204,8 +221,12 @@ class Verifier:
         if self.backend == "custom":  # the user's function sees the whole response and decides
             verdicts: list[Verdict | None] = [None] * len(responses)
             items: dict[int, Item] = {
-                i: (r, prompts[i].ground_truth, prompts[i].data_source,
-                    json.dumps({"prompt_id": prompts[i].prompt_id, "rg_entry": prompts[i].rg_entry}))
+                i: (
+                    r,
+                    prompts[i].ground_truth,
+                    prompts[i].data_source,
+                    json.dumps({"prompt_id": prompts[i].prompt_id, "rg_entry": prompts[i].rg_entry}),
+                )
                 for i, r in enumerate(responses)
             }
         else:
@@ -282,8 +303,9 @@ _SHARED: dict[tuple, Verifier] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_verifier(backend: Backend = "math_verify", partial_credit: bool = True, fn: str | None = None,
-                    timeout_s: float = 5.0) -> Verifier:
+def shared_verifier(
+    backend: Backend = "math_verify", partial_credit: bool = True, fn: str | None = None, timeout_s: float = 5.0
+) -> Verifier:
     """The process-wide Verifier of `backend`, started once and reused by every stage.
 
     Starting a pool spawns interpreters that import math-verify and sympy (~0.6 s, several

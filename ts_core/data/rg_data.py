@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from thinking_seeds.data.sources import _derived_seed, fill_splits
-from thinking_seeds.plugins import check_task_names, known_task_names
 
 __all__ = ["INSTRUCTION", "build_reasoning_gym_splits"]
 
@@ -56,14 +56,21 @@ def _row(entry: dict[str, Any], split: str, index: int) -> dict[str, Any]:
     }
 
 
-def build_reasoning_gym_splits(out_dir: str | os.PathLike[str], tasks: Sequence[Any], train_size: int, val_size: int,
-                               test_size: int, seed: int) -> dict[str, Path]:
+def build_reasoning_gym_splits(
+    out_dir: str | os.PathLike[str], tasks: Sequence[Any], train_size: int, val_size: int, test_size: int, seed: int
+) -> dict[str, Path]:
     """Write train/validation/test Parquet files (DATASET_SCHEMA) of the mixture; return {split: path}."""
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
     total = sum(sizes.values())
     limit = 3 * total + 1000
     return fill_splits(
-        out_dir, sizes, _stream(tasks, seed, limit), key=lambda e: (e["metadata"]["source_dataset"], e["question"]),
-        row=_row, shortage=lambda found: (
+        out_dir,
+        sizes,
+        _stream(tasks, seed, limit),
+        key=lambda e: (e["metadata"]["source_dataset"], e["question"]),
+        row=_row,
+        shortage=lambda found: (
             f"data.tasks: only {found} distinct questions in {limit} draws of {', '.join(t.name for t in tasks)}, but "
-            f"{total} were asked for; lower data.train_size / val_size / test_size or widen the tasks' configs"))
+            f"{total} were asked for; lower data.train_size / val_size / test_size or widen the tasks' configs"
+        ),
+    )

@@ -13,9 +13,10 @@ import hashlib
 import json
 import os
 import random
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -142,17 +143,28 @@ def build_chain_sum_splits(
     limit = 4 * total + 1000
     stream = (entry for _, entry in _entries(seed, "splits", min_terms, max_terms, min_digits, max_digits, limit))
     return fill_splits(
-        out_dir, sizes, stream, key=lambda e: compact(e["metadata"]["expression"]), row=_row,
+        out_dir,
+        sizes,
+        stream,
+        key=lambda e: compact(e["metadata"]["expression"]),
+        row=_row,
         shortage=lambda found: (
             f"chain_sum: found only {found} distinct expressions in {limit} draws, but "
             f"{total} were asked for (train {train_size}, validation {val_size}, test {test_size}) "
             f"with terms {min_terms}-{max_terms}, digits {min_digits}-{max_digits}; lower the "
-            "sizes or widen the term/digit ranges"))
+            "sizes or widen the term/digit ranges"
+        ),
+    )
 
 
-def fill_splits(out_dir: str | os.PathLike[str], sizes: dict[str, int], stream: Iterator[dict[str, Any]],
-                key: Callable[[dict[str, Any]], Hashable], row: Callable[[dict[str, Any], str, int], dict[str, Any]],
-                shortage: Callable[[int], str]) -> dict[str, Path]:
+def fill_splits(
+    out_dir: str | os.PathLike[str],
+    sizes: dict[str, int],
+    stream: Iterator[dict[str, Any]],
+    key: Callable[[dict[str, Any]], Hashable],
+    row: Callable[[dict[str, Any], str, int], dict[str, Any]],
+    shortage: Callable[[int], str],
+) -> dict[str, Path]:
     """The split contract every generated task shares: ONE stream fills test, then validation, then
     train, skipping every entry whose `key` was already used, so the splits are disjoint and the
     held-out splits do not move when only the train size changes. `row(entry, split, index)` makes
@@ -170,9 +182,12 @@ def fill_splits(out_dir: str | os.PathLike[str], sizes: dict[str, int], stream: 
         else:
             raise ValueError(shortage(len(seen)))
     out = Path(out_dir)
-    paths = {split: write_table_atomic(pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA), out / name,
-                                       schema=DATASET_SCHEMA)
-             for split, name in SPLITS.items()}
+    paths = {
+        split: write_table_atomic(
+            pa.Table.from_pylist(rows[split], schema=DATASET_SCHEMA), out / name, schema=DATASET_SCHEMA
+        )
+        for split, name in SPLITS.items()
+    }
     return {s: paths[s] for s in ("train", "validation", "test")}
 
 
@@ -227,7 +242,9 @@ def warmup_corpus(
 def _is_text(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         t = t.value_type
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
+    return (
+        pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
+    )
 
 
 def _is_list(t: pa.DataType) -> bool:
@@ -247,24 +264,43 @@ def _struct_field(t: pa.DataType, name: str) -> pa.DataType | None:
 _COLUMN_TYPES = {
     "data_source": (_is_text, "string", "text naming the task, e.g. 'gsm8k'"),
     "prompt": (
-        lambda t: _is_list(t) and _is_text(_struct_field(t.value_type, "content") or pa.null())
-        and (_struct_field(t.value_type, "role") is None or _is_text(_struct_field(t.value_type, "role"))),
+        lambda t: (
+            _is_list(t)
+            and _is_text(_struct_field(t.value_type, "content") or pa.null())
+            and (_struct_field(t.value_type, "role") is None or _is_text(_struct_field(t.value_type, "role")))
+        ),
         "list<struct<role: string, content: string>>",
-        "a list of chat messages per row, e.g. [{'role': 'user', 'content': 'What is 2+3?'}]"),
+        "a list of chat messages per row, e.g. [{'role': 'user', 'content': 'What is 2+3?'}]",
+    ),
     "reward_model": (
-        lambda t: (gt := _struct_field(t, "ground_truth")) is not None
-        and (_is_text(gt) or pa.types.is_integer(gt)),
+        lambda t: (gt := _struct_field(t, "ground_truth")) is not None and (_is_text(gt) or pa.types.is_integer(gt)),
         "struct<style: string, ground_truth: string>",
-        "a dict per row (not JSON text), e.g. {'style': 'rule', 'ground_truth': '5'}"),
+        "a dict per row (not JSON text), e.g. {'style': 'rule', 'ground_truth': '5'}",
+    ),
     "ability": (lambda t: _is_text(t) or pa.types.is_null(t), "string", "text such as 'math' (or drop the column)"),
     "extra_info": (
-        lambda t: pa.types.is_null(t) or (pa.types.is_struct(t) and all(
-            (f := _struct_field(t, name)) is None or ok(f)
-            for name, ok in (("split", _is_text), ("index", lambda i: pa.types.is_integer(i) or _is_text(i)),
-                             ("rg_entry", _is_text)))),
+        lambda t: (
+            pa.types.is_null(t)
+            or (
+                pa.types.is_struct(t)
+                and all(
+                    (f := _struct_field(t, name)) is None or ok(f)
+                    for name, ok in (
+                        ("split", _is_text),
+                        ("index", lambda i: pa.types.is_integer(i) or _is_text(i)),
+                        ("rg_entry", _is_text),
+                    )
+                )
+            )
+        ),
         "struct<split: string, index: int64, ...>",
-        "a dict per row (not JSON text), e.g. {'split': 'train', 'index': 0} (or drop the column)"),
-    "target": (lambda t: _is_text(t) or pa.types.is_null(t), "string", "a worked solution as text (or drop the column)"),
+        "a dict per row (not JSON text), e.g. {'split': 'train', 'index': 0} (or drop the column)",
+    ),
+    "target": (
+        lambda t: _is_text(t) or pa.types.is_null(t),
+        "string",
+        "a worked solution as text (or drop the column)",
+    ),
 }
 
 
@@ -288,8 +324,10 @@ def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
     path = Path(path)
     table = read_table(path, schema=DATASET_SCHEMA, optional=DATASET_OPTIONAL_COLUMNS)
     if table.num_rows == 0:
-        raise DataError(f"{path} has no rows: a data set needs at least one prompt; check how the file was made "
-                        "(a filter that dropped every row?) or point to another file")
+        raise DataError(
+            f"{path} has no rows: a data set needs at least one prompt; check how the file was made "
+            "(a filter that dropped every row?) or point to another file"
+        )
     _check_column_types(table, path)
     extra_info = table.column("extra_info").to_pylist() if "extra_info" in table.column_names else None
     targets = table.column("target").to_pylist() if "target" in table.column_names else None

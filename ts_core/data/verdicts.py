@@ -7,8 +7,9 @@ Light on purpose (no pool, no math-verify): data sets and reports import it with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 __all__ = ["BACKENDS", "STATUSES", "Backend", "Status", "Verdict", "count_statuses", "last_boxed"]
 

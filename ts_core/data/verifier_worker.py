@@ -69,8 +69,14 @@ def _score_custom(text: str, ground_truth: str, data_source: str, extra_json: st
         return 0.0, "no_answer", None
     score = out.get("score") if isinstance(out, dict) else out
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        return 0.0, "error", (f"the reward function returned {type(out).__name__} {str(out)[:80]!r}; expected a finite "
-                              "number, a dict with a numeric 'score', or None")
+        return (
+            0.0,
+            "error",
+            (
+                f"the reward function returned {type(out).__name__} {str(out)[:80]!r}; expected a finite "
+                "number, a dict with a numeric 'score', or None"
+            ),
+        )
     return float(score), ("ok" if score >= 1.0 else "wrong"), None
 
 

@@ -41,10 +41,17 @@ def add_adapters(model, lora) -> torch.nn.Module:
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [t for t in lora.target_modules if t not in present]
     if missing:
-        raise ValueError(f"model.lora.target_modules: {missing} are not modules of this model; it has e.g. "
-                         f"{sorted(n for n in present if n and not n.isdigit())[:12]}")
-    cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules),
-                     task_type="CAUSAL_LM")
+        raise ValueError(
+            f"model.lora.target_modules: {missing} are not modules of this model; it has e.g. "
+            f"{sorted(n for n in present if n and not n.isdigit())[:12]}"
+        )
+    cfg = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, cfg)
 
 

@@ -36,6 +36,8 @@ def builtin_model_path(name: str) -> Path:
     if name not in BUILTIN_MODELS:
         raise ModelError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
     return model_path(BUILTIN_MODELS[name])
+
+
 PAD, EOS = "<pad>", "<eos>"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 # Chat template of the tiny model: the user's text, a newline, then the answer. No role markers:
@@ -53,8 +55,12 @@ def resolve_model_path(path: str) -> Path:
         name = path.split(":", 1)[1]
         p = builtin_model_path(name)
         if not (p / "config.json").exists():
-            hint = {"tiny": "python -m thinking_seeds.train.warmup", "tiny-countdown": "python -m thinking_seeds.train.warmup --task countdown (see its warmup_report.json)", "smollm2": "python -m thinking_seeds.train.smollm2",
-                    "smollm2-chainsum": "python -m thinking_seeds.train.smollm2 --warmup"}.get(name, "python -m thinking_seeds.train.smollm2")
+            hint = {
+                "tiny": "python -m thinking_seeds.train.warmup",
+                "tiny-countdown": "python -m thinking_seeds.train.warmup --task countdown (see its warmup_report.json)",
+                "smollm2": "python -m thinking_seeds.train.smollm2",
+                "smollm2-chainsum": "python -m thinking_seeds.train.smollm2 --warmup",
+            }.get(name, "python -m thinking_seeds.train.smollm2")
             raise ModelError(f"builtin model {name!r} is not built at {p}; build it with `{hint}`")
         return p
     p = Path(path).expanduser()
@@ -78,8 +84,18 @@ def char_tokenizer(charset: str) -> PreTrainedTokenizerFast:
     return fast
 
 
-def tiny_llama(vocab_size: int, pad_id: int, eos_id: int, *, hidden: int = 128, layers: int = 4, heads: int = 4,
-               intermediate: int = 384, max_positions: int = 256, seed: int = 0) -> LlamaForCausalLM:
+def tiny_llama(
+    vocab_size: int,
+    pad_id: int,
+    eos_id: int,
+    *,
+    hidden: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    intermediate: int = 384,
+    max_positions: int = 256,
+    seed: int = 0,
+) -> LlamaForCausalLM:
     """A small standard Llama (≈0.8M parameters at the defaults), randomly initialised."""
     cfg = LlamaConfig(
         vocab_size=vocab_size,
@@ -146,12 +162,16 @@ def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32, devic
     if not weights:
         raise ModelError(f"{p} has no .safetensors weights; convert it (pickled .bin/.pt weights are never loaded)")
     if not any((p / f).is_file() for f in TOKENIZER_FILES):
-        raise ModelError(f"{p} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save the tokenizer beside the "
-                         "weights (tokenizer.save_pretrained(dir))")
+        raise ModelError(
+            f"{p} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save the tokenizer beside the "
+            "weights (tokenizer.save_pretrained(dir))"
+        )
     tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
     if tok.chat_template is None:
-        raise ModelError(f"{p}: the tokenizer has no chat template; set one (tokenizer.chat_template = ...; "
-                         "save_pretrained) so prompts are rendered the way the model was trained")
+        raise ModelError(
+            f"{p}: the tokenizer has no chat template; set one (tokenizer.chat_template = ...; "
+            "save_pretrained) so prompts are rendered the way the model was trained"
+        )
     model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, use_safetensors=True)
     if device is not None:
         model.to(resolve_device(device))

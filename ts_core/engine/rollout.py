@@ -12,9 +12,10 @@ the same interface.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 from safetensors.torch import load_file
@@ -118,7 +119,11 @@ class HFEngine:
     def generate(
         self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
     ) -> list[Generation]:
-        limits = [params.max_new_tokens] * len(contexts) if max_new is None else [min(m, params.max_new_tokens) for m in max_new]
+        limits = (
+            [params.max_new_tokens] * len(contexts)
+            if max_new is None
+            else [min(m, params.max_new_tokens) for m in max_new]
+        )
         if len(limits) != len(contexts):
             raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
         # One generator per call: the same (contexts, params.seed) give the same samples.
@@ -129,7 +134,9 @@ class HFEngine:
             out.extend(self._generate_batch(contexts[start:end], limits[start:end], params, gen))
         return out
 
-    def _generate_batch(self, contexts, limits: list[int], params: SamplingParams, gen: torch.Generator) -> list[Generation]:
+    def _generate_batch(
+        self, contexts, limits: list[int], params: SamplingParams, gen: torch.Generator
+    ) -> list[Generation]:
         dev = self.device
         B = len(contexts)
         if max(limits) <= 0:
@@ -169,8 +176,11 @@ class HFEngine:
                 break
             attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
             res = self.model(
-                input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                past_key_values=past, use_cache=True,
+                input_ids=tok[:, None],
+                attention_mask=attn,
+                position_ids=next_pos[:, None],
+                past_key_values=past,
+                use_cache=True,
             )
             past, logits = res.past_key_values, res.logits[:, -1, :]
             next_pos = next_pos + 1

@@ -7,8 +7,8 @@ whole sequence are never materialised, which matters for 49k-token vocabularies.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

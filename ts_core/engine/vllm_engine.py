@@ -34,8 +34,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from thinking_seeds.engine.rollout import Generation, SamplingParams
 
@@ -87,8 +87,16 @@ def _read_json(p: Path) -> dict:
 class VLLMEngine:
     """vLLM behind the `Engine` protocol. `cfg` is a `RunConfig` (model dtype, rollout sizes)."""
 
-    def __init__(self, initial_checkpoint_dir: str | Path, cfg=None, *, max_model_len: int | None = None,
-                 kv_cache_gib: float | None = None, enforce_eager: bool | None = None, max_num_seqs: int | None = None):
+    def __init__(
+        self,
+        initial_checkpoint_dir: str | Path,
+        cfg=None,
+        *,
+        max_model_len: int | None = None,
+        kv_cache_gib: float | None = None,
+        enforce_eager: bool | None = None,
+        max_num_seqs: int | None = None,
+    ):
         try:
             import vllm  # noqa: F401
         except ImportError as e:  # pragma: no cover - depends on the environment
@@ -191,8 +199,10 @@ class VLLMEngine:
         if not any(f.name != OPTIMIZER_FILE for f in checkpoint_dir.glob("*.safetensors")):
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
         _verify(checkpoint_dir)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir(checkpoint_dir)),
-                                                          "is_checkpoint_format": True})
+        self.llm.collective_rpc(
+            "reload_weights",
+            kwargs={"weights_path": str(self._weights_dir(checkpoint_dir)), "is_checkpoint_format": True},
+        )
         # The CPU backend packs every matmul weight into a oneDNN handle when it loads; the reload
         # repacks the layers it loaded, but a tied lm_head gets no checkpoint tensor of its own and
         # would keep multiplying by the *old* embedding (measured: log-probs off by ~1 nat). Repack.
@@ -213,7 +223,11 @@ class VLLMEngine:
                 f"VLLMEngine records log-probs of the temperature-scaled distribution before top-p; vLLM only "
                 f"returns them after top-p, so rollout.top_p must be 1.0 with rollout.engine=vllm (got {params.top_p})"
             )
-        limits = [params.max_new_tokens] * len(contexts) if max_new is None else [min(m, params.max_new_tokens) for m in max_new]
+        limits = (
+            [params.max_new_tokens] * len(contexts)
+            if max_new is None
+            else [min(m, params.max_new_tokens) for m in max_new]
+        )
         if len(limits) != len(contexts):
             raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
         out: list[Generation | None] = [None] * len(contexts)
@@ -226,11 +240,22 @@ class VLLMEngine:
                 out[i] = Generation([], [], False)
                 continue
             prompts.append(TokensPrompt(prompt_token_ids=[int(x) for x in c]))
-            sps.append(VSamplingParams(
-                n=1, temperature=params.temperature, top_p=1.0, top_k=0, min_p=0.0,
-                max_tokens=int(n), seed=request_seed(params.seed, i), logprobs=0,
-                stop_token_ids=list(self.eos_ids), ignore_eos=False, detokenize=False, skip_special_tokens=False,
-            ))
+            sps.append(
+                VSamplingParams(
+                    n=1,
+                    temperature=params.temperature,
+                    top_p=1.0,
+                    top_k=0,
+                    min_p=0.0,
+                    max_tokens=int(n),
+                    seed=request_seed(params.seed, i),
+                    logprobs=0,
+                    stop_token_ids=list(self.eos_ids),
+                    ignore_eos=False,
+                    detokenize=False,
+                    skip_special_tokens=False,
+                )
+            )
             rows.append(i)
         if prompts:
             results = self.llm.generate(prompts, sps, use_tqdm=False)

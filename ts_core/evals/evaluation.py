@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
-from thinking_seeds.data.chain_sum import strategy_of
 from thinking_seeds.algo.metrics import pass_at_k_curve
+from thinking_seeds.data.chain_sum import strategy_of
 from thinking_seeds.engine.models import encode_prompt
 from thinking_seeds.engine.rollout import SamplingParams
 
@@ -35,8 +35,11 @@ class EvalResult:
     per_prompt: list[dict] = field(default_factory=list, repr=False)
 
     def flat(self, prefix: str = "eval") -> dict[str, float]:
-        out = {f"{prefix}/accuracy": self.accuracy, f"{prefix}/mean_response_len": self.mean_response_len,
-               f"{prefix}/distinct_correct_solutions": self.distinct_correct_answers}
+        out = {
+            f"{prefix}/accuracy": self.accuracy,
+            f"{prefix}/mean_response_len": self.mean_response_len,
+            f"{prefix}/distinct_correct_solutions": self.distinct_correct_answers,
+        }
         out.update({f"{prefix}/pass@{k}": v for k, v in self.pass_at_k.items()})
         out.update({f"{prefix}/strategy_{s}": v for s, v in self.strategy_share.items()})
         if self.distinct_labels is not None:
@@ -84,7 +87,9 @@ def evaluate_prompts(
             owners.append((i, pre))
     # A seeded response is prefix + continuation, capped at max_new_tokens in total.
     caps = [max(0, max_new_tokens - len(pre)) for _, pre in owners]
-    gens = engine.generate(contexts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed), max_new=caps)
+    gens = engine.generate(
+        contexts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed), max_new=caps
+    )
     texts = [tokenizer.decode(pre + g.token_ids, skip_special_tokens=True) for (i, pre), g in zip(owners, gens)]
     verdicts = verifier.score_batch(texts, [prompts[i] for i, _ in owners])
 
@@ -150,9 +155,9 @@ def main() -> None:
     from pathlib import Path
 
     from thinking_seeds.config import DataConfig
+    from thinking_seeds.data.rewards import Verifier
     from thinking_seeds.data.sources import build_chain_sum_splits, load_dataset
     from thinking_seeds.engine.models import load_model
-    from thinking_seeds.data.rewards import Verifier
     from thinking_seeds.engine.rollout import HFEngine
 
     ap = argparse.ArgumentParser(description=main.__doc__)
@@ -164,15 +169,34 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     d = DataConfig()  # the default task's held-out splits, exactly as a run builds them
-    splits = build_chain_sum_splits(Path(tempfile.mkdtemp()), d.train_size, d.val_size, d.test_size, d.seed,
-                                    d.min_terms, d.max_terms, d.min_digits, d.max_digits)
+    splits = build_chain_sum_splits(
+        Path(tempfile.mkdtemp()),
+        d.train_size,
+        d.val_size,
+        d.test_size,
+        d.seed,
+        d.min_terms,
+        d.max_terms,
+        d.min_digits,
+        d.max_digits,
+    )
     model, tok = load_model(a.model)
     prompts = load_dataset(splits[a.split])
     t = time.time()
     with Verifier() as v:
-        r = evaluate_prompts(HFEngine(model, tok, batch_size=256), tok, prompts, v, n=a.samples,
-                             temperature=a.temperature, max_new_tokens=a.max_new_tokens, seed=a.seed)
-    print(f"{a.model} on {len(prompts)} {a.split} prompts x {a.samples} samples (T={a.temperature}), {time.time() - t:.1f} s")
+        r = evaluate_prompts(
+            HFEngine(model, tok, batch_size=256),
+            tok,
+            prompts,
+            v,
+            n=a.samples,
+            temperature=a.temperature,
+            max_new_tokens=a.max_new_tokens,
+            seed=a.seed,
+        )
+    print(
+        f"{a.model} on {len(prompts)} {a.split} prompts x {a.samples} samples (T={a.temperature}), {time.time() - t:.1f} s"
+    )
     print("pass@k:", {k: round(x, 4) for k, x in r.pass_at_k.items()})
     print("strategy share:", {k: round(x, 3) for k, x in r.strategy_share.items()}, "statuses:", r.status_counts)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,25 @@ PLOTS = {
 }
 MAX_TABLE_ROWS = 200
 # settings worth seeing at the top of a report (dotted keys of config.yaml)
-_HEADLINE_KEYS = ("algorithm", "iterations", "seed", "model.path", "rollout.prompts_per_iteration", "rollout.group_size",
-                  "rollout.seeds_per_group", "prefix.ratio_min", "prefix.ratio_max", "prefix.loss", "pool.size",
-                  "pool.pick", "pool.snapshot_every", "advantage.baseline", "update.lr", "eval.every", "eval.samples")
+_HEADLINE_KEYS = (
+    "algorithm",
+    "iterations",
+    "seed",
+    "model.path",
+    "rollout.prompts_per_iteration",
+    "rollout.group_size",
+    "rollout.seeds_per_group",
+    "prefix.ratio_min",
+    "prefix.ratio_max",
+    "prefix.loss",
+    "pool.size",
+    "pool.pick",
+    "pool.snapshot_every",
+    "advantage.baseline",
+    "update.lr",
+    "eval.every",
+    "eval.samples",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,10 +74,12 @@ def format_cell(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(format_cell(x) for x in v) + "]"
     if isinstance(v, datetime):
-        return v.astimezone(timezone.utc).isoformat(timespec="seconds")
+        return v.astimezone(UTC).isoformat(timespec="seconds")
     if isinstance(v, date):
         return v.isoformat()
-    if isinstance(v, Decimal) or (isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)):  # numpy floats too
+    if isinstance(v, Decimal) or (
+        isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
+    ):  # numpy floats too
         return format_cell(float(v))
     return str(v)
 
@@ -86,8 +104,14 @@ def markdown_table(res: QueryResult, max_rows: int = MAX_TABLE_ROWS) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _series_plot(path: Path, title: str, ylabel: str, series: dict[str, list[tuple[int, float]]],
-                 styles: dict[str, str] | None = None, unit_range: bool = False) -> Path | None:
+def _series_plot(
+    path: Path,
+    title: str,
+    ylabel: str,
+    series: dict[str, list[tuple[int, float]]],
+    styles: dict[str, str] | None = None,
+    unit_range: bool = False,
+) -> Path | None:
     """Lines of (iteration, value) per label; None (and no file) when there is nothing to draw."""
     series = {k: sorted(v) for k, v in series.items() if v}
     if not series:
@@ -138,12 +162,20 @@ def _plots(reports: Path, ea: QueryResult, cf: QueryResult) -> dict[str, Path | 
             if _finite(row[f"eff_entropy_{p}"]):
                 eff[p].append((it, float(row[f"eff_entropy_{p}"])))
     # pass@k curves in increasing k after the accuracy line
-    acc = {"accuracy": acc["accuracy"], **{k: acc[k] for k in sorted((k for k in acc if k != "accuracy"), key=lambda s: int(s[5:]))}}
+    acc = {
+        "accuracy": acc["accuracy"],
+        **{k: acc[k] for k in sorted((k for k in acc if k != "accuracy"), key=lambda s: int(s[5:]))},
+    }
     clip: dict[str, list[tuple[int, float]]] = {}
     for row in cf.to_dicts():
         if _finite(row["clipfrac"]):
             clip.setdefault(row["population"], []).append((row["iteration"], float(row["clipfrac"])))
-    data = {"accuracy": (acc, styles), "entropy": (ent, None), "effective_entropy": (eff, None), "clip_fraction": (clip, None)}
+    data = {
+        "accuracy": (acc, styles),
+        "entropy": (ent, None),
+        "effective_entropy": (eff, None),
+        "clip_fraction": (clip, None),
+    }
     out: dict[str, Path | None] = {}
     for stem, (series, st) in data.items():
         title, ylabel = PLOTS[stem]
@@ -189,18 +221,27 @@ def write_report(run_id: str, runs_dir: Path | None = None) -> Path:
     summary = results["runs"].to_dicts()
     s = summary[0] if summary else {}
     md = [f"# Report: {run_id}", ""]
-    md.append(f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')} from `{run.root}`. "
-              "Iteration k is policy step θ_k: update metrics of iteration k are measured on θ_k, "
-              "evaluation metrics are labelled with the step they evaluate.")
+    md.append(
+        f"Generated {datetime.now(UTC).isoformat(timespec='seconds')} from `{run.root}`. "
+        "Iteration k is policy step θ_k: update metrics of iteration k are measured on θ_k, "
+        "evaluation metrics are labelled with the step they evaluate."
+    )
     md.append("")
     if s:
         md.append(f"- iterations done: {s.get('iterations_done', 0)} of {format_cell(s.get('iterations'))}")
-        md.append(f"- last evaluation: step {format_cell(s.get('last_eval_step'))}, accuracy {format_cell(s.get('last_accuracy'))} "
-                  f"(best {format_cell(s.get('best_accuracy'))})")
-        md.append(f"- prefix corpus: {s.get('prefixes', 0)} seeds; rollouts: {s.get('rollouts', 0)}; "
-                  f"pool snapshots: {s.get('pool_checkpoints', 0)}")
+        md.append(
+            f"- last evaluation: step {format_cell(s.get('last_eval_step'))}, accuracy {format_cell(s.get('last_accuracy'))} "
+            f"(best {format_cell(s.get('best_accuracy'))})"
+        )
+        md.append(
+            f"- prefix corpus: {s.get('prefixes', 0)} seeds; rollouts: {s.get('rollouts', 0)}; "
+            f"pool snapshots: {s.get('pool_checkpoints', 0)}"
+        )
     if cfg:
-        md.append("- settings: " + ", ".join(f"`{k}={_dotted(cfg, k)}`" for k in _HEADLINE_KEYS if _dotted(cfg, k) is not None))
+        md.append(
+            "- settings: "
+            + ", ".join(f"`{k}={_dotted(cfg, k)}`" for k in _HEADLINE_KEYS if _dotted(cfg, k) is not None)
+        )
     md.append("")
     md.append("## Curves")
     md.append("")

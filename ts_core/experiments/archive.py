@@ -50,6 +50,7 @@ _PREFIXES = "corpus/prefixes/iteration=all/prefixes.parquet"
 def _by_iteration(files: list[Path]) -> list[Path]:
     """In the order the SQL views read a run's files (iteration as a number, then name), so sums
     over the archived table add in the same order as over the live files."""
+
     def key(f: Path) -> tuple[int, str]:
         k = next((p.split("=", 1)[1] for p in reversed(f.parts) if p.startswith("iteration=")), "")
         return (int(k) if k.isdigit() else -1), f.name
@@ -59,16 +60,19 @@ def _by_iteration(files: list[Path]) -> list[Path]:
 
 def _sources(root: Path) -> dict[str, list[Path]]:
     """The files of a live run that go into its archive, by kind."""
-    return {"copy": [root / n for n in _COPIED if (root / n).is_file()],
-            "metrics": _by_iteration(list(root.glob("metrics/iteration=*/*.parquet"))),
-            "prefixes": _by_iteration(list(root.glob("corpus/prefixes/iteration=*/prefixes.parquet"))),
-            "final_test": sorted(root.glob("evals/final-test/step_*.parquet"))}
+    return {
+        "copy": [root / n for n in _COPIED if (root / n).is_file()],
+        "metrics": _by_iteration(list(root.glob("metrics/iteration=*/*.parquet"))),
+        "prefixes": _by_iteration(list(root.glob("corpus/prefixes/iteration=*/prefixes.parquet"))),
+        "final_test": sorted(root.glob("evals/final-test/step_*.parquet")),
+    }
 
 
 def _fingerprint(root: Path, sources: dict[str, list[Path]]) -> str:
     """Names, sizes and mtimes of the source files: an unchanged run is not archived again."""
-    items = sorted(f"{p.relative_to(root)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-                   for ps in sources.values() for p in ps)
+    items = sorted(
+        f"{p.relative_to(root)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for ps in sources.values() for p in ps
+    )
     return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
 
 
@@ -95,7 +99,10 @@ def archive_run(root: Path, dest_root: Path, config_hash: str, final_test: bool)
     fp = _fingerprint(root, src)
     old = archive_record(dest)
     if old is not None and (old.get("source_fingerprint"), old.get("config_hash"), old.get("final_test")) == (
-            fp, config_hash, final_test):
+        fp,
+        config_hash,
+        final_test,
+    ):
         return False
     dest_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest_root, prefix=f".{root.name}.", suffix=".tmp"))
@@ -110,9 +117,16 @@ def archive_run(root: Path, dest_root: Path, config_hash: str, final_test: bool)
             (tmp / p.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, tmp / p.relative_to(root))
         files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-        record = {"run_id": root.name, "config_hash": config_hash, "final_test": final_test,
-                  "source_fingerprint": fp, "archived_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                  "archive": str(dest_root), "files": files, "bytes": sum(files.values())}
+        record = {
+            "run_id": root.name,
+            "config_hash": config_hash,
+            "final_test": final_test,
+            "source_fingerprint": fp,
+            "archived_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "archive": str(dest_root),
+            "files": files,
+            "bytes": sum(files.values()),
+        }
         (tmp / ARCHIVE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         for p in [tmp, *tmp.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)  # mkdtemp makes 0700; the archive is committed

@@ -32,8 +32,22 @@ __all__ = ["HARD_THRESHOLD", "claims_markdown", "mean_ci", "t_quantile_975", "ve
 
 HARD_THRESHOLD = 0.10
 # Two-sided 95% Student t quantiles by degrees of freedom (standard table values).
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
 
 
 def t_quantile_975(df: int) -> float:
@@ -168,8 +182,14 @@ def _seeds(diffs: list[tuple[int, float]]) -> str:
     return ", ".join(f"s{s}: {d:+.3f}" for s, d in diffs) or "—"
 
 
-def claims_markdown(data: dict[str, Any], variants: dict[str, list[str]], runs_dir: Path,
-                    ts: str = "thinking_seeds", grpo: str = "grpo", seq: str = "seq_mix") -> str:
+def claims_markdown(
+    data: dict[str, Any],
+    variants: dict[str, list[str]],
+    runs_dir: Path,
+    ts: str = "thinking_seeds",
+    grpo: str = "grpo",
+    seq: str = "seq_mix",
+) -> str:
     """The regime check, the claims table, the hard-subset table and |log π_θ/π_h| by seed age."""
     if ts not in variants or grpo not in variants:
         return ""
@@ -177,10 +197,14 @@ def claims_markdown(data: dict[str, Any], variants: dict[str, list[str]], runs_d
     base = data["base_test"]
     ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
     kmax = ks[-1] if ks else None
-    md = ["## The paper's claims on this testbed", "",
-          "Paired differences at equal seed, mean [95% t-interval] over seeds, then per seed. Verdict: *holds* "
-          "when the interval lies on the claimed side of 0, *does not hold* when it lies on the other side, "
-          "*inconclusive* otherwise.", ""]
+    md = [
+        "## The paper's claims on this testbed",
+        "",
+        "Paired differences at equal seed, mean [95% t-interval] over seeds, then per seed. Verdict: *holds* "
+        "when the interval lies on the claimed side of 0, *does not hold* when it lies on the other side, "
+        "*inconclusive* otherwise.",
+        "",
+    ]
     rows = []
 
     def row(claim: str, measure: str, diffs, ci, better: str = "higher") -> None:
@@ -192,20 +216,33 @@ def claims_markdown(data: dict[str, Any], variants: dict[str, list[str]], runs_d
     row("2. higher effective entropy", f"effective entropy (all tokens, last iterations), {ts} − {grpo}", d, ci)
     if seq in variants:
         d, ci = paired(data, variants, ts, seq, "actor/pg_clipfrac_adv/all")
-        row("3. less gradient lost to clipping", f"|A|-weighted clipped share of all tokens, {ts} − {seq}", d, ci,
-            better="lower")
+        row(
+            "3. less gradient lost to clipping",
+            f"|A|-weighted clipped share of all tokens, {ts} − {seq}",
+            d,
+            ci,
+            better="lower",
+        )
     if kmax:
         d, ci = paired(data, variants, ts, grpo, f"test/pass@{kmax}")
         row("4. larger explorable space", f"test pass@{kmax}, {ts} − {grpo}", d, ci)
         b = base.get(f"test/pass@{kmax}")
         if b is not None:
             diffs = sorted((s, v - b) for s, v in _per_seed(data, variants, ts, f"test/pass@{kmax}").items())
-            row("4. larger explorable space", f"test pass@{kmax}, {ts} − θ_0 ({b:.4f})", diffs,
-                mean_ci([x for _, x in diffs]))
+            row(
+                "4. larger explorable space",
+                f"test pass@{kmax}, {ts} − θ_0 ({b:.4f})",
+                diffs,
+                mean_ci([x for _, x in diffs]),
+            )
         if hard:
             d, ci = paired(data, variants, ts, grpo, "hard/ever_solved")
-            row("4. larger explorable space", f"share of the {len(hard[0])} hard prompts solved at least once in "
-                f"{hard[1]} samples, {ts} − {grpo}", d, ci)
+            row(
+                "4. larger explorable space",
+                f"share of the {len(hard[0])} hard prompts solved at least once in {hard[1]} samples, {ts} − {grpo}",
+                d,
+                ci,
+            )
         d, ci = paired(data, variants, ts, grpo, "test/distinct_patterns")
         if d:
             row("4. larger explorable space", f"distinct correct sign patterns per test prompt, {ts} − {grpo}", d, ci)
@@ -227,16 +264,36 @@ def _regime(data, variants, grpo: str, kmax: int | None) -> list[str]:
     control gains little; on-policy tokens are clipped (several optimizer steps per batch)."""
     base = data["base_test"]
     md = ["### The regime", ""]
-    rows = [["θ_0 test pass@1 → GRPO", f"{base.get('test/accuracy', float('nan')):.4f}",
-             _mean_of(data, variants[grpo], "test/accuracy")]]
+    rows = [
+        [
+            "θ_0 test pass@1 → GRPO",
+            f"{base.get('test/accuracy', float('nan')):.4f}",
+            _mean_of(data, variants[grpo], "test/accuracy"),
+        ]
+    ]
     if kmax:
-        rows.append([f"θ_0 test pass@{kmax} → GRPO", f"{base.get(f'test/pass@{kmax}', float('nan')):.4f}",
-                     _mean_of(data, variants[grpo], f"test/pass@{kmax}")])
+        rows.append(
+            [
+                f"θ_0 test pass@{kmax} → GRPO",
+                f"{base.get(f'test/pass@{kmax}', float('nan')):.4f}",
+                _mean_of(data, variants[grpo], f"test/pass@{kmax}"),
+            ]
+        )
     if CONTROL_METHOD in variants:
-        rows.append(["θ_0 test pass@1 → SFT control (same compute)", f"{base.get('test/accuracy', float('nan')):.4f}",
-                     _mean_of(data, variants[CONTROL_METHOD], "test/accuracy")])
-    rows.append(["on-policy clip fraction (GRPO, last iterations)", "—",
-                 _mean_of(data, variants[grpo], "actor/pg_clipfrac/on_policy")])
+        rows.append(
+            [
+                "θ_0 test pass@1 → SFT control (same compute)",
+                f"{base.get('test/accuracy', float('nan')):.4f}",
+                _mean_of(data, variants[CONTROL_METHOD], "test/accuracy"),
+            ]
+        )
+    rows.append(
+        [
+            "on-policy clip fraction (GRPO, last iterations)",
+            "—",
+            _mean_of(data, variants[grpo], "actor/pg_clipfrac/on_policy"),
+        ]
+    )
     md += _table(["check", "θ_0", "after training (mean [95% CI] over seeds)"], rows)
     return md
 
@@ -253,12 +310,21 @@ def _hard_table(data, variants, hard: tuple[list[str], int]) -> list[str]:
 
 def _age_table(data, variants) -> list[str]:
     """Mean |log π_θ − log π_h| on prefix tokens by the seed's source age: are historical seeds off-policy?"""
-    ages = sorted({n.split("/", 2)[2] for v in data["per_run"].values() for n in v
-                   if n.startswith("actor/prefix_abs_log_ratio/")}, key=lambda a: int(a[4:].split("-")[0].rstrip("+")))
+    ages = sorted(
+        {
+            n.split("/", 2)[2]
+            for v in data["per_run"].values()
+            for n in v
+            if n.startswith("actor/prefix_abs_log_ratio/")
+        },
+        key=lambda a: int(a[4:].split("-")[0].rstrip("+")),
+    )
     if not ages:
         return []
     md = ["### How off-policy the seeds are: mean |log π_θ − log π_h| on prefix tokens by source age (iterations)", ""]
-    rows = [[v] + [_mean_of(data, runs, f"actor/prefix_abs_log_ratio/{a}") for a in ages]
-            for v, runs in variants.items()
-            if any(f"actor/prefix_abs_log_ratio/{a}" in data["per_run"].get(r, {}) for r in runs for a in ages)]
+    rows = [
+        [v] + [_mean_of(data, runs, f"actor/prefix_abs_log_ratio/{a}") for a in ages]
+        for v, runs in variants.items()
+        if any(f"actor/prefix_abs_log_ratio/{a}" in data["per_run"].get(r, {}) for r in runs for a in ages)
+    ]
     return md + _table(["variant"] + ages, rows)

@@ -50,9 +50,25 @@ from thinking_seeds.experiments.spec import (
 )
 
 __all__ = [
-    "CONTROL_METHOD", "DEFAULT_METHODS", "FINAL_TEST_STAGE", "CompareError", "ComparisonSpec", "RunSpec",
-    "archive_finished", "archiver", "final_test_jobs", "parse_list", "parse_sweep", "plan", "prepare",
-    "raise_on_failures", "report_dir", "restore_archived", "run_all", "run_comparison", "run_final_tests",
+    "CONTROL_METHOD",
+    "DEFAULT_METHODS",
+    "FINAL_TEST_STAGE",
+    "CompareError",
+    "ComparisonSpec",
+    "RunSpec",
+    "archive_finished",
+    "archiver",
+    "final_test_jobs",
+    "parse_list",
+    "parse_sweep",
+    "plan",
+    "prepare",
+    "raise_on_failures",
+    "report_dir",
+    "restore_archived",
+    "run_all",
+    "run_comparison",
+    "run_final_tests",
     "write_report",
 ]
 
@@ -94,15 +110,21 @@ def restore_archived(spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: P
     if spec.reference:
         ref_root = report_dir(spec.out_dir, spec.reference) / "runs"
         methods, seeds = {s.method for s in specs}, {s.seed for s in specs}
-        ref = {m["run_id"]: spec_of(m).config().config_hash() for m in compare_members(spec.reference, ref_root)
-               if m.get("method") in methods and m.get("seed") in seeds and not m.get("sweep")
-               and archive_record(ref_root / m["run_id"]) is not None}  # what reference_members takes
+        ref = {
+            m["run_id"]: spec_of(m).config().config_hash()
+            for m in compare_members(spec.reference, ref_root)
+            if m.get("method") in methods
+            and m.get("seed") in seeds
+            and not m.get("sweep")
+            and archive_record(ref_root / m["run_id"]) is not None
+        }  # what reference_members takes
         out += restore(ref_root, runs_dir, ref, final_test=False)
     return out
 
 
-def archive_finished(spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: Path,
-                     only: Sequence[str] | None = None) -> list[str]:
+def archive_finished(
+    spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: Path, only: Sequence[str] | None = None
+) -> list[str]:
     """Archive every finished run (trained, and final-tested when the comparison tests) that the
     archive does not hold as it is now; returns the ids written. Restored copies are skipped."""
     from thinking_seeds.store.run_dir import RunDir
@@ -146,8 +168,13 @@ def prepare(spec: ComparisonSpec, runs_dir: Path) -> list[RunSpec]:
     return specs
 
 
-def run_all(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, console: Any = None,
-            on_done: Callable[[Job], None] | None = None) -> list[JobResult]:
+def run_all(
+    specs: Sequence[RunSpec],
+    runs_dir: Path,
+    parallel: int = 2,
+    console: Any = None,
+    on_done: Callable[[Job], None] | None = None,
+) -> list[JobResult]:
     """Train every spec (resumable; complete runs are skipped) and return one JobResult per spec.
 
     Seed by seed (methods in their order within a seed): a comparison stopped half-way leaves
@@ -161,8 +188,18 @@ def run_all(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, console
     for spec in sorted(specs, key=lambda sp: sp.seed):
         root = runs_dir / spec.run_id
         write_marker(root, spec.marker())
-        cmd = [sys.executable, "-m", "thinking_seeds.pipeline.loop", "--preset", spec.preset, "--run-id", spec.run_id,
-               "--runs-dir", str(runs_dir), "--final-test"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "thinking_seeds.pipeline.loop",
+            "--preset",
+            spec.preset,
+            "--run-id",
+            spec.run_id,
+            "--runs-dir",
+            str(runs_dir),
+            "--final-test",
+        ]
         if spec is specs[0]:
             cmd.append("--final-test-base")  # θ_0 once per comparison, in the run final_test_jobs names
         for o in spec.overrides:
@@ -192,23 +229,48 @@ def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None 
         cfg = load_saved_config(run.config_path)
         restored = archive_record(run.root) is not None  # no checkpoints: its final test came with it
         step = (cfg.iterations if restored else latest_policy_step(run)) if step is None else step
-        cmd = [sys.executable, "-m", "thinking_seeds.pipeline.checkpoint_eval", str(run.root), "--step", str(step),
-               "--split", "test", "--all-prompts", "--no-seeded", "--stage", FINAL_TEST_STAGE,
-               "--samples", str(cfg.eval.test_samples)]
-        jobs.append(Job(f"{rid} θ_{step}", cmd, run.root / "final_test.log",
-                        done=restored or run.metrics(step, FINAL_TEST_STAGE).exists(), run_root=run.root))
+        cmd = [
+            sys.executable,
+            "-m",
+            "thinking_seeds.pipeline.checkpoint_eval",
+            str(run.root),
+            "--step",
+            str(step),
+            "--split",
+            "test",
+            "--all-prompts",
+            "--no-seeded",
+            "--stage",
+            FINAL_TEST_STAGE,
+            "--samples",
+            str(cfg.eval.test_samples),
+        ]
+        jobs.append(
+            Job(
+                f"{rid} θ_{step}",
+                cmd,
+                run.root / "final_test.log",
+                done=restored or run.metrics(step, FINAL_TEST_STAGE).exists(),
+                run_root=run.root,
+            )
+        )
     return jobs
 
 
-def run_final_tests(specs: Sequence[RunSpec], runs_dir: Path, parallel: int = 2, control: bool = True,
-                    console: Any = None, on_done: Callable[[Job], None] | None = None) -> list[JobResult]:
+def run_final_tests(
+    specs: Sequence[RunSpec],
+    runs_dir: Path,
+    parallel: int = 2,
+    control: bool = True,
+    console: Any = None,
+    on_done: Callable[[Job], None] | None = None,
+) -> list[JobResult]:
     """The final test evaluation of every run of `specs` (and their SFT controls), plus θ_0 once."""
     ids = [s.run_id for s in specs]
     if control:
         ids += [control_run_id(specs[0].compare_id, seed) for seed in sorted({s.seed for s in specs})]
     jobs = final_test_jobs(ids, Path(runs_dir), base_of=specs[0].run_id)
-    return run_jobs(jobs, Path(runs_dir), parallel, title="final test evaluations", console=console,
-                    on_done=on_done)
+    return run_jobs(jobs, Path(runs_dir), parallel, title="final test evaluations", console=console, on_done=on_done)
 
 
 def write_report(spec: ComparisonSpec, runs_dir: Path) -> Path:
@@ -216,8 +278,9 @@ def write_report(spec: ComparisonSpec, runs_dir: Path) -> Path:
     included): OUT/ID/report.md, results.parquet and the plots."""
     from thinking_seeds.experiments.compare_report import write_compare_report
 
-    return write_compare_report(spec.compare_id, Path(runs_dir), spec.report_dir, command=spec.command,
-                                reference=spec.reference)
+    return write_compare_report(
+        spec.compare_id, Path(runs_dir), spec.report_dir, command=spec.command, reference=spec.reference
+    )
 
 
 def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
@@ -236,13 +299,18 @@ def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
         archive_finished(spec, specs, runs_dir)  # what finished before --archive was given
     raise_on_failures(run_all(specs, runs_dir, parallel=spec.parallel, console=console, on_done=hook))
     if spec.control:
-        _, results = run_controls(specs, runs_dir, parallel=spec.parallel, budget_seconds=spec.control_seconds,
-                                  max_steps=spec.control_max_steps, corpus_size=spec.control_corpus_size,
-                                  console=console)
+        _, results = run_controls(
+            specs,
+            runs_dir,
+            parallel=spec.parallel,
+            budget_seconds=spec.control_seconds,
+            max_steps=spec.control_max_steps,
+            corpus_size=spec.control_corpus_size,
+            console=console,
+        )
         raise_on_failures(results)
     if spec.final_test:
-        raise_on_failures(run_final_tests(specs, runs_dir, spec.parallel, spec.control, console=console,
-                                          on_done=hook))
+        raise_on_failures(run_final_tests(specs, runs_dir, spec.parallel, spec.control, console=console, on_done=hook))
     if spec.archive:
         archive_finished(spec, specs, runs_dir)
     return str(write_report(spec, runs_dir))

@@ -38,8 +38,19 @@ from thinking_seeds.experiments.spec import (
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.sql import connect, query
 
-__all__ = ["ACTOR", "EXTRA_COLUMNS", "PASS_KS", "POPULATIONS", "collect", "mean_std", "paired_differences", "pass_ks",
-           "result_columns", "results_table", "test_ks"]
+__all__ = [
+    "ACTOR",
+    "EXTRA_COLUMNS",
+    "PASS_KS",
+    "POPULATIONS",
+    "collect",
+    "mean_std",
+    "paired_differences",
+    "pass_ks",
+    "result_columns",
+    "results_table",
+    "test_ks",
+]
 
 POPULATIONS = ("on_policy", "continuation", "prefix", "all")
 PASS_KS = (1, 2, 4, 8, 16)
@@ -59,8 +70,13 @@ def _order(marker: dict[str, Any]) -> tuple:
     """Report order: the headline methods in their order, other methods, the SFT control last;
     within a method the reference base point first, then variants, then seeds."""
     m = marker["method"]
-    rank = (DEFAULT_METHODS.index(m) if m in DEFAULT_METHODS else
-            len(DEFAULT_METHODS) + ALGORITHMS.index(m) if m in ALGORITHMS else 99)
+    rank = (
+        DEFAULT_METHODS.index(m)
+        if m in DEFAULT_METHODS
+        else len(DEFAULT_METHODS) + ALGORITHMS.index(m)
+        if m in ALGORITHMS
+        else 99
+    )
     return (m == CONTROL_METHOD, rank, "reference" not in marker, marker.get("variant", m), marker.get("seed", 0))
 
 
@@ -72,8 +88,10 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
     """
     members = compare_members(compare_id, runs_dir)
     if not members:
-        raise DataError(f"no runs of comparison {compare_id!r} under {runs_dir} (no run directory has a compare.json "
-                        f"with that id); run `ts compare --id {compare_id} ...` first")
+        raise DataError(
+            f"no runs of comparison {compare_id!r} under {runs_dir} (no run directory has a compare.json "
+            f"with that id); run `ts compare --id {compare_id} ...` first"
+        )
     if reference:
         rl = [spec_of(m) for m in members if m["method"] != CONTROL_METHOD]
         members += reference_members(reference, rl, runs_dir)
@@ -82,7 +100,9 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
     actor_or_age = " OR ".join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR + AGE)
     con = connect(runs_dir=runs_dir)
     try:
-        finals = query(con, f"""
+        finals = query(
+            con,
+            f"""
             WITH m AS (SELECT * FROM metrics WHERE run_id IN ({ids})),
             ev AS (SELECT run_id, iteration, name, value FROM m WHERE stage = 'evaluate'),
             fin AS (SELECT run_id, max(iteration) AS final_step FROM ev WHERE name = 'eval/accuracy' GROUP BY run_id),
@@ -112,18 +132,25 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
                             WHERE stage = '{FINAL_TEST_STAGE}' GROUP BY run_id) ft
                       ON m.run_id = ft.run_id AND m.iteration = ft.it
                       WHERE m.stage = '{FINAL_TEST_STAGE}' AND starts_with(m.name, 'eval/')
-        """)
-        base = query(con, f"""
+        """,
+        )
+        base = query(
+            con,
+            f"""
             SELECT substr(name, 6), avg(value) FROM metrics
             WHERE run_id IN ({ids}) AND stage = '{FINAL_TEST_STAGE}' AND iteration = 0 AND starts_with(name, 'eval/')
-            GROUP BY name""")
-        series = query(con, f"""
+            GROUP BY name""",
+        )
+        series = query(
+            con,
+            f"""
             SELECT run_id, stage, iteration, name, value FROM metrics
             WHERE run_id IN ({ids}) AND (
                 (stage = 'evaluate' AND (name IN ('eval/accuracy', 'eval/strategy_b', 'eval/distinct_patterns')))
-                OR (stage = 'update' AND ({' OR '.join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR[:3])})))
+                OR (stage = 'update' AND ({" OR ".join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR[:3])})))
             ORDER BY run_id, iteration
-        """)
+        """,
+        )
         configs = query(con, f"SELECT run_id, config_json FROM configs WHERE run_id IN ({ids})")
     finally:
         con.close()
@@ -133,15 +160,21 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
             per_run[run_id][name] = float(value)
     for v in per_run.values():
         if "budget/generated_tokens" in v or "budget/seed_draft_tokens" in v:
-            v["budget/total_generated_tokens"] = (v.get("budget/generated_tokens", 0.0)
-                                                  + v.get("budget/seed_draft_tokens", 0.0))
+            v["budget/total_generated_tokens"] = v.get("budget/generated_tokens", 0.0) + v.get(
+                "budget/seed_draft_tokens", 0.0
+            )
     curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for run_id, _stage, it, name, value in series.rows:
         if _finite(value):
             curves[run_id][name].append((int(it), float(value)))
     cfgs = {r: json.loads(c) for r, c in configs.rows if c}
-    return {"members": members, "per_run": per_run, "curves": curves, "configs": cfgs,
-            "base_test": {f"test/{n}": float(v) for n, v in base.rows if v is not None}}
+    return {
+        "members": members,
+        "per_run": per_run,
+        "curves": curves,
+        "configs": cfgs,
+        "base_test": {f"test/{n}": float(v) for n, v in base.rows if v is not None},
+    }
 
 
 def mean_std(values: list[float]) -> tuple[float, float, int] | None:
@@ -152,8 +185,9 @@ def mean_std(values: list[float]) -> tuple[float, float, int] | None:
     return statistics.fmean(vs), (statistics.stdev(vs) if len(vs) > 1 else 0.0), len(vs)
 
 
-def paired_differences(data: dict[str, Any], variants: dict[str, list[str]], baseline: str,
-                       names: Sequence[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+def paired_differences(
+    data: dict[str, Any], variants: dict[str, list[str]], baseline: str, names: Sequence[str]
+) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """Per variant and metric: [(seed, value - baseline's value at the same seed)], seeds both ran.
 
     Runs of one seed share the training prompts of every iteration and the evaluation prompts and
@@ -180,8 +214,12 @@ def paired_differences(data: dict[str, Any], variants: dict[str, list[str]], bas
 
 def pass_ks(per_run: dict[str, dict[str, float]]) -> list[int]:
     """The k of every eval/pass@k present (PASS_KS when there is none yet)."""
-    ks = {int(n.rsplit("@", 1)[1]) for v in per_run.values() for n in v
-          if n.startswith(("eval/pass@", "eval_seeded/pass@"))}
+    ks = {
+        int(n.rsplit("@", 1)[1])
+        for v in per_run.values()
+        for n in v
+        if n.startswith(("eval/pass@", "eval_seeded/pass@"))
+    }
     return sorted(ks) or list(PASS_KS)
 
 
@@ -192,22 +230,48 @@ def test_ks(per_run: dict[str, dict[str, float]], ks: Sequence[int]) -> list[int
 
 
 # Columns that only a task with solution labels (countdown) and a θ_0 per-prompt file produce.
-EXTRA_COLUMNS = ("test/distinct_patterns", "test/pattern_entropy", "eval/distinct_patterns", "eval/pattern_entropy",
-                 "hard/accuracy", "hard/ever_solved", "hard/distinct_patterns")
+EXTRA_COLUMNS = (
+    "test/distinct_patterns",
+    "test/pattern_entropy",
+    "eval/distinct_patterns",
+    "eval/pattern_entropy",
+    "hard/accuracy",
+    "hard/ever_solved",
+    "hard/distinct_patterns",
+)
 
 
 def result_columns(ks: Sequence[int], tks: Sequence[int] | None = None, extra: Sequence[str] = ()) -> list[str]:
     """The metric columns of results.parquet, in order."""
-    return (["test/accuracy"] + [f"test/pass@{k}" for k in (tks or ks)] + list(extra)
-            + ["test/strategy_b", "test/prompts",
-             "final_step", "eval/accuracy", "eval/strategy_a", "eval/strategy_b", "eval/strategy_other",
-             "eval/distinct_correct_solutions", "eval/mean_response_len"]
-            + [f"eval/pass@{k}" for k in ks]
-            + ["eval_seeded/accuracy", "eval_seeded/strategy_b", "eval_seeded/distinct_correct_solutions"]
-            + [f"eval_seeded/pass@{k}" for k in ks]
-            + [f"actor/{a}/{p}" for a in ACTOR for p in POPULATIONS]
-            + ["budget/iterations_done", "budget/train_seconds", "budget/generated_tokens", "budget/seed_draft_tokens",
-               "budget/total_generated_tokens", "budget/sft_steps", "budget/sft_tokens"])
+    return (
+        ["test/accuracy"]
+        + [f"test/pass@{k}" for k in (tks or ks)]
+        + list(extra)
+        + [
+            "test/strategy_b",
+            "test/prompts",
+            "final_step",
+            "eval/accuracy",
+            "eval/strategy_a",
+            "eval/strategy_b",
+            "eval/strategy_other",
+            "eval/distinct_correct_solutions",
+            "eval/mean_response_len",
+        ]
+        + [f"eval/pass@{k}" for k in ks]
+        + ["eval_seeded/accuracy", "eval_seeded/strategy_b", "eval_seeded/distinct_correct_solutions"]
+        + [f"eval_seeded/pass@{k}" for k in ks]
+        + [f"actor/{a}/{p}" for a in ACTOR for p in POPULATIONS]
+        + [
+            "budget/iterations_done",
+            "budget/train_seconds",
+            "budget/generated_tokens",
+            "budget/seed_draft_tokens",
+            "budget/total_generated_tokens",
+            "budget/sft_steps",
+            "budget/sft_tokens",
+        ]
+    )
 
 
 def results_table(data: dict[str, Any], compare_id: str) -> pa.Table:
@@ -221,14 +285,25 @@ def results_table(data: dict[str, Any], compare_id: str) -> pa.Table:
     rows = []
     for m in data["members"]:
         vals = data["per_run"].get(m["run_id"], {})
-        row = {"compare_id": m.get("compare_id", compare_id), "run_id": m["run_id"], "method": m["method"],
-               "variant": m.get("variant", m["method"]), "seed": int(m.get("seed", 0)),
-               "sweep": json.dumps(m.get("sweep") or {}, sort_keys=True)}
+        row = {
+            "compare_id": m.get("compare_id", compare_id),
+            "run_id": m["run_id"],
+            "method": m["method"],
+            "variant": m.get("variant", m["method"]),
+            "seed": int(m.get("seed", 0)),
+            "sweep": json.dumps(m.get("sweep") or {}, sort_keys=True),
+        }
         row.update({c: vals.get(c) for c in columns})
         rows.append(row)
-    schema = pa.schema([("compare_id", pa.string()), ("run_id", pa.string()), ("method", pa.string()),
-                        ("variant", pa.string()), ("seed", pa.int64()), ("sweep", pa.string())]
-                       + [(c, pa.float64()) for c in columns])
+    schema = pa.schema(
+        [
+            ("compare_id", pa.string()),
+            ("run_id", pa.string()),
+            ("method", pa.string()),
+            ("variant", pa.string()),
+            ("seed", pa.int64()),
+            ("sweep", pa.string()),
+        ]
+        + [(c, pa.float64()) for c in columns]
+    )
     return pa.Table.from_pylist(rows, schema=schema)
-
-

@@ -30,7 +30,6 @@ PLOTS = {
 }
 
 
-
 SMOOTH = 10  # iterations in the moving average of the per-iteration (update) curves
 
 
@@ -65,8 +64,14 @@ def _figure(ncols: int = 1, nrows: int = 1, size: tuple[float, float] = (7, 4)):
     return fig, axes
 
 
-def _draw(ax, groups: dict[str, list[list[tuple[int, float]]]], colors: dict[str, str], title: str,
-          ylabel: str, unit: bool = False) -> bool:
+def _draw(
+    ax,
+    groups: dict[str, list[list[tuple[int, float]]]],
+    colors: dict[str, str],
+    title: str,
+    ylabel: str,
+    unit: bool = False,
+) -> bool:
     from matplotlib.ticker import MaxNLocator
 
     drawn = False
@@ -110,18 +115,24 @@ def plots(out: Path, data: dict[str, Any], variants: dict[str, list[str]], ks: l
         return {v: [pick(curves[r].get(name, [])) for r in runs] for v, runs in variants.items()}
 
     paths: dict[str, Path | None] = {}
-    for stem, name, ylabel in (("accuracy", "eval/accuracy", "accuracy (avg@n)"),
-                               ("strategy_b", "eval/strategy_b", "share of strategy b"),
-                               ("distinct_patterns", "eval/distinct_patterns", "distinct patterns / prompt")):
+    for stem, name, ylabel in (
+        ("accuracy", "eval/accuracy", "accuracy (avg@n)"),
+        ("strategy_b", "eval/strategy_b", "share of strategy b"),
+        ("distinct_patterns", "eval/distinct_patterns", "distinct patterns / prompt"),
+    ):
         fig, (ax,) = _figure()
         drawn = _draw(ax, groups(name), colors, PLOTS[stem], ylabel, unit=stem != "distinct_patterns")
         paths[stem] = _save(fig, out / f"{stem}.png") if drawn else None
-    for stem, metric, ylabel in (("entropy", "entropy", "entropy (nats)"),
-                                 ("effective_entropy", "effective_entropy", "entropy (nats)"),
-                                 ("clip_fraction", "pg_clipfrac", "fraction of tokens clipped")):
+    for stem, metric, ylabel in (
+        ("entropy", "entropy", "entropy (nats)"),
+        ("effective_entropy", "effective_entropy", "entropy (nats)"),
+        ("clip_fraction", "pg_clipfrac", "fraction of tokens clipped"),
+    ):
         fig, axes = _figure(2, 2, (11, 7))
-        drawn = [_draw(ax, groups(f"actor/{metric}/{pop}", smooth=True), colors, f"{pop}", ylabel)
-                 for ax, pop in zip(axes, POPULATIONS, strict=True)]
+        drawn = [
+            _draw(ax, groups(f"actor/{metric}/{pop}", smooth=True), colors, f"{pop}", ylabel)
+            for ax, pop in zip(axes, POPULATIONS, strict=True)
+        ]
         fig.suptitle(f"{PLOTS[stem]}, {SMOOTH}-iteration moving average", fontsize=10)
         paths[stem] = _save(fig, out / f"{stem}.png") if any(drawn) else None
     # pass@k at the final step, plain vs seeded
@@ -136,8 +147,15 @@ def plots(out: Path, data: dict[str, Any], variants: dict[str, list[str]], ks: l
                     xs.append(k)
                     ms.append(s[0])
             if xs:
-                ax.plot(xs, ms, style, marker="o", markersize=3, color=colors[v],
-                        label=f"{v} ({'seeded' if prefix == 'eval_seeded' else 'plain'})")
+                ax.plot(
+                    xs,
+                    ms,
+                    style,
+                    marker="o",
+                    markersize=3,
+                    color=colors[v],
+                    label=f"{v} ({'seeded' if prefix == 'eval_seeded' else 'plain'})",
+                )
                 drawn = True
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
@@ -154,5 +172,3 @@ def plots(out: Path, data: dict[str, Any], variants: dict[str, list[str]], ks: l
         if p is None and stale.exists():
             stale.unlink()  # an old plot must not pass for this report's
     return paths
-
-

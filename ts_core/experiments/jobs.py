@@ -53,8 +53,15 @@ class JobResult:
 def child_env(runs_dir: Path) -> dict[str, str]:
     """The environment of a run's process: one torch thread, the runs folder (the package is installed)."""
     env = dict(os.environ)
-    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                "TS_RUNS_DIR": str(Path(runs_dir).resolve()), "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "TS_RUNS_DIR": str(Path(runs_dir).resolve()),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -82,9 +89,16 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def run_jobs(jobs: Sequence[Job], runs_dir: Path, parallel: int = 2, title: str = "runs",
-             console: Any = None, env: dict[str, str] | None = None, poll: float = 0.5,
-             on_done: Callable[[Job], None] | None = None) -> list[JobResult]:
+def run_jobs(
+    jobs: Sequence[Job],
+    runs_dir: Path,
+    parallel: int = 2,
+    title: str = "runs",
+    console: Any = None,
+    env: dict[str, str] | None = None,
+    poll: float = 0.5,
+    on_done: Callable[[Job], None] | None = None,
+) -> list[JobResult]:
     """Run `jobs` as subprocesses, at most `parallel` at once, with a rich progress display.
 
     Output goes to each job's log (appended). A failed job does not stop the others. `on_done(job)`
@@ -105,8 +119,15 @@ def run_jobs(jobs: Sequence[Job], runs_dir: Path, parallel: int = 2, title: str 
         if j.done:
             results[j.run_id] = JobResult(j.run_id, "skipped", 0, 0.0, str(j.log))
     running: dict[str, tuple[Job, subprocess.Popen, float, Any, Any]] = {}
-    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         overall = progress.add_task(f"{title} done", total=len(jobs), completed=len(jobs) - len(pending))
         for r in results.values():
             progress.console.print(f"[dim]skip {r.run_id}: already complete[/]")
@@ -119,8 +140,9 @@ def run_jobs(jobs: Sequence[Job], runs_dir: Path, parallel: int = 2, title: str 
                     fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(job.cmd)}\n")
                     # Own session: an interrupt here ends the run's whole process group (its verifier
                     # workers too), and a terminal's Ctrl-C reaches only this supervisor.
-                    proc = subprocess.Popen(job.cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(),
-                                            start_new_session=True)
+                    proc = subprocess.Popen(
+                        job.cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(), start_new_session=True
+                    )
                     tid = progress.add_task(f"  {job.run_id}", total=None)
                     running[job.run_id] = (job, proc, time.perf_counter(), fh, tid)
                 time.sleep(poll)
@@ -134,11 +156,15 @@ def run_jobs(jobs: Sequence[Job], runs_dir: Path, parallel: int = 2, title: str 
                     del running[run_id]
                     secs = time.perf_counter() - t0
                     ok = rc == 0
-                    results[run_id] = JobResult(run_id, "done" if ok else "failed", rc, secs, str(job.log),
-                                                "" if ok else _tail(job.log))
+                    results[run_id] = JobResult(
+                        run_id, "done" if ok else "failed", rc, secs, str(job.log), "" if ok else _tail(job.log)
+                    )
                     progress.advance(overall)
-                    progress.console.print(f"[green]done[/] {run_id} ({secs:.0f}s)" if ok
-                                           else f"[red]failed[/] {run_id} (exit {rc}), log: {job.log}")
+                    progress.console.print(
+                        f"[green]done[/] {run_id} ({secs:.0f}s)"
+                        if ok
+                        else f"[red]failed[/] {run_id} (exit {rc}), log: {job.log}"
+                    )
                     if ok and on_done is not None:
                         try:
                             on_done(job)
@@ -162,5 +188,7 @@ def raise_on_failures(results: Sequence[JobResult]) -> None:
     failed = [r for r in results if r.status == "failed"]
     if failed:
         parts = [f"{r.run_id} (exit {r.returncode}), log {r.log}:\n{r.tail}" for r in failed]
-        raise CompareError(f"{len(failed)} of {len(results)} runs failed; rerun the same command to resume them.\n\n"
-                           + "\n\n".join(parts))
+        raise CompareError(
+            f"{len(failed)} of {len(results)} runs failed; rerun the same command to resume them.\n\n"
+            + "\n\n".join(parts)
+        )

@@ -33,8 +33,16 @@ from thinking_seeds.experiments.spec import (
 )
 from thinking_seeds.store.parquet_io import shareable
 
-__all__ = ["ARCHIVE_FILE", "archive_record", "compare_members", "discard_restored", "is_complete", "reference_members",
-           "train_seconds", "write_marker"]
+__all__ = [
+    "ARCHIVE_FILE",
+    "archive_record",
+    "compare_members",
+    "discard_restored",
+    "is_complete",
+    "reference_members",
+    "train_seconds",
+    "write_marker",
+]
 
 ARCHIVE_FILE = "archive.json"  # in an archived run (and its restored copy): what was archived, from which config
 
@@ -66,8 +74,10 @@ def write_marker(run_root: Path, marker: dict[str, Any]) -> Path:
         except (OSError, json.JSONDecodeError):
             old = None
         if old is not None and old.get("compare_id") != marker.get("compare_id"):
-            raise ConfigError(f"{run_root} belongs to comparison {old.get('compare_id')!r}, "
-                              f"not {marker.get('compare_id')!r}; choose another --id")
+            raise ConfigError(
+                f"{run_root} belongs to comparison {old.get('compare_id')!r}, "
+                f"not {marker.get('compare_id')!r}; choose another --id"
+            )
         if old == json.loads(text):
             return path
     fd, tmp = tempfile.mkstemp(dir=run_root, prefix=f".{MARKER}.", suffix=".tmp")
@@ -112,25 +122,37 @@ def reference_members(reference_id: str, specs: Sequence[RunSpec], runs_dir: Pat
     methods = {s.method for s in specs}
     seeds = {s.seed for s in specs}
     keys = list(dict.fromkeys(k for s in specs for k, _ in s.sweep))
-    found = [m for m in compare_members(reference_id, runs_dir)
-             if m.get("method") in methods and m.get("seed") in seeds and not m.get("sweep")]
+    found = [
+        m
+        for m in compare_members(reference_id, runs_dir)
+        if m.get("method") in methods and m.get("seed") in seeds and not m.get("sweep")
+    ]
     if not found:
-        raise ConfigError(f"--reference {reference_id}: no run of that comparison under {runs_dir} has method "
-                          f"{'/'.join(sorted(methods))}, seed {'/'.join(map(str, sorted(seeds)))} and no sweep point; "
-                          f"run `ts compare --id {reference_id} ...` first or drop --reference")
+        raise ConfigError(
+            f"--reference {reference_id}: no run of that comparison under {runs_dir} has method "
+            f"{'/'.join(sorted(methods))}, seed {'/'.join(map(str, sorted(seeds)))} and no sweep point; "
+            f"run `ts compare --id {reference_id} ...` first or drop --reference"
+        )
     configs = {s.run_id: s.config() for s in specs}
     out = []
     for m in found:
         ref = spec_of(m)
         if not is_complete(ref, runs_dir):
-            raise ConfigError(f"--reference {reference_id}: run {ref.run_id} is not complete; finish it with "
-                              f"`ts compare --id {reference_id} ...` (same command) first")
+            raise ConfigError(
+                f"--reference {reference_id}: run {ref.run_id} is not complete; finish it with "
+                f"`ts compare --id {reference_id} ...` (same command) first"
+            )
         cfg = ref.config()
         configs[ref.run_id] = cfg
         d = cfg.model_dump(mode="json")
         base = " ".join(f"{k}={value_text(dotted(d, k))}" for k in keys)
-        out.append({**m, "reference": reference_id,
-                    "variant": f"{m['method']} {base} [{reference_id}]" if base else f"{m['method']} [{reference_id}]"})
+        out.append(
+            {
+                **m,
+                "reference": reference_id,
+                "variant": f"{m['method']} {base} [{reference_id}]" if base else f"{m['method']} [{reference_id}]",
+            }
+        )
     check_same_budget(configs)
     return out
 
@@ -163,10 +185,13 @@ def train_seconds(run_ids: Sequence[str], runs_dir: Path) -> dict[str, float]:
     con = connect(runs_dir=runs_dir)
     try:
         ids = ", ".join("'" + r.replace("'", "''") + "'" for r in run_ids)
-        res = query(con, f"""
+        res = query(
+            con,
+            f"""
             SELECT run_id, sum(value) AS seconds FROM metrics
             WHERE run_id IN ({ids}) AND {TRAINING_TIME_SQL}
-            GROUP BY run_id""")
+            GROUP BY run_id""",
+        )
     finally:
         con.close()
     return {r: float(s) for r, s in res.rows}

@@ -73,7 +73,8 @@ def control_spec(compare_id: str, preset: str, base_overrides: Sequence[str], se
 def control_marker(compare_id: str, preset: str, base_overrides: Sequence[str], seed: int) -> dict[str, Any]:
     """compare.json of a control: its method is sft_control, its config the on-policy overlay's."""
     return control_spec(compare_id, preset, base_overrides, seed).marker() | {
-        "overrides": control_overrides(base_overrides, seed)}
+        "overrides": control_overrides(base_overrides, seed)
+    }
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -110,14 +111,16 @@ def _corpus(run: RunDir, cfg: RunConfig, size: int, seed: int) -> list[tuple[str
 
     task = BUILTIN_TASKS.get(cfg.data.source)
     if task is not None:
-        held_out = (task.held_out_keys(run.data_dir / "validation.parquet")
-                    | task.held_out_keys(run.data_dir / "test.parquet"))
+        held_out = task.held_out_keys(run.data_dir / "validation.parquet") | task.held_out_keys(
+            run.data_dir / "test.parquet"
+        )
         # A stream the warm-up never drew from (it used seed 0): new examples of the same kind.
         return task.warmup_corpus(size, 10_000 + seed, held_out, cfg.data)
     pairs = [(p.user_text, p.target) for p in load_dataset(run.data_dir / "train.parquet") if p.target]
     if not pairs:
-        raise ConfigError(f"the SFT control needs worked solutions: {run.data_dir / 'train.parquet'} "
-                          "has no `target` column values")
+        raise ConfigError(
+            f"the SFT control needs worked solutions: {run.data_dir / 'train.parquet'} has no `target` column values"
+        )
     return pairs
 
 
@@ -127,8 +130,10 @@ def _hyper(base: Path, lr: float | None, batch_size: int | None) -> tuple[float,
     rep = _read_json(base / "warmup_report.json") or {}
     lr_end = rep.get("final_lr", rep.get("lr", DEFAULT_LR))
     default_lr = lr_end if rep.get("schedule") == "cosine" else rep.get("lr", DEFAULT_LR)
-    return (float(lr if lr is not None else default_lr),
-            int(batch_size if batch_size is not None else rep.get("batch_size", DEFAULT_BATCH)))
+    return (
+        float(lr if lr is not None else default_lr),
+        int(batch_size if batch_size is not None else rep.get("batch_size", DEFAULT_BATCH)),
+    )
 
 
 def run_sft_control(
@@ -169,8 +174,11 @@ def run_sft_control(
         iters = cfg.iterations
         steps_eval = eval_steps(cfg)
         snap_steps = [k for k in range(iters) if k % cfg.pool.snapshot_every == 0]
-        trained = (state.get("done") and state.get("budget_seconds") == budget_seconds
-                   and all((run.policy(k) / "manifest.json").exists() for k in steps_eval))
+        trained = (
+            state.get("done")
+            and state.get("budget_seconds") == budget_seconds
+            and all((run.policy(k) / "manifest.json").exists() for k in steps_eval)
+        )
         if trained:
             log(f"{run.run_id}: SFT already trained ({state.get('steps')} steps), evaluating")
         else:
@@ -183,13 +191,16 @@ def run_sft_control(
             pairs = _corpus(run, cfg, corpus_size, seed)
             ids, labels, _ = encode_corpus(tok, pairs)
             answer_tokens = float((labels != -100).sum(-1).float().mean())
-            log(f"{run.run_id}: corpus of {len(pairs)} solutions in {time.perf_counter() - t_corpus:.1f}s; "
-                f"budget {budget_seconds:.1f}s, lr {lr_}, batch {bs}")
+            log(
+                f"{run.run_id}: corpus of {len(pairs)} solutions in {time.perf_counter() - t_corpus:.1f}s; "
+                f"budget {budget_seconds:.1f}s, lr {lr_}, batch {bs}"
+            )
             opt, sched = sft_optimizer(model, lr_, warmup_steps)
             gen = torch.Generator().manual_seed(seed)
             if 0 in snap_steps:
-                save_checkpoint(model, tok, run.pool_root, 0, extra={"iteration": 0, "control": CONTROL_METHOD},
-                                overwrite=True)
+                save_checkpoint(
+                    model, tok, run.pool_root, 0, extra={"iteration": 0, "control": CONTROL_METHOD}, overwrite=True
+                )
             elapsed, steps, seg_steps, seg_loss, seg_secs = 0.0, 0, 0, 0.0, 0.0
             milestones: dict[int, dict[str, float]] = {}
             k = 1  # the next policy step to save, after budget * k / iterations seconds
@@ -197,20 +208,38 @@ def run_sft_control(
                 if elapsed >= budget_seconds * k / iters or (max_steps is not None and steps >= max_steps):
                     model.eval()
                     if k in steps_eval:
-                        save_checkpoint(model, tok, run.policy_root, k,
-                                        extra={"control": CONTROL_METHOD, "sft_steps": steps},
-                                        overwrite=True)
+                        save_checkpoint(
+                            model,
+                            tok,
+                            run.policy_root,
+                            k,
+                            extra={"control": CONTROL_METHOD, "sft_steps": steps},
+                            overwrite=True,
+                        )
                     if k in snap_steps:
-                        save_checkpoint(model, tok, run.pool_root, k, extra={"iteration": k, "control": CONTROL_METHOD},
-                                        overwrite=True)
-                    metrics = {"sft/steps": float(steps), "sft/samples": float(steps * bs),
-                               "sft/tokens": steps * bs * answer_tokens, "sft/lr": lr_, "time/sft/train": seg_secs}
+                        save_checkpoint(
+                            model,
+                            tok,
+                            run.pool_root,
+                            k,
+                            extra={"iteration": k, "control": CONTROL_METHOD},
+                            overwrite=True,
+                        )
+                    metrics = {
+                        "sft/steps": float(steps),
+                        "sft/samples": float(steps * bs),
+                        "sft/tokens": steps * bs * answer_tokens,
+                        "sft/lr": lr_,
+                        "time/sft/train": seg_secs,
+                    }
                     if seg_steps:
                         metrics["sft/loss"] = seg_loss / seg_steps
                     run.write_metrics(k - 1, "sft", metrics)
                     milestones[k] = {"steps": steps, "seconds": elapsed}
-                    log(f"iteration {k - 1}/{iters - 1} sft {seg_secs:.2f}s | steps {steps}"
-                        + (f", loss {seg_loss / seg_steps:.4f}" if seg_steps else ""))
+                    log(
+                        f"iteration {k - 1}/{iters - 1} sft {seg_secs:.2f}s | steps {steps}"
+                        + (f", loss {seg_loss / seg_steps:.4f}" if seg_steps else "")
+                    )
                     seg_steps, seg_loss, seg_secs = 0, 0.0, 0.0
                     k += 1
                     continue
@@ -222,10 +251,20 @@ def run_sft_control(
                 seg_loss += loss
                 seg_steps += 1
                 steps += 1
-            state = {"done": True, "budget_seconds": budget_seconds, "trained_seconds": elapsed, "steps": steps,
-                     "samples": steps * bs, "tokens": steps * bs * answer_tokens, "lr": lr_, "batch_size": bs,
-                     "warmup_steps": warmup_steps, "corpus_size": len(pairs), "max_steps": max_steps,
-                     "milestones": {str(k): v for k, v in milestones.items()}}
+            state = {
+                "done": True,
+                "budget_seconds": budget_seconds,
+                "trained_seconds": elapsed,
+                "steps": steps,
+                "samples": steps * bs,
+                "tokens": steps * bs * answer_tokens,
+                "lr": lr_,
+                "batch_size": bs,
+                "warmup_steps": warmup_steps,
+                "corpus_size": len(pairs),
+                "max_steps": max_steps,
+                "milestones": {str(k): v for k, v in milestones.items()},
+            }
             _write_json_atomic(state_path, state)
             del model, opt
         s = Session(run, cfg)
@@ -237,8 +276,10 @@ def run_sft_control(
                     continue
                 t = time.perf_counter()
                 m = evaluate(s, k).metrics
-                log(f"iteration {k}/{iters - 1} evaluate {time.perf_counter() - t:.2f}s | "
-                    f"eval/accuracy {m.get('eval/accuracy', float('nan')):.4f}")
+                log(
+                    f"iteration {k}/{iters - 1} evaluate {time.perf_counter() - t:.2f}s | "
+                    f"eval/accuracy {m.get('eval/accuracy', float('nan')):.4f}"
+                )
         finally:
             s.close()
         state["evaluated"] = True
@@ -279,8 +320,10 @@ def run_controls(
     if budget_seconds is None:
         secs = train_seconds([s.run_id for s in specs], runs_dir)
         if not secs:
-            raise ConfigError(f"no timings in the runs of comparison {compare_id!r} under {runs_dir}: "
-                              "train them first (or pass the control's budget in seconds)")
+            raise ConfigError(
+                f"no timings in the runs of comparison {compare_id!r} under {runs_dir}: "
+                "train them first (or pass the control's budget in seconds)"
+            )
         budget_seconds = round(sum(secs.values()) / len(secs), 3)
     cfgs = {s.run_id: s.config() for s in specs[:1]}
     for seed in seeds:
@@ -294,9 +337,21 @@ def run_controls(
         if not done and archive_record(root) is not None:
             discard_restored(root)  # archived with another budget: this control trains afresh
         write_marker(root, control_marker(compare_id, preset, base, seed))
-        cmd = [sys.executable, "-m", "thinking_seeds.experiments.sft_control", "--compare-id", compare_id,
-               "--seed", str(seed), "--budget-seconds", repr(float(budget_seconds)), "--preset", preset,
-               "--runs-dir", str(runs_dir)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "thinking_seeds.experiments.sft_control",
+            "--compare-id",
+            compare_id,
+            "--seed",
+            str(seed),
+            "--budget-seconds",
+            repr(float(budget_seconds)),
+            "--preset",
+            preset,
+            "--runs-dir",
+            str(runs_dir),
+        ]
         for o in base:
             cmd += ["--set", o]
         if max_steps is not None:
@@ -322,9 +377,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--corpus-size", type=int, default=50_000)
     ap.add_argument("--max-steps", type=int, default=None, help="stop after this many SFT steps (tests)")
     a = ap.parse_args(argv)
-    run_sft_control(a.compare_id, a.seed, a.budget_seconds, preset=a.preset, base_overrides=a.overrides,
-                    runs_dir=a.runs_dir, lr=a.lr, batch_size=a.batch_size, corpus_size=a.corpus_size,
-                    max_steps=a.max_steps, log=lambda m: print(m, flush=True))
+    run_sft_control(
+        a.compare_id,
+        a.seed,
+        a.budget_seconds,
+        preset=a.preset,
+        base_overrides=a.overrides,
+        runs_dir=a.runs_dir,
+        lr=a.lr,
+        batch_size=a.batch_size,
+        corpus_size=a.corpus_size,
+        max_steps=a.max_steps,
+        log=lambda m: print(m, flush=True),
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - started by run_controls

@@ -33,9 +33,22 @@ from thinking_seeds.config import ALGORITHMS, ConfigError, RunConfig, load_confi
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [
-    "BUDGET_KEYS", "CONTROL_METHOD", "DEFAULT_METHODS", "FINAL_TEST_STAGE", "MARKER", "TRAINING_TIME_SQL",
-    "ComparisonSpec", "RunSpec",
-    "check_request", "check_same_budget", "dotted", "method_seeds", "parse_list", "parse_sweep", "plan", "spec_of",
+    "BUDGET_KEYS",
+    "CONTROL_METHOD",
+    "DEFAULT_METHODS",
+    "FINAL_TEST_STAGE",
+    "MARKER",
+    "TRAINING_TIME_SQL",
+    "ComparisonSpec",
+    "RunSpec",
+    "check_request",
+    "check_same_budget",
+    "dotted",
+    "method_seeds",
+    "parse_list",
+    "parse_sweep",
+    "plan",
+    "spec_of",
     "value_text",
 ]
 
@@ -56,8 +69,9 @@ BUDGET_KEYS = (
 )
 # SQL filter over the metrics view: the time/* metrics that count as training. Evaluations of any
 # kind (in-training, nightly `evaluate-<split>`, the final test) are left out of the budget.
-TRAINING_TIME_SQL = ("starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') "
-                     f"AND stage <> '{FINAL_TEST_STAGE}'")
+TRAINING_TIME_SQL = (
+    f"starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> '{FINAL_TEST_STAGE}'"
+)
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 _RESERVED = ("algorithm", "seed")  # set by the planner, once per run
 
@@ -77,8 +91,12 @@ class RunSpec:
     @property
     def overrides(self) -> list[str]:
         """--set values in the order they apply: shared, sweep point, method, seed."""
-        return [*self.base_overrides, *(f"{k}={v}" for k, v in self.sweep), f"algorithm={self.method}",
-                f"seed={self.seed}"]
+        return [
+            *self.base_overrides,
+            *(f"{k}={v}" for k, v in self.sweep),
+            f"algorithm={self.method}",
+            f"seed={self.seed}",
+        ]
 
     @property
     def variant(self) -> str:
@@ -89,13 +107,20 @@ class RunSpec:
         return load_config(self.preset, self.overrides)
 
     def marker(self) -> dict[str, Any]:
-        return {"compare_id": self.compare_id, "run_id": self.run_id, "method": self.method, "seed": self.seed,
-                "variant": self.variant, "sweep": dict(self.sweep), "preset": self.preset,
-                "overrides": self.overrides}
+        return {
+            "compare_id": self.compare_id,
+            "run_id": self.run_id,
+            "method": self.method,
+            "seed": self.seed,
+            "variant": self.variant,
+            "sweep": dict(self.sweep),
+            "preset": self.preset,
+            "overrides": self.overrides,
+        }
 
 
 def parse_list(text: str | Sequence[str], what: str) -> list[str]:
-    """"a,b" or ["a,b", "c"] -> ["a", "b", "c"] (blank items are an error)."""
+    """ "a,b" or ["a,b", "c"] -> ["a", "b", "c"] (blank items are an error)."""
     items = [text] if isinstance(text, str) else list(text)
     out = [x.strip() for item in items for x in str(item).split(",")]
     if not out or any(not x for x in out):
@@ -153,15 +178,20 @@ def check_same_budget(configs: dict[str, RunConfig]) -> None:
         shown = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
         raise ConfigError(
             "the runs of a comparison must share the task, prompts per iteration, samples per prompt, "
-            "iterations and evaluation, but:\n  " + "\n  ".join(shown)
+            "iterations and evaluation, but:\n  "
+            + "\n  ".join(shown)
             + "\nset these once for all methods (--set), and sweep only method settings (prefix.*, pool.*, "
-              "rollout.seeds_per_group, ...)"
+            "rollout.seeds_per_group, ...)"
         )
 
 
-def check_request(methods: Sequence[str], seeds: Sequence[int], overrides: Sequence[str] | None,
-                  sweep: dict[str, list[Any]] | None, compare_id: str,
-                  ) -> tuple[dict[str, list[int]], list[int], list[str], dict[str, list[str]]]:
+def check_request(
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    overrides: Sequence[str] | None,
+    sweep: dict[str, list[Any]] | None,
+    compare_id: str,
+) -> tuple[dict[str, list[int]], list[int], list[str], dict[str, list[str]]]:
     """The checks of a comparison's arguments that need no config: plain id, known methods, distinct
     seeds, no per-run key (algorithm, seed) in --set or --sweep. Returns them normalised:
     ({method: own seeds or []}, seeds, overrides, {key: [value as text]}); raises ConfigError."""
@@ -228,8 +258,10 @@ def plan(
                 parts = [compare_id, method, *(f"{k}={v}" for k, v in point), f"s{seed}"]
                 run_id = "-".join(parts)
                 if not RUN_ID_RE.match(run_id) or "/" in run_id:
-                    raise ConfigError(f"run id {run_id!r} would not be a plain directory name; "
-                                      "sweep values may use letters, digits and . _ = + - only")
+                    raise ConfigError(
+                        f"run id {run_id!r} would not be a plain directory name; "
+                        "sweep values may use letters, digits and . _ = + - only"
+                    )
                 specs.append(RunSpec(run_id, compare_id, method, seed, preset, tuple(overrides), tuple(point)))
     if len({s.run_id for s in specs}) != len(specs):
         raise ConfigError("two runs of the plan got the same run id; make the sweep values distinct")
@@ -265,8 +297,9 @@ def method_seeds(methods: Sequence[str]) -> dict[str, list[int]]:
         try:
             out[name] = list(range(int(lo), int(hi or lo) + 1))
         except ValueError:
-            raise ConfigError(f"method {item!r}: seeds must be a range like {name}:0-4 "
-                              f"or one seed like {name}:3") from None
+            raise ConfigError(
+                f"method {item!r}: seeds must be a range like {name}:0-4 or one seed like {name}:3"
+            ) from None
         if not out[name]:
             raise ConfigError(f"method {item!r}: the seed range is empty; write it low-high, e.g. {name}:0-4")
     return out
@@ -277,8 +310,15 @@ def spec_of(marker: dict[str, Any]) -> RunSpec:
     sweep = tuple((k, value_text(v)) for k, v in (marker.get("sweep") or {}).items())
     point = {f"{k}={v}" for k, v in sweep}
     base = tuple(o for o in marker.get("overrides", []) if o.split("=", 1)[0] not in _RESERVED and o not in point)
-    return RunSpec(marker["run_id"], marker["compare_id"], marker["method"], int(marker["seed"]),
-                   marker.get("preset", "tiny"), base, sweep)
+    return RunSpec(
+        marker["run_id"],
+        marker["compare_id"],
+        marker["method"],
+        int(marker["seed"]),
+        marker.get("preset", "tiny"),
+        base,
+        sweep,
+    )
 
 
 class ComparisonSpec(BaseModel):
@@ -295,27 +335,37 @@ class ComparisonSpec(BaseModel):
 
     compare_id: str = Field("compare", description="Comparison name: run ids are ID-METHOD[-KEY=VAL]-sSEED.")
     preset: str = Field("tiny", description="Preset name (data/presets/NAME.yaml) or a YAML path.")
-    methods: list[str] = Field(default_factory=lambda: list(DEFAULT_METHODS),
-                               description="Methods (algorithm presets); a method may name its own seeds, "
-                                           "e.g. grpo:0-4 (else `seeds`).")
+    methods: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_METHODS),
+        description="Methods (algorithm presets); a method may name its own seeds, e.g. grpo:0-4 (else `seeds`).",
+    )
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="Seeds of every method without its own.")
     overrides: list[str] = Field(default_factory=list, description="section.key=value for every run (--set).")
-    sweep: dict[str, list[str]] = Field(default_factory=dict,
-                                        description="Ablation: dotted key -> values (the cartesian product is run).")
+    sweep: dict[str, list[str]] = Field(
+        default_factory=dict, description="Ablation: dotted key -> values (the cartesian product is run)."
+    )
     one_at_a_time: bool = Field(False, description="Vary one sweep key at a time from the base config instead.")
-    reference: str | None = Field(None, description="Comparison whose unswept runs (same methods and seeds) are the "
-                                  "ablation's base point instead of training them again; budgets must match.")
+    reference: str | None = Field(
+        None,
+        description="Comparison whose unswept runs (same methods and seeds) are the "
+        "ablation's base point instead of training them again; budgets must match.",
+    )
     parallel: int = Field(2, ge=1, description="Runs trained at once (one process and one torch thread each).")
     out_dir: str = Field("docs/results", description="The report goes to OUT/ID/ (report.md, PNG, results.parquet).")
     control: bool = Field(True, description="Train the equal-compute SFT control, one per seed.")
-    control_seconds: float | None = Field(None, ge=0.0, description="SFT control budget in seconds "
-                                          "(default: the mean RL run's training time).")
-    control_corpus_size: int | None = Field(None, ge=1, description="Worked solutions generated for the SFT control "
-                                            "(default 50000).")
+    control_seconds: float | None = Field(
+        None, ge=0.0, description="SFT control budget in seconds (default: the mean RL run's training time)."
+    )
+    control_corpus_size: int | None = Field(
+        None, ge=1, description="Worked solutions generated for the SFT control (default 50000)."
+    )
     control_max_steps: int | None = Field(None, ge=1, description="Stop each SFT control after this many steps.")
     final_test: bool = Field(True, description="Evaluate every final policy (and θ_0) on the whole test split.")
-    archive: bool = Field(False, description="Copy the small result files of every finished run into OUT/ID/runs/ "
-                          "(commit it): a later session resumes the comparison without training them again.")
+    archive: bool = Field(
+        False,
+        description="Copy the small result files of every finished run into OUT/ID/runs/ "
+        "(commit it): a later session resumes the comparison without training them again.",
+    )
     command: str | None = Field(None, description="The command line that produced it, quoted in the report.")
 
     @field_validator("methods", mode="before")
@@ -371,8 +421,15 @@ class ComparisonSpec(BaseModel):
 
     def runs(self) -> list[RunSpec]:
         """The planned runs (RL only; the SFT controls are sft_control's), budgets checked."""
-        return plan(self.preset, self.methods, self.seeds, self.overrides, self.sweep or None, self.compare_id,
-                    self.one_at_a_time)
+        return plan(
+            self.preset,
+            self.methods,
+            self.seeds,
+            self.overrides,
+            self.sweep or None,
+            self.compare_id,
+            self.one_at_a_time,
+        )
 
     @property
     def report_dir(self) -> Path:

@@ -27,6 +27,7 @@ from thinking_seeds.store.run_dir import RunDir
 # headline numbers (thinking_seeds.experiments.compare) and `thinking_seeds.pipeline.loop --final-test`.
 FINAL_TEST_STAGE = "final-test"
 
+
 def per_prompt_path(run: RunDir, stage: str, step: int) -> Path:
     """Where an evaluation's per-prompt rows go (thinking_seeds.store.schemas.PER_PROMPT_SCHEMA)."""
     return run.root / "evals" / stage / f"step_{step:06d}.parquet"
@@ -39,9 +40,15 @@ def latest_policy_step(run: RunDir) -> int:
     return ckpts[-1].step
 
 
-def evaluate_checkpoint(run_dir: str | Path, step: int | None = None, split: str = "validation",
-                        seeded: bool | None = None, all_prompts: bool = False,
-                        stage: str | None = None, samples: int | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+    run_dir: str | Path,
+    step: int | None = None,
+    split: str = "validation",
+    seeded: bool | None = None,
+    all_prompts: bool = False,
+    stage: str | None = None,
+    samples: int | None = None,
+) -> dict[str, Any]:
     """Evaluate θ_step of a run (default: its latest checkpoint) on `split`; write and return the metrics.
 
     Uses the run's saved eval settings (samples, temperature, sampling seed), except the split,
@@ -69,8 +76,9 @@ def evaluate_checkpoint(run_dir: str | Path, step: int | None = None, split: str
             cfg.eval.prompts = len(s.prompts(split))
         t = Timer()
         per_prompt = per_prompt_path(run, stage or f"evaluate-{split}", step)
-        metrics = evaluate_policy(s, step, t, seeded=cfg.eval.seeded if seeded is None else seeded,
-                                  per_prompt_out=per_prompt)
+        metrics = evaluate_policy(
+            s, step, t, seeded=cfg.eval.seeded if seeded is None else seeded, per_prompt_out=per_prompt
+        )
     finally:
         s.close()
     metrics["eval/prompts"] = float(cfg.eval.prompts)
@@ -87,15 +95,21 @@ def main() -> None:
     ap.add_argument("--step", type=int, default=None, help="policy step (default: the latest checkpoint)")
     ap.add_argument("--split", default="test", choices=["validation", "test"])
     ap.add_argument("--all-prompts", action="store_true", help="every prompt of the split, not eval.prompts")
-    ap.add_argument("--seeded", action=argparse.BooleanOptionalAction, default=False,
-                    help="also the explorable-space (seeded) evaluation")
+    ap.add_argument(
+        "--seeded",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also the explorable-space (seeded) evaluation",
+    )
     ap.add_argument("--stage", default=None, help="metrics stage name (default evaluate-<split>)")
     ap.add_argument("--samples", type=int, default=None, help="samples per prompt (default: the run's eval.samples)")
     a = ap.parse_args()
     out = evaluate_checkpoint(a.run_dir, a.step, a.split, a.seeded, a.all_prompts, a.stage, a.samples)
     m = out["metrics"]
-    print(f"{out['run_id']} θ_{out['step']} on {int(m['eval/prompts'])} {a.split} prompts: "
-          f"accuracy {m['eval/accuracy']:.4f} -> {out['path']}")
+    print(
+        f"{out['run_id']} θ_{out['step']} on {int(m['eval/prompts'])} {a.split} prompts: "
+        f"accuracy {m['eval/accuracy']:.4f} -> {out['path']}"
+    )
 
 
 if __name__ == "__main__":

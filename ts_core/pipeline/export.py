@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
 from thinking_seeds.engine.lora import base_of, is_adapter
+from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
 from thinking_seeds.store.parquet_io import shareable
 from thinking_seeds.store.run_dir import RunDir
 
@@ -47,10 +47,15 @@ def _eval_metrics(run: RunDir, step: int) -> dict[str, float]:
 
 
 def _card(run: RunDir, step: int, cfg: dict, metrics: dict[str, float]) -> str:
-    lines = [f"# {run.run_id} — policy step {step}", "",
-             f"Trained with thinking-seeds: `{cfg.get('algorithm')}` on `{cfg.get('data', {}).get('source')}` from "
-             f"`{cfg.get('model', {}).get('path')}`, {step} of {cfg.get('iterations')} iterations (seed {cfg.get('seed')}).",
-             "", "## Evaluation of this step", ""]
+    lines = [
+        f"# {run.run_id} — policy step {step}",
+        "",
+        f"Trained with thinking-seeds: `{cfg.get('algorithm')}` on `{cfg.get('data', {}).get('source')}` from "
+        f"`{cfg.get('model', {}).get('path')}`, {step} of {cfg.get('iterations')} iterations (seed {cfg.get('seed')}).",
+        "",
+        "## Evaluation of this step",
+        "",
+    ]
     if metrics:
         lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in sorted(metrics.items())]
     else:
@@ -70,7 +75,7 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
     step = steps[-1] if step is None else step
     src = run.policy(step)
     if not src.is_dir():
-        why = ("was pruned by checkpoint.keep_last" if is_pruned(src) else "does not exist")
+        why = "was pruned by checkpoint.keep_last" if is_pruned(src) else "does not exist"
         raise ExportError(f"policy step {step} of run {run.run_id} {why}; steps on disk: {steps}")
     verified(src)
     out = Path(out_dir)
@@ -98,4 +103,3 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
         out.rmdir()
     os.replace(tmp, out)
     return out
-

@@ -115,17 +115,25 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Train (or resume) one run with the plain loop (no Prefect).")
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--run-id", required=True)
-    ap.add_argument("--runs-dir", type=Path, default=None, help="folder of run directories (default: $TS_RUNS_DIR or ./runs)")
+    ap.add_argument(
+        "--runs-dir", type=Path, default=None, help="folder of run directories (default: $TS_RUNS_DIR or ./runs)"
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--final-test", action="store_true",
-                    help="after training, evaluate the final policy on the whole test split (eval.test_samples "
-                         "samples per prompt; the comparison's final-test stage), unless that is done")
+    ap.add_argument(
+        "--final-test",
+        action="store_true",
+        help="after training, evaluate the final policy on the whole test split (eval.test_samples "
+        "samples per prompt; the comparison's final-test stage), unless that is done",
+    )
     ap.add_argument("--final-test-base", action="store_true", help="with --final-test: θ_0 as well")
     a = ap.parse_args(argv)
     cfg = load_config(a.preset, a.overrides)
     run = RunDir.for_run(a.run_id, a.runs_dir.resolve() if a.runs_dir else None)
     t0 = time.perf_counter()
-    print(f"run {run.run_id}: {cfg.algorithm}, seed {cfg.seed}, {cfg.iterations} iterations, config {cfg.config_hash()}", flush=True)
+    print(
+        f"run {run.run_id}: {cfg.algorithm}, seed {cfg.seed}, {cfg.iterations} iterations, config {cfg.config_hash()}",
+        flush=True,
+    )
 
     def on_stage(k: int, stage: str, m: Manifest) -> None:
         shown = summary(m.metrics)
@@ -149,10 +157,19 @@ def final_tests(run: RunDir, cfg: RunConfig, base: bool = False) -> None:
         if run.metrics(step, FINAL_TEST_STAGE).exists():
             continue
         t = time.perf_counter()
-        out = evaluate_checkpoint(run.root, step, "test", seeded=False, all_prompts=True, stage=FINAL_TEST_STAGE,
-                                  samples=cfg.eval.test_samples)
-        print(f"final test θ_{step}: accuracy {out['metrics']['eval/accuracy']:.4f} in {time.perf_counter() - t:.1f}s",
-              flush=True)
+        out = evaluate_checkpoint(
+            run.root,
+            step,
+            "test",
+            seeded=False,
+            all_prompts=True,
+            stage=FINAL_TEST_STAGE,
+            samples=cfg.eval.test_samples,
+        )
+        print(
+            f"final test θ_{step}: accuracy {out['metrics']['eval/accuracy']:.4f} in {time.perf_counter() - t:.1f}s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through compare.run_all's subprocesses

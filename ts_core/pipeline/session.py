@@ -83,8 +83,13 @@ class Session:
 
     def engine(self, timer: Timer | None = None):
         if self._engine is None:
-            key = (str(self.run.root.resolve()), self.cfg.rollout.engine, self.cfg.engine_dtype, self.cfg.device,
-                   self.cfg.rollout.batch_size)
+            key = (
+                str(self.run.root.resolve()),
+                self.cfg.rollout.engine,
+                self.cfg.engine_dtype,
+                self.cfg.device,
+                self.cfg.rollout.batch_size,
+            )
             self._engine = _ENGINES.get(key)
             if self._engine is None:
                 with (timer or Timer())("model_load"):

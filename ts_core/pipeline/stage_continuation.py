@@ -34,19 +34,35 @@ def continuation(s: Session, k: int) -> Manifest:
     for p in prompts:
         pids = encode_prompt(tok, p.chat())
         # prefix.filter: a wrong draft's slot goes to an on-policy sample (None)
-        group = [None] * n_on + [r if _keep_seed(cfg, r) else None
-                                 for r in seeds_of[p.prompt_id] for _ in range(cfg.rollout.continuations_per_seed)]
+        group = [None] * n_on + [
+            r if _keep_seed(cfg, r) else None
+            for r in seeds_of[p.prompt_id]
+            for _ in range(cfg.rollout.continuations_per_seed)
+        ]
         for j, seed in enumerate(group):
             on_policy = seed is None
             prefix = [] if on_policy else seed.prefix_token_ids
             full = not on_policy and seed.prefix_ratio >= 1.0
-            rows.append(RolloutRow(
-                run_id=run.run_id, iteration=k, prompt_id=p.prompt_id, sample_id=j,
-                kind="on_policy" if on_policy else ("offpolicy_full" if full else "seeded"),
-                source_step=None if on_policy else seed.source_step, prefix_len=len(prefix), prompt_token_ids=pids,
-                token_ids=list(prefix), old_logprobs=[0.0] * len(prefix),
-                behaviour_logprobs=[] if on_policy else list(seed.behaviour_logprobs), response_text="", answer=None,
-                status="pending", reward=None, advantage=None))
+            rows.append(
+                RolloutRow(
+                    run_id=run.run_id,
+                    iteration=k,
+                    prompt_id=p.prompt_id,
+                    sample_id=j,
+                    kind="on_policy" if on_policy else ("offpolicy_full" if full else "seeded"),
+                    source_step=None if on_policy else seed.source_step,
+                    prefix_len=len(prefix),
+                    prompt_token_ids=pids,
+                    token_ids=list(prefix),
+                    old_logprobs=[0.0] * len(prefix),
+                    behaviour_logprobs=[] if on_policy else list(seed.behaviour_logprobs),
+                    response_text="",
+                    answer=None,
+                    status="pending",
+                    reward=None,
+                    advantage=None,
+                )
+            )
             if not full:
                 ctx.append(pids + list(prefix))
                 caps.append(max(0, T - len(prefix)))
@@ -65,8 +81,10 @@ def continuation(s: Session, k: int) -> Manifest:
     with t("io"):
         path = write_rows(RolloutRow, rows, run.generated(k))
     m.record(run, "generated", path, rows=len(rows))
-    m.metrics = {"rollout/generated_tokens": float(sum(len(g.token_ids) for g in gens)),
-                 "rollout/response_len": mean(len(r.token_ids) for r in rows)}
+    m.metrics = {
+        "rollout/generated_tokens": float(sum(len(g.token_ids) for g in gens)),
+        "rollout/response_len": mean(len(r.token_ids) for r in rows),
+    }
     m.seconds = t.seconds
     return m
 

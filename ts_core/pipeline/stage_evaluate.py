@@ -33,8 +33,9 @@ def evaluate(s: Session, k: int) -> Manifest:
     return m
 
 
-def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool = False,
-                    per_prompt_out: Path | None = None) -> dict[str, float]:
+def evaluate_policy(
+    s: Session, step: int, t: Timer | None = None, seeded: bool = False, per_prompt_out: Path | None = None
+) -> dict[str, float]:
     """Held-out avg@n and pass@k of θ_step (the metrics are labelled with the policy step).
 
     `per_prompt_out`: also write one row per prompt (correct count, distinct solution labels,
@@ -46,9 +47,17 @@ def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool 
     s.use_weights(s.run.policy(step), t)
     prompts = s.prompts(cfg.eval.split)[: cfg.eval.prompts]
     with t("generation"):
-        res = evaluate_prompts(s.engine(t), s.tokenizer, prompts, s.verifier, n=cfg.eval.samples,
-                               temperature=cfg.eval.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
-                               seed=stage_seed(cfg, step, "evaluate"), label=s.label())
+        res = evaluate_prompts(
+            s.engine(t),
+            s.tokenizer,
+            prompts,
+            s.verifier,
+            n=cfg.eval.samples,
+            temperature=cfg.eval.temperature,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            seed=stage_seed(cfg, step, "evaluate"),
+            label=s.label(),
+        )
     metrics = res.flat("eval")
     rows = [dict(r, mode="plain") for r in res.per_prompt]
     if seeded:
@@ -56,8 +65,11 @@ def evaluate_policy(s: Session, step: int, t: Timer | None = None, seeded: bool 
         metrics.update(seeded_metrics)
         rows += [dict(r, mode="seeded") for r in seeded_rows]
     if per_prompt_out is not None:
-        write_table_atomic(pa.Table.from_pylist([dict(r, step=step) for r in rows], schema=PER_PROMPT_SCHEMA),
-                           per_prompt_out, schema=PER_PROMPT_SCHEMA)
+        write_table_atomic(
+            pa.Table.from_pylist([dict(r, step=step) for r in rows], schema=PER_PROMPT_SCHEMA),
+            per_prompt_out,
+            schema=PER_PROMPT_SCHEMA,
+        )
     return metrics
 
 
@@ -80,15 +92,25 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
     for src in sorted({st for _, st, _ in plan}):
         idx = [j for j, (_, st, _) in enumerate(plan) if st == src]
         s.use_weights(next(c.path for c in members if c.step == src), t)
-        params = SamplingParams(cfg.eval.temperature, 1.0, cfg.rollout.max_new_tokens,
-                                seed=stage_seed(cfg, step, f"evaluate/seeded/{src}"))
+        params = SamplingParams(
+            cfg.eval.temperature, 1.0, cfg.rollout.max_new_tokens, seed=stage_seed(cfg, step, f"evaluate/seeded/{src}")
+        )
         with t("generation"):
             for j, g in zip(idx, s.engine(t).generate([ctx[plan[j][0]] for j in idx], params)):
                 pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
                 drafts[j] = g.token_ids[: cut_length(g.token_ids, plan[j][2], cfg.prefix.cut, pieces)]
     s.use_weights(s.run.policy(step), t)
     with t("generation"):
-        res = evaluate_prompts(s.engine(t), s.tokenizer, prompts, s.verifier, n=n, temperature=cfg.eval.temperature,
-                               max_new_tokens=cfg.rollout.max_new_tokens, seed=stage_seed(cfg, step, "evaluate/cont"),
-                               prefixes=[drafts[j] for j in range(len(plan))], label=s.label())
+        res = evaluate_prompts(
+            s.engine(t),
+            s.tokenizer,
+            prompts,
+            s.verifier,
+            n=n,
+            temperature=cfg.eval.temperature,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            seed=stage_seed(cfg, step, "evaluate/cont"),
+            prefixes=[drafts[j] for j in range(len(plan))],
+            label=s.label(),
+        )
     return res.flat("eval_seeded"), res.per_prompt

@@ -35,8 +35,10 @@ def seeds(s: Session, k: int) -> Manifest:
         path = write_rows(PrefixRow, rows, run.prefixes(k))
     m.record(run, "prefixes", path, rows=len(rows))
     lens = [len(r.prefix_token_ids) for r in rows]
-    m.metrics = {"seeds/mean_prefix_len": sum(lens) / max(1, len(lens)),
-                 "seeds/draft_reward": mean(r.draft_reward for r in rows if r.draft_reward is not None)}
+    m.metrics = {
+        "seeds/mean_prefix_len": sum(lens) / max(1, len(lens)),
+        "seeds/draft_reward": mean(r.draft_reward for r in rows if r.draft_reward is not None),
+    }
     m.seconds = t.seconds
     return m
 
@@ -48,8 +50,9 @@ def _dataset_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int) -> 
     rows = []
     for p in prompts:
         if not p.target:
-            raise ValueError(f"prompt {p.prompt_id} has no `target` solution; "
-                             "prefix.source=dataset needs one per prompt")
+            raise ValueError(
+                f"prompt {p.prompt_id} has no `target` solution; prefix.source=dataset needs one per prompt"
+            )
         ids = tok(p.target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         for j in range(n_drafts):
             rows.append(_prefix_row(s, k, p, j, -1, -1, 1.0, ids, [0.0] * len(ids), len(ids), None))
@@ -76,8 +79,12 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
     for step, idx in sorted(by_source.items()):
         s.use_weights(sources[step], t)
         ctx = [encode_prompt(tok, plan[i][0].chat()) for i in idx]
-        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens,
-                                seed=stage_seed(cfg, k, f"seeds/{step}"))
+        params = SamplingParams(
+            cfg.rollout.temperature,
+            cfg.rollout.top_p,
+            cfg.rollout.max_new_tokens,
+            seed=stage_seed(cfg, k, f"seeds/{step}"),
+        )
         with t("generation"):
             for i, g in zip(idx, s.engine(t).generate(ctx, params)):
                 drafts[i] = g
@@ -89,16 +96,38 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
         g = drafts[i]
         piece_texts = [tok.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
         L = cut_length(g.token_ids, lam, cfg.prefix.cut, piece_texts)
-        rows.append(_prefix_row(s, k, p, j, step, k - step, lam, g.token_ids[:L], g.logprobs[:L],
-                                len(g.token_ids), verdicts[i].reward))
+        rows.append(
+            _prefix_row(
+                s, k, p, j, step, k - step, lam, g.token_ids[:L], g.logprobs[:L], len(g.token_ids), verdicts[i].reward
+            )
+        )
     return rows
 
 
-def _prefix_row(s: Session, k: int, p: Prompt, j: int, step: int, age: int, lam: float, ids, logps,
-                draft_len: int, draft_reward: float | None) -> PrefixRow:
+def _prefix_row(
+    s: Session,
+    k: int,
+    p: Prompt,
+    j: int,
+    step: int,
+    age: int,
+    lam: float,
+    ids,
+    logps,
+    draft_len: int,
+    draft_reward: float | None,
+) -> PrefixRow:
     return PrefixRow(
-        run_id=s.run.run_id, iteration=k, prompt_id=p.prompt_id, seed_id=f"{k}-{p.prompt_id}-{j}",
-        source_step=step, source_age=age, prefix_ratio=lam, prefix_token_ids=list(ids),
-        behaviour_logprobs=list(logps), prefix_text=s.tokenizer.decode(list(ids), skip_special_tokens=True),
-        draft_len=draft_len, draft_reward=draft_reward,
+        run_id=s.run.run_id,
+        iteration=k,
+        prompt_id=p.prompt_id,
+        seed_id=f"{k}-{p.prompt_id}-{j}",
+        source_step=step,
+        source_age=age,
+        prefix_ratio=lam,
+        prefix_token_ids=list(ids),
+        behaviour_logprobs=list(logps),
+        prefix_text=s.tokenizer.decode(list(ids), skip_special_tokens=True),
+        draft_len=draft_len,
+        draft_reward=draft_reward,
     )

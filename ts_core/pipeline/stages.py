@@ -28,8 +28,27 @@ from thinking_seeds.pipeline.update_launcher import accelerate_command
 # STAGES, eval_due, Session and accelerate_command live in graph.py, session.py and
 # update_launcher.py; callers outside the pipeline (experiments.sft_control, the CLI, the device
 # tests) import them from here with the stage functions.
-__all__ = ["STAGES", "STAGE_FUNCS", "Session", "accelerate_command", "continuation", "eval_due", "evaluate",
-           "evaluate_policy", "prepare", "seeds", "snapshot", "update", "verify"]
+__all__ = [
+    "STAGES",
+    "STAGE_FUNCS",
+    "Session",
+    "accelerate_command",
+    "continuation",
+    "eval_due",
+    "evaluate",
+    "evaluate_policy",
+    "prepare",
+    "seeds",
+    "snapshot",
+    "update",
+    "verify",
+]
 
-STAGE_FUNCS = {"snapshot": snapshot, "seeds": seeds, "continuation": continuation, "verify": verify,
-               "update": update, "evaluate": evaluate}
+STAGE_FUNCS = {
+    "snapshot": snapshot,
+    "seeds": seeds,
+    "continuation": continuation,
+    "verify": verify,
+    "update": update,
+    "evaluate": evaluate,
+}

@@ -28,8 +28,19 @@ def _free_port() -> int:
 def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> list[str]:
     n = cfg.update.num_processes
     precision = cfg.update.mixed_precision  # accelerate's own words: no | bf16
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
-           "--mixed_precision", precision, "--dynamo_backend", "no"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(n),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        precision,
+        "--dynamo_backend",
+        "no",
+    ]
     device = resolve_device(cfg.device)  # a device this machine lacks fails here, in one line
     if device.type == "cuda" and device.index and n == 1:
         cmd += ["--gpu_ids", str(device.index)]  # device=cuda:N: the worker sees that GPU as cuda:0
@@ -37,9 +48,22 @@ def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, 
         # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7). A free rendezvous port
         # per launch: the default 29500 can still be held by a run killed a moment ago.
         cmd += ["--multi_gpu", "--main_process_port", str(_free_port())]
-    cmd += ["-m", "thinking_seeds.train.trainer", "--policy", str(run.policy(k)), "--rollouts", str(run.rollouts(k)),
-            "--out-root", str(run.policy_root), "--step", str(k + 1), "--config", str(run.config_path),
-            "--metrics-out", str(metrics_path)]
+    cmd += [
+        "-m",
+        "thinking_seeds.train.trainer",
+        "--policy",
+        str(run.policy(k)),
+        "--rollouts",
+        str(run.rollouts(k)),
+        "--out-root",
+        str(run.policy_root),
+        "--step",
+        str(k + 1),
+        "--config",
+        str(run.config_path),
+        "--metrics-out",
+        str(metrics_path),
+    ]
     if ref is not None:
         cmd += ["--ref", str(ref)]
     if device.type == "cpu":
@@ -71,6 +95,7 @@ def launch_update(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: 
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"accelerate update of iteration {k} failed (exit {proc.returncode}):\n{tail}\n"
-                           f"command: {' '.join(cmd)}")
+        raise RuntimeError(
+            f"accelerate update of iteration {k} failed (exit {proc.returncode}):\n{tail}\ncommand: {' '.join(cmd)}"
+        )
     return json.loads(metrics_path.read_text())

@@ -83,8 +83,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fsync_dir(path.parent)
 
 
-def atomic_write(path: str | os.PathLike[str], content: bytes | str | Callable[[IO], object],
-                 mode: str | None = None) -> Path:
+def atomic_write(
+    path: str | os.PathLike[str], content: bytes | str | Callable[[IO], object], mode: str | None = None
+) -> Path:
     """Write `content` to `path` atomically and return the path.
 
     `content` is bytes, text (UTF-8) or a function given the open temp file (binary unless

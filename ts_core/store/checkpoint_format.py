@@ -60,7 +60,9 @@ def read_manifest(path: Path) -> CheckpointInfo:
     """The manifest of the checkpoint at `path` (hashes are not checked), or a one-line CheckpointError."""
     manifest_path = path / MANIFEST_NAME
     if not manifest_path.is_file():
-        raise CheckpointError(f"checkpoint {path} has no {MANIFEST_NAME}; it was not written by save_checkpoint: {rebuild_hint(path)}")
+        raise CheckpointError(
+            f"checkpoint {path} has no {MANIFEST_NAME}; it was not written by save_checkpoint: {rebuild_hint(path)}"
+        )
     try:
         m = json.loads(manifest_path.read_text())
         info = CheckpointInfo(
@@ -72,7 +74,9 @@ def read_manifest(path: Path) -> CheckpointInfo:
             extra=dict(m.get("extra") or {}),
         )
     except (ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {path} has an unreadable {MANIFEST_NAME} ({e!r}): {rebuild_hint(path)}") from e
+        raise CheckpointError(
+            f"checkpoint {path} has an unreadable {MANIFEST_NAME} ({e!r}): {rebuild_hint(path)}"
+        ) from e
     match = STEP_DIR.match(path.name)
     if match and int(match.group(1)) != info.step:
         raise CheckpointError(
@@ -101,8 +105,10 @@ def rebuild_hint(path: Path) -> str:
         source = "the prepare stage saves θ_0 again from the base model"
     else:
         source = f"the update of iteration {step - 1} redoes it from policy/step_{step - 1:06d}"
-    return (f"re-run `ts train --run-id {run.name}` with the run's preset and --set values "
-            f"(resume removes the damaged step and {source}); `ts check {run.name}` lists all damage")
+    return (
+        f"re-run `ts train --run-id {run.name}` with the run's preset and --set values "
+        f"(resume removes the damaged step and {source}); `ts check {run.name}` lists all damage"
+    )
 
 
 def list_checkpoints(root: Path) -> list[CheckpointInfo]:
@@ -116,4 +122,3 @@ def list_checkpoints(root: Path) -> list[CheckpointInfo]:
         return []
     infos = [read_manifest(p) for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)]
     return sorted(infos, key=lambda i: i.step)
-

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,14 +98,14 @@ def save_checkpoint(
     try:
         json.dumps(extra)
     except TypeError as e:
-        raise TypeError(f"save_checkpoint: `extra` must be JSON-serialisable ({e}); convert values to str/number") from e
+        raise TypeError(
+            f"save_checkpoint: `extra` must be JSON-serialisable ({e}); convert values to str/number"
+        ) from e
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(root, step)
     if final.exists() and not overwrite:
-        raise FileExistsError(
-            f"checkpoint {final} already exists; load it, or pass overwrite=True to replace it"
-        )
+        raise FileExistsError(f"checkpoint {final} already exists; load it, or pass overwrite=True to replace it")
 
     # The temp dir lives in root so the final rename stays on one file system (atomic).
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
@@ -118,10 +118,12 @@ def save_checkpoint(
         _refuse_pickled(tmp)  # a transformers that fell back to pickle must not slip through
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         if not any(p.suffix == ".safetensors" for p in files):
-            raise CheckpointError(f"save_pretrained wrote no .safetensors weights into {tmp}; files: {[p.name for p in files]}")
+            raise CheckpointError(
+                f"save_pretrained wrote no .safetensors weights into {tmp}; files: {[p.name for p in files]}"
+            )
         manifest = {
             "step": step,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "param_count": sum(p.numel() for p in model.parameters()),
             "sha256": {p.relative_to(tmp).as_posix(): _sha256(p) for p in files},
             "extra": extra,
@@ -164,7 +166,7 @@ def snapshot_checkpoint(src: Path, root: Path, step: int, extra: dict | None = N
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         manifest = {
             "step": step,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "param_count": src_info.param_count,
             "sha256": {p.relative_to(tmp).as_posix(): src_info.sha256[p.relative_to(tmp).as_posix()] for p in files},
             "extra": dict(extra or {}),
@@ -216,7 +218,6 @@ def _refuse_pickled(path: Path) -> None:
         )
 
 
-
 # --- verify / load ---------------------------------------------------------
 
 
@@ -229,7 +230,9 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
     """
     path = Path(path)
     if not path.is_dir():
-        raise CheckpointError(f"checkpoint {path} does not exist or is not a directory; check the path or list_checkpoints(root)")
+        raise CheckpointError(
+            f"checkpoint {path} does not exist or is not a directory; check the path or list_checkpoints(root)"
+        )
     _refuse_pickled(path)
     info = read_manifest(path)
     if not any(name.endswith(".safetensors") for name in info.sha256):
@@ -237,7 +240,9 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
     for name, expected in sorted(info.sha256.items()):
         file = path / name
         if not file.is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} (listed in the manifest) is missing; {rebuild_hint(path)}")
+            raise CheckpointError(
+                f"checkpoint {path} is incomplete: {name} (listed in the manifest) is missing; {rebuild_hint(path)}"
+            )
         actual = _sha256(file)
         if actual != expected:
             raise CheckpointError(
@@ -249,7 +254,9 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
         if p.relative_to(path).as_posix() not in info.sha256
     )
     if unlisted:
-        raise CheckpointError(f"checkpoint {path} holds weight files not in its manifest {unlisted}; {rebuild_hint(path)}")
+        raise CheckpointError(
+            f"checkpoint {path} holds weight files not in its manifest {unlisted}; {rebuild_hint(path)}"
+        )
     return info
 
 
@@ -286,9 +293,7 @@ def verified(path: Path) -> CheckpointInfo:
     return info
 
 
-def load_checkpoint(
-    path: Path, dtype: torch.dtype = torch.float32
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Verify, then load (model, tokenizer) from a checkpoint: safetensors only, no network, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -71,5 +71,10 @@ def guard_children() -> None:
     if os.getpid() in _GUARDED or not Path("/proc/self/stat").exists():
         return
     _GUARDED[os.getpid()] = subprocess.Popen(
-        [sys.executable, "-S", "-c", _GUARD, str(os.getpid())], stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        [sys.executable, "-S", "-c", _GUARD, str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )

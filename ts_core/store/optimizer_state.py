@@ -35,7 +35,9 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
     for idx, state in sd["state"].items():
         for key, value in state.items():
             if "." in key:
-                raise ValueError(f"optimizer state key {key!r} (param {idx}) contains '.', which the flat naming reserves")
+                raise ValueError(
+                    f"optimizer state key {key!r} (param {idx}) contains '.', which the flat naming reserves"
+                )
             if isinstance(value, torch.Tensor):
                 tensors[f"state.{idx}.{key}"] = value.detach().to("cpu").contiguous()
             elif value is None or isinstance(value, (bool, int, float)):
@@ -72,7 +74,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     if meta.get("format") != _OPTIMIZER_FORMAT:
-        raise CheckpointError(f"{path} is not an optimizer state written by save_optimizer_state (format {meta.get('format')!r})")
+        raise CheckpointError(
+            f"{path} is not an optimizer state written by save_optimizer_state (format {meta.get('format')!r})"
+        )
     if meta["optimizer"] != type(optimizer).__name__:
         raise CheckpointError(
             f"{path} holds {meta['optimizer']} state but the optimizer is {type(optimizer).__name__}; build the same optimizer class"

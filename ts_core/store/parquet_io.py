@@ -98,14 +98,18 @@ def _fix_hint(path: Path, missing: bool) -> str:
     run = _owning_run(path)
     if run is not None:
         first = "" if missing else "delete it and "
-        return (f"the file belongs to run {run.name!r}, which writes it itself: {first}re-run the stage that writes "
-                f"it (`ts train --run-id {run.name}` with the run's preset and --set values resumes and redoes it; "
-                f"`ts check {run.name}` lists all damage)")
+        return (
+            f"the file belongs to run {run.name!r}, which writes it itself: {first}re-run the stage that writes "
+            f"it (`ts train --run-id {run.name}` with the run's preset and --set values resumes and redoes it; "
+            f"`ts check {run.name}` lists all damage)"
+        )
     if missing:
         return "check the path (a relative path is taken from the current directory)"
-    return ("this file is not one thinking-seeds wrote in a run directory, so keep it and write a good copy: "
-            "export it again from its source (e.g. pandas DataFrame.to_parquet or pyarrow.parquet.write_table) "
-            "and point to that")
+    return (
+        "this file is not one thinking-seeds wrote in a run directory, so keep it and write a good copy: "
+        "export it again from its source (e.g. pandas DataFrame.to_parquet or pyarrow.parquet.write_table) "
+        "and point to that"
+    )
 
 
 def read_table(

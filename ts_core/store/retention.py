@@ -58,8 +58,9 @@ def kept_steps(steps: list[int], current: int, keep_last: int, keep_every: int |
     return keep
 
 
-def prune_policies(policy_root: Path, current: int, keep_last: int | None, keep_every: int | None,
-                   file_hash) -> list[int]:
+def prune_policies(
+    policy_root: Path, current: int, keep_last: int | None, keep_every: int | None, file_hash
+) -> list[int]:
     """Remove the policy steps outside `kept_steps`; returns the pruned steps. `file_hash(path)`
     is the run directory's hash of a checkpoint (RunDir.file_hash), recorded in the tombstone.
 

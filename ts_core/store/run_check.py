@@ -9,6 +9,8 @@ if TYPE_CHECKING:
     from thinking_seeds.store.run_dir import RunDir
 
 __all__ = ["check_run"]
+
+
 def check_run(run: RunDir) -> tuple[list[str], list[str]]:
     """Verify a whole run directory: (damage, notes), one line each.
 
@@ -22,8 +24,9 @@ def check_run(run: RunDir) -> tuple[list[str], list[str]]:
     seen: set[Path] = set()
     redo = f"re-run `ts train --run-id {run.run_id}` with its preset and --set values to redo"
     if not run.config_path.is_file():
-        damage.append(f"{run.config_path} is missing: this is not a complete run directory; "
-                      "start it again with `ts train`")
+        damage.append(
+            f"{run.config_path} is missing: this is not a complete run directory; start it again with `ts train`"
+        )
     for path in sorted(run.root.glob("manifests/iteration=*/*.json"), key=lambda p: (_iter_of(p), p.name)):
         if path.stem.endswith("_metrics"):
             continue  # the accelerate launcher's hand-over file, not a stage manifest
@@ -71,5 +74,3 @@ def _output_problem(run: RunDir, p: Path, expected: str | None) -> str | None:
     if expected is not None and run.file_hash(p) != expected:
         return "no longer hashes as its stage manifest recorded"
     return None
-
-

@@ -52,9 +52,13 @@ def check_run_id(run_id: str) -> None:
     if not isinstance(run_id, str) or not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
         raise ValueError(f"run id {run_id!r} must be a plain name (letters, digits, - and _)")
     if any(not c.isprintable() or c.isspace() for c in run_id):
-        raise ValueError(f"run id {run_id!r} must be a plain name (letters, digits, - and _): no spaces or control characters")
+        raise ValueError(
+            f"run id {run_id!r} must be a plain name (letters, digits, - and _): no spaces or control characters"
+        )
     if len(run_id.encode()) > MAX_RUN_ID_BYTES:
-        raise ValueError(f"run id {run_id[:40]!r}... is {len(run_id.encode())} bytes long; use at most {MAX_RUN_ID_BYTES}")
+        raise ValueError(
+            f"run id {run_id[:40]!r}... is {len(run_id.encode())} bytes long; use at most {MAX_RUN_ID_BYTES}"
+        )
 
 
 @dataclass
@@ -125,8 +129,9 @@ class RunDir:
         except (json.JSONDecodeError, TypeError):
             return None  # a torn manifest means the stage did not finish: redo it
 
-    def completed(self, k: int, stage: str, config_hash: str,
-                  upstream: dict[str, str] | None = None) -> Manifest | None:
+    def completed(
+        self, k: int, stage: str, config_hash: str, upstream: dict[str, str] | None = None
+    ) -> Manifest | None:
         """The stage's manifest if it finished with this config, its outputs are intact and (when
         `upstream` is given) it was computed from inputs with exactly these digests."""
         m = self.read_manifest(k, stage)
@@ -188,13 +193,15 @@ class RunDir:
     # -- metrics -----------------------------------------------------------------------------
     def write_metrics(self, k: int, stage: str, metrics: dict[str, float]) -> Path:
         names = sorted(metrics)
-        table = pa.table({
-            "run_id": [self.run_id] * len(names),
-            "iteration": pa.array([k] * len(names), pa.int64()),
-            "stage": [stage] * len(names),
-            "name": names,
-            "value": pa.array([float(metrics[n]) for n in names], pa.float64()),
-        })
+        table = pa.table(
+            {
+                "run_id": [self.run_id] * len(names),
+                "iteration": pa.array([k] * len(names), pa.int64()),
+                "stage": [stage] * len(names),
+                "name": names,
+                "value": pa.array([float(metrics[n]) for n in names], pa.float64()),
+            }
+        )
         path = self.metrics(k, stage)
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_table_atomic(table, path)

@@ -122,9 +122,14 @@ ROLLOUT_SCHEMA = pa.schema(
 
 # One row per (prompt, mode) of an evaluation (evals/<stage>/step_XXXXXX.parquet): the raw material
 # of pass@k on a subset of prompts (the comparison's hard subset) and of the explorable space.
-PER_PROMPT_SCHEMA = pa.schema([
-    pa.field("step", pa.int64(), nullable=False), pa.field("mode", pa.string(), nullable=False),
-    pa.field("prompt_id", pa.string(), nullable=False), pa.field("n", pa.int64(), nullable=False),
-    pa.field("correct", pa.int64(), nullable=False), pa.field("distinct_labels", pa.int64()),
-    pa.field("label_entropy", pa.float64()),
-])
+PER_PROMPT_SCHEMA = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),
+        pa.field("correct", pa.int64(), nullable=False),
+        pa.field("distinct_labels", pa.int64()),
+        pa.field("label_entropy", pa.float64()),
+    ]
+)

@@ -103,8 +103,9 @@ class QueryResult:
 # ---------------------------------------------------------------------------------------------
 
 
-def connect(run_id: str | None = None, runs_dir: Path | None = None,
-            damaged: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    run_id: str | None = None, runs_dir: Path | None = None, damaged: list[str] | None = None
+) -> duckdb.DuckDBPyConnection:
     """An in-memory, sealed DuckDB connection with the views of one run (or all runs under runs_dir).
 
     Raises DataError when `run_id` names no run directory. The connection sees the files that
@@ -120,7 +121,9 @@ def connect(run_id: str | None = None, runs_dir: Path | None = None,
         root = base / run_id
         if not root.is_dir():
             known = ", ".join(p.name for p in list_runs(base)) or "none"
-            raise DataError(f"no run {run_id!r} under {base} (known runs: {known}); set TS_RUNS_DIR or --runs-dir to look elsewhere")
+            raise DataError(
+                f"no run {run_id!r} under {base} (known runs: {known}); set TS_RUNS_DIR or --runs-dir to look elsewhere"
+            )
         runs = [root]
     else:
         runs = list_runs(base)
@@ -145,10 +148,18 @@ def _seal(con: duckdb.DuckDBPyConnection) -> None:
     """From here on no SQL can reach the file system, hold more than its share of the machine, or
     loosen these settings. The temp directory goes first: DuckDB keeps file access open under it
     even with external access disabled (and defaults it to ./.tmp)."""
-    for setting in ("temp_directory=''", "allowed_directories=[]", "allowed_paths=[]",
-                    f"memory_limit='{MEMORY_LIMIT}'", f"threads={THREADS}", "python_enable_replacements=false",
-                    "autoinstall_known_extensions=false", "autoload_known_extensions=false",
-                    "enable_external_access=false", "lock_configuration=true"):
+    for setting in (
+        "temp_directory=''",
+        "allowed_directories=[]",
+        "allowed_paths=[]",
+        f"memory_limit='{MEMORY_LIMIT}'",
+        f"threads={THREADS}",
+        "python_enable_replacements=false",
+        "autoinstall_known_extensions=false",
+        "autoload_known_extensions=false",
+        "enable_external_access=false",
+        "lock_configuration=true",
+    ):
         con.execute(f"SET {setting}")
 
 
@@ -186,7 +197,7 @@ def _is_query(con: duckdb.DuckDBPyConnection, stmt: Any) -> bool:
         return bool(words) and words[0][0] in ("pivot", "unpivot", "pivot_wider", "pivot_longer")
     if kind == "EXPLAIN" and words and words[0][0] == "explain":
         skip = 2 if len(words) > 1 and words[1][0] == "analyze" else 1
-        rest = (stmt.query or "")[words[skip - 1][1]:]
+        rest = (stmt.query or "")[words[skip - 1][1] :]
         try:
             inner = con.extract_statements(rest)
         except duckdb.Error:
@@ -209,8 +220,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
         if not _is_query(con, st):
             snippet = " ".join((st.query or "").split())[:80]
             raise QueryError(
-                f"refused {_kind(st)} statement ({snippet!r}): queries over run data are read-only; "
-                f"allowed: {_ALLOWED}"
+                f"refused {_kind(st)} statement ({snippet!r}): queries over run data are read-only; allowed: {_ALLOWED}"
             )
     return statements
 
@@ -251,8 +261,10 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = DEFA
             if deadline is not None and time.monotonic() > deadline:
                 con.interrupt()
                 done.wait(10)
-                raise QueryError(f"query timed out after {timeout:g} s and was stopped; narrow it (WHERE, LIMIT) "
-                                 f"or allow more time with --timeout SECONDS")
+                raise QueryError(
+                    f"query timed out after {timeout:g} s and was stopped; narrow it (WHERE, LIMIT) "
+                    f"or allow more time with --timeout SECONDS"
+                )
     except KeyboardInterrupt:
         con.interrupt()
         done.wait(10)

@@ -22,7 +22,7 @@ def _len_label(lo: str) -> str:
 
 _PREFIX_DIVERSITY = f"""
 WITH p AS (
-    SELECT run_id, source_age, prefix_len AS L, {_len_lo('prefix_len')} AS len_lo, prefix_text
+    SELECT run_id, source_age, prefix_len AS L, {_len_lo("prefix_len")} AS len_lo, prefix_text
     FROM prefixes
 ),
 g0 AS (  -- one row per character position that starts a 3-gram
@@ -47,7 +47,7 @@ gc AS (
 )
 SELECT pc.run_id, pc.breakdown,
        CASE pc.breakdown WHEN 'all' THEN 'all'
-                  WHEN 'prefix_len' THEN {_len_label('pc.key')}
+                  WHEN 'prefix_len' THEN {_len_label("pc.key")}
                   ELSE CASE WHEN pc.key < 0 THEN 'dataset' ELSE CAST(pc.key AS VARCHAR) END END AS bucket,
        pc.prefixes, pc.mean_prefix_len,
        coalesce(gc.ngrams, 0) AS ngrams, coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams,
@@ -60,7 +60,7 @@ _SEEDED_SOLVE_RATE = f"""
 WITH r AS (
     SELECT run_id, iteration, kind, source_step,
            CASE WHEN source_step IS NULL OR source_step < 0 THEN NULL ELSE iteration - source_step END AS source_age,
-           {_len_lo('prefix_len')} AS len_lo,
+           {_len_lo("prefix_len")} AS len_lo,
            CAST(status = 'ok' AS DOUBLE) AS solved, reward
     FROM rollouts
     WHERE reward IS NOT NULL
@@ -85,7 +85,7 @@ s AS (
 )
 SELECT run_id, kind, breakdown,
        CASE breakdown WHEN 'all' THEN 'all'
-               WHEN 'prefix_len' THEN {_len_label('key')}
+               WHEN 'prefix_len' THEN {_len_label("key")}
                ELSE CASE WHEN key IS NULL OR key < 0 THEN 'dataset' ELSE CAST(key AS VARCHAR) END END AS bucket,
        samples, solve_rate, mean_reward, on_policy_solve_rate,
        solve_rate - on_policy_solve_rate AS vs_on_policy
@@ -100,15 +100,13 @@ _POPS = ("on_policy", "continuation", "prefix", "all")
 
 
 def _pop_cols(metric: str, alias: str) -> str:
-    return ",\n       ".join(
-        f"max(value) FILTER (WHERE name = 'actor/{metric}/{p}') AS {alias}_{p}" for p in _POPS
-    )
+    return ",\n       ".join(f"max(value) FILTER (WHERE name = 'actor/{metric}/{p}') AS {alias}_{p}" for p in _POPS)
 
 
 _ENTROPY_ACCURACY = f"""
 SELECT run_id, iteration,
-       {_pop_cols('entropy', 'entropy')},
-       {_pop_cols('effective_entropy', 'eff_entropy')},
+       {_pop_cols("entropy", "entropy")},
+       {_pop_cols("effective_entropy", "eff_entropy")},
        max(value) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS accuracy,
        map_from_entries(
            list({{'k': TRY_CAST(regexp_extract(name, '@([0-9]+)$', 1) AS INTEGER), 'v': value}}

@@ -11,7 +11,7 @@ wrong type) are left out, with one line per file for the caller to report.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +114,9 @@ def _readable(f: Path, contract: pa.Schema) -> pa.Schema:
         raise DataError(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {fix}") from None
     for fld in file_schema:
         if fld.name in contract.names and not _compatible(fld.type, contract.field(fld.name).type):
-            raise DataError(f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected "
-                            f"{contract.field(fld.name).type}: {fix}")
+            raise DataError(
+                f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected {contract.field(fld.name).type}: {fix}"
+            )
     return file_schema
 
 
@@ -144,7 +145,7 @@ def _parse_time(text: Any) -> datetime | None:
         t = datetime.fromisoformat(text)
     except ValueError:
         return None
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def _checkpoints(runs: list[Path]) -> pa.Table:
@@ -155,8 +156,15 @@ def _checkpoints(runs: list[Path]) -> pa.Table:
                 m = json.loads(manifest.read_text())
             except (OSError, json.JSONDecodeError):
                 continue  # a snapshot being written (or torn): not part of the pool
-            rows.append({"run_id": run.name, "step": m.get("step"), "created_at": _parse_time(m.get("created_at")),
-                         "param_count": m.get("param_count"), "path": str(manifest.parent)})
+            rows.append(
+                {
+                    "run_id": run.name,
+                    "step": m.get("step"),
+                    "created_at": _parse_time(m.get("created_at")),
+                    "param_count": m.get("param_count"),
+                    "path": str(manifest.parent),
+                }
+            )
     return pa.Table.from_pylist(rows, schema=CHECKPOINTS_SCHEMA)
 
 
@@ -171,7 +179,7 @@ def _configs(runs: list[Path]) -> pa.Table:
                 cfg = yaml.safe_load(path.read_text()) or {}
             except (OSError, yaml.YAMLError):
                 cfg = {}
-            created = datetime.fromtimestamp(int(path.stat().st_mtime), tz=timezone.utc)
+            created = datetime.fromtimestamp(int(path.stat().st_mtime), tz=UTC)
         if not isinstance(cfg, dict):
             cfg = {}
 
@@ -179,18 +187,27 @@ def _configs(runs: list[Path]) -> pa.Table:
             return v if isinstance(v, int) and not isinstance(v, bool) else None
 
         model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
-        rows.append({"run_id": run.name, "algorithm": cfg.get("algorithm"), "iterations": _int(cfg.get("iterations")),
-                     "seed": _int(cfg.get("seed")), "model_path": model.get("path"), "created_at": created,
-                     "config_json": json.dumps(cfg, sort_keys=True, default=str) if cfg else None})
+        rows.append(
+            {
+                "run_id": run.name,
+                "algorithm": cfg.get("algorithm"),
+                "iterations": _int(cfg.get("iterations")),
+                "seed": _int(cfg.get("seed")),
+                "model_path": model.get("path"),
+                "created_at": created,
+                "config_json": json.dumps(cfg, sort_keys=True, default=str) if cfg else None,
+            }
+        )
     return pa.Table.from_pylist(rows, schema=CONFIGS_SCHEMA)
-
 
 
 def register_views(con: duckdb.DuckDBPyConnection, runs: list[Path], damaged: list[str]) -> None:
     """Create every view over the run directories `runs` on `con`; a file that cannot be read is
     left out and one line naming it is appended to `damaged`."""
     for view, (pattern, contract) in _PARQUET_VIEWS.items():
-        files = sorted((f for run in runs for f in run.glob(pattern)), key=lambda f: (f.parts[:-3], _iteration_of(f), f.name))
+        files = sorted(
+            (f for run in runs for f in run.glob(pattern)), key=lambda f: (f.parts[:-3], _iteration_of(f), f.name)
+        )
         con.register(f"_ts_{view}", _dataset(files, contract, damaged))
         extra = ", len(prefix_token_ids) AS prefix_len" if view == "prefixes" else ""
         con.execute(f"CREATE VIEW {view} AS SELECT *{extra} FROM _ts_{view}")

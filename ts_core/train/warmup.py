@@ -23,13 +23,20 @@ from pathlib import Path
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS, get_task
 from thinking_seeds.config import DataConfig
-from thinking_seeds.data.sources import load_dataset
-from thinking_seeds.evals.evaluation import evaluate_prompts
-from thinking_seeds.engine.models import builtin_model_path, char_tokenizer, count_params, encode_prompt, load_model, tiny_llama
+from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS, get_task
 from thinking_seeds.data.rewards import Verifier
+from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.engine.models import (
+    builtin_model_path,
+    char_tokenizer,
+    count_params,
+    encode_prompt,
+    load_model,
+    tiny_llama,
+)
 from thinking_seeds.engine.rollout import HFEngine
+from thinking_seeds.evals.evaluation import evaluate_prompts
 
 
 def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -63,16 +70,18 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int | None = None, min_
     return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def sft_optimizer(model: torch.nn.Module, lr: float, warmup_steps: int, total_steps: int | None = None,
-                  min_factor: float = 0.1):
+def sft_optimizer(
+    model: torch.nn.Module, lr: float, warmup_steps: int, total_steps: int | None = None, min_factor: float = 0.1
+):
     """The warm-up's AdamW and its schedule (`lr_factor`: ramp, then constant or cosine)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup_steps, total_steps, min_factor))
     return opt, sched
 
 
-def sft_step(model, opt, sched, ids: torch.Tensor, labels: torch.Tensor, batch_size: int, gen: torch.Generator,
-             pad_id: int) -> float:
+def sft_step(
+    model, opt, sched, ids: torch.Tensor, labels: torch.Tensor, batch_size: int, gen: torch.Generator, pad_id: int
+) -> float:
     """One supervised step on a random batch of the encoded corpus; returns the loss.
 
     Shared by the warm-up that builds the base model and the equal-compute SFT control
@@ -137,7 +146,11 @@ def build_tiny_model(
     init_report = None
     if init is not None:
         model, tok = load_model(init)
-        init_report = json.loads((Path(init) / "warmup_report.json").read_text()) if (Path(init) / "warmup_report.json").is_file() else None
+        init_report = (
+            json.loads((Path(init) / "warmup_report.json").read_text())
+            if (Path(init) / "warmup_report.json").is_file()
+            else None
+        )
     else:
         tok = char_tokenizer(spec.charset)
         model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed)
@@ -150,23 +163,41 @@ def build_tiny_model(
     engine = HFEngine(model, tok, batch_size=256)
 
     candidates = []
-    with Progress(TextColumn("warm-up"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[info]}")) as bar:
+    with Progress(
+        TextColumn("warm-up"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}")
+    ) as bar:
         bar_task = bar.add_task("sft", total=steps, info="")
         for step in range(0 if init is not None else 1, steps + 1):
             loss = sft_step(model, opt, sched, ids, labels, batch_size, gen, tok.pad_token_id) if step else float("nan")
             info = f"loss {loss:.3f}"
             if step == 0 or (step >= eval_from and (step % eval_every == 0 or step == steps)):
                 model.eval()
-                res = evaluate_prompts(engine, tok, val_prompts, verifier, n=eval_samples, max_new_tokens=max_new_tokens,
-                                       seed=seed, label=None if task == "chain_sum" else spec.label)
+                res = evaluate_prompts(
+                    engine,
+                    tok,
+                    val_prompts,
+                    verifier,
+                    n=eval_samples,
+                    max_new_tokens=max_new_tokens,
+                    seed=seed,
+                    label=None if task == "chain_sum" else spec.label,
+                )
                 cdir = work / f"step_{step:06d}"
                 model.save_pretrained(cdir)
-                candidates.append({"step": step, "pass@1": res.pass_at_k[1], f"pass@{eval_samples}": res.pass_at_k[eval_samples],
-                                   "distinct_patterns": res.distinct_labels, "pattern_entropy": res.label_entropy,
-                                   "strategy_b": res.strategy_share.get("b"),
-                                   "loss": loss, "lr": sched.get_last_lr()[0], "seconds": round(time.time() - t0, 1),
-                                   "dir": str(cdir)})
+                candidates.append(
+                    {
+                        "step": step,
+                        "pass@1": res.pass_at_k[1],
+                        f"pass@{eval_samples}": res.pass_at_k[eval_samples],
+                        "distinct_patterns": res.distinct_labels,
+                        "pattern_entropy": res.label_entropy,
+                        "strategy_b": res.strategy_share.get("b"),
+                        "loss": loss,
+                        "lr": sched.get_last_lr()[0],
+                        "seconds": round(time.time() - t0, 1),
+                        "dir": str(cdir),
+                    }
+                )
                 info += f" | pass@1 {res.pass_at_k[1]:.3f} pass@{eval_samples} {res.pass_at_k[eval_samples]:.3f}"
                 bar.console.log(f"step {step}: {info}")
                 last3 = [c["pass@1"] for c in candidates[-3:]]
@@ -190,17 +221,32 @@ def build_tiny_model(
     shutil.copytree(best["dir"], tmp_out)
     tok.save_pretrained(tmp_out)
     report = {
-        "task": task, "chosen_step": best["step"], "target_pass@1": list(target) if target else None,
+        "task": task,
+        "chosen_step": best["step"],
+        "target_pass@1": list(target) if target else None,
         "in_target_band": bool(target) and target[0] <= best["pass@1"] <= target[1],
         "plateau": {"last_three_pass@1": last3, "spread": max(last3) - min(last3) if last3 else None},
         "candidates": [{k: v for k, v in c.items() if k != "dir"} for c in candidates],
-        "params": count_params(model), "steps": steps, "batch_size": batch_size, "lr": lr, "schedule": schedule,
+        "params": count_params(model),
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "schedule": schedule,
         # The lr the warm-up ended at: the SFT control continues from there ("more of the same training").
         "final_lr": sched.get_last_lr()[0],
-        "corpus_size": corpus_size, "seed": seed, "warmup_steps": warmup_steps, "build_seconds": round(time.time() - t0, 1),
-        "steps_done": candidates[-1]["step"] if candidates else 0, "until_plateau": until_plateau,
+        "corpus_size": corpus_size,
+        "seed": seed,
+        "warmup_steps": warmup_steps,
+        "build_seconds": round(time.time() - t0, 1),
+        "steps_done": candidates[-1]["step"] if candidates else 0,
+        "until_plateau": until_plateau,
         "init": {"path": str(init), "report": init_report} if init is not None else None,
-        "eval": {"prompts": len(val_prompts), "samples": eval_samples, "split": "validation", "max_new_tokens": max_new_tokens},
+        "eval": {
+            "prompts": len(val_prompts),
+            "samples": eval_samples,
+            "split": "validation",
+            "max_new_tokens": max_new_tokens,
+        },
         "torch_threads": torch.get_num_threads(),
         "rebuild": REBUILD[task] if task in REBUILD else "python -m thinking_seeds.train.warmup",
     }
@@ -216,10 +262,10 @@ REBUILD = {
     "chain_sum": "python -m thinking_seeds.train.warmup",
     # Phase 1 (cosine) ended still improving, so phase 2 continues at its final lr until a plateau.
     "countdown": "python -m thinking_seeds.train.warmup --task countdown --out data/models/tiny-countdown --steps 6000 "
-                 "--schedule cosine --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 "
-                 "--threads 1 && python -m thinking_seeds.train.warmup --task countdown --init data/models/tiny-countdown --out "
-                 "data/models/tiny-countdown --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 "
-                 "--eval-from 400 --eval-prompts 128 --max-new-tokens 80 --until-plateau 0.02 --threads 1",
+    "--schedule cosine --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 "
+    "--threads 1 && python -m thinking_seeds.train.warmup --task countdown --init data/models/tiny-countdown --out "
+    "data/models/tiny-countdown --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 "
+    "--eval-from 400 --eval-prompts 128 --max-new-tokens 80 --until-plateau 0.02 --threads 1",
 }
 
 
@@ -230,10 +276,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=700)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--schedule", default="constant", choices=["constant", "cosine"],
-                    help="after the ramp: constant lr, or cosine decay to 0.1 x lr at the last step")
-    ap.add_argument("--select", default="band", choices=["band", "last"],
-                    help="band: the candidate with pass@1 in 0.15-0.30 (the demo model); last: the final one (plateau)")
+    ap.add_argument(
+        "--schedule",
+        default="constant",
+        choices=["constant", "cosine"],
+        help="after the ramp: constant lr, or cosine decay to 0.1 x lr at the last step",
+    )
+    ap.add_argument(
+        "--select",
+        default="band",
+        choices=["band", "last"],
+        help="band: the candidate with pass@1 in 0.15-0.30 (the demo model); last: the final one (plateau)",
+    )
     ap.add_argument("--corpus-size", type=int, default=100_000)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-from", type=int, default=500)
@@ -242,17 +296,36 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup-steps", type=int, default=75, help="linear learning-rate ramp, then the schedule")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
-    ap.add_argument("--init", type=Path, default=None, help="continue from this model (a second phase) instead of a fresh one")
-    ap.add_argument("--until-plateau", type=float, default=None,
-                    help="stop once the last three evaluations' pass@1 lie within this spread (e.g. 0.02)")
+    ap.add_argument(
+        "--init", type=Path, default=None, help="continue from this model (a second phase) instead of a fresh one"
+    )
+    ap.add_argument(
+        "--until-plateau",
+        type=float,
+        default=None,
+        help="stop once the last three evaluations' pass@1 lie within this spread (e.g. 0.02)",
+    )
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    rep = build_tiny_model(a.out, task=a.task, steps=a.steps, batch_size=a.batch_size, lr=a.lr, schedule=a.schedule,
-                           corpus_size=a.corpus_size, eval_every=a.eval_every, eval_from=min(a.eval_from, a.steps),
-                           eval_prompts=a.eval_prompts, max_new_tokens=a.max_new_tokens, seed=a.seed,
-                           warmup_steps=a.warmup_steps, target=None if a.select == "last" else (0.15, 0.30),
-                           init=a.init, until_plateau=a.until_plateau)
+    rep = build_tiny_model(
+        a.out,
+        task=a.task,
+        steps=a.steps,
+        batch_size=a.batch_size,
+        lr=a.lr,
+        schedule=a.schedule,
+        corpus_size=a.corpus_size,
+        eval_every=a.eval_every,
+        eval_from=min(a.eval_from, a.steps),
+        eval_prompts=a.eval_prompts,
+        max_new_tokens=a.max_new_tokens,
+        seed=a.seed,
+        warmup_steps=a.warmup_steps,
+        target=None if a.select == "last" else (0.15, 0.30),
+        init=a.init,
+        until_plateau=a.until_plateau,
+    )
     print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
     chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
     print("chosen:", json.dumps(chosen))
