@@ -44,7 +44,7 @@ ablations: compare
 # The multi-solution testbed of issue #9 (docs/results/countdown-main): countdown (+/-), the plateaued base
 # model data/models/tiny-countdown, 4 optimizer steps per batch, an old historical pool. ~3 h on 2 cores,
 # resumable. The base model is committed; `make countdown-model` rebuilds it (~70 min on one core).
-COMPARE_CD := $(BIN)/ts compare --preset countdown --parallel 2 --out docs/results --no-prefect
+COMPARE_CD := $(BIN)/ts compare --preset countdown --parallel 2 --out docs/results --no-prefect --archive
 compare-countdown: install
 	$(COMPARE_CD) --methods grpo:0-4,thinking_seeds:0-4,seq_mix:0-2,luffy:0-1,prefix_context:0-1 --id countdown-main
 
