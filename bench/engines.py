@@ -91,7 +91,7 @@ def iteration(engine, tok, ckpts, prompts, group, seeds, max_new, temperature, s
         gens = engine.generate([ctx[i] for i, _ in rows], SamplingParams(temperature, 1.0, max_new, seed=seed + h))
         gen_s += time.perf_counter() - t
         tokens += sum(len(g.token_ids) for g in gens)
-        for (i, _), g in zip(rows, gens):
+        for (i, _), g in zip(rows, gens, strict=True):
             prefixes.append((i, g.token_ids[: cut_length(g.token_ids, rng.uniform(0.2, 0.6))]))
     # Continuation: on-policy samples + every seed continued, under the current policy.
     t = time.perf_counter()
@@ -159,7 +159,8 @@ def bench_model(name: str, args, work: Path) -> dict:
         best = max(runs, key=lambda r: r["tok_per_s"])
         res[label] = {k: round(v, 3) if isinstance(v, float) else v for k, v in best.items()}
         print(
-            f"  {name:8s} {label:5s} {best['tokens']:6d} tokens  gen {best['gen_s']:7.2f} s  swaps {best['swap_s']:6.2f} s"
+            f"  {name:8s} {label:5s} {best['tokens']:6d} tokens  gen {best['gen_s']:7.2f} s  "
+            f"swaps {best['swap_s']:6.2f} s"
             f"  -> {best['tok_per_s']:8.1f} tok/s (generation only {best['gen_tok_per_s']:8.1f})",
             flush=True,
         )

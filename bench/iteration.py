@@ -20,6 +20,7 @@ switched off except a 1-sample check at the end (it is not part of an iteration'
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -45,9 +46,13 @@ def stage_seconds(run, k: int) -> dict[str, float]:
     return out
 
 
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
 def iteration_walls(run, n: int) -> list[float]:
     ends = [run.manifest_path(k, "evaluate").stat().st_mtime for k in range(n)]
-    return [b - a for a, b in zip(ends, ends[1:])]
+    return [b - a for a, b in itertools.pairwise(ends)]
 
 
 def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path) -> dict:
@@ -79,7 +84,6 @@ def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path
     run = RunDir.for_run(run_id, base)
     walls = iteration_walls(run, iterations)
     parts = [stage_seconds(run, k) for k in range(1, iterations)]
-    mean = lambda xs: sum(xs) / len(xs)
     wall = mean(walls)
     row = {k: mean([p[k] for p in parts]) for k in parts[0]}
     row["everything_else"] = wall - sum(row.values())
@@ -109,15 +113,20 @@ def main() -> None:
 
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
-        f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {'plain loop' if a.no_prefect else 'Prefect flow (no server)'}"
+        f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
+        f"{'plain loop' if a.no_prefect else 'Prefect flow (no server)'}"
     )
     print(f"per-iteration wall time (mean of iterations 1..{a.iterations - 1}), seconds")
-    hdr = f"{'method':16} {'launcher':11} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} {'verify':>7} {'else':>7} {'else %':>7}"
+    hdr = (
+        f"{'method':16} {'launcher':11} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} "
+        f"{'verify':>7} {'else':>7} {'else %':>7}"
+    )
     print(hdr)
-    for (m, l), r in results.items():
+    for (m, launcher), r in results.items():
+        else_share = 100 * r["everything_else"] / r["iteration_wall"]
         print(
-            f"{m:16} {l:11} {r['iteration_wall']:9.2f} {r['generation']:10.2f} {r['fwd_bwd']:8.2f} "
-            f"{r['verification']:7.2f} {r['everything_else']:7.2f} {100 * r['everything_else'] / r['iteration_wall']:6.1f}%"
+            f"{m:16} {launcher:11} {r['iteration_wall']:9.2f} {r['generation']:10.2f} {r['fwd_bwd']:8.2f} "
+            f"{r['verification']:7.2f} {r['everything_else']:7.2f} {else_share:6.1f}%"
         )
     for m in a.methods.split(","):
         if (m, "in_process") in results and (m, "accelerate") in results:
@@ -126,9 +135,10 @@ def main() -> None:
                 f"{m}: accelerate launcher costs {ac['iteration_wall'] - ip['iteration_wall']:+.2f} s per iteration "
                 f"(ratio {ac['iteration_wall'] / ip['iteration_wall']:.2f}x of in-process)"
             )
-    print("one-off startup per run (s): " + ", ".join(f"{m}/{l} {r['startup']:.1f}" for (m, l), r in results.items()))
+    startups = ", ".join(f"{m}/{launcher} {r['startup']:.1f}" for (m, launcher), r in results.items())
+    print("one-off startup per run (s): " + startups)
     if a.json:
-        a.json.write_text(json.dumps({f"{m}/{l}": r for (m, l), r in results.items()}, indent=2))
+        a.json.write_text(json.dumps({f"{m}/{launcher}": r for (m, launcher), r in results.items()}, indent=2))
 
 
 if __name__ == "__main__":

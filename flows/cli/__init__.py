@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -34,7 +33,8 @@ _is_user_error = is_user_error  # the name tests and older callers use
 
 app = typer.Typer(
     cls=Group,
-    help="thinking-seeds: token-level mix-policy RL (historical checkpoints write the prefix, the current policy continues it).",
+    help="thinking-seeds: token-level mix-policy RL "
+    "(historical checkpoints write the prefix, the current policy continues it).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,

@@ -20,7 +20,8 @@ def compare(
         _DEFAULT_METHODS,
         "--methods",
         "-m",
-        help="Comma-separated methods (algorithm presets); a method may name its own seeds, e.g. grpo:0-4,seq_mix:0-2 (else --seeds).",
+        help="Comma-separated methods (algorithm presets); a method may name its own seeds, "
+        "e.g. grpo:0-4,seq_mix:0-2 (else --seeds).",
     ),
     seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds; every method runs once per seed."),
     set_: list[str] = typer.Option(
@@ -37,7 +38,8 @@ def compare(
     reference: str | None = typer.Option(
         None,
         "--reference",
-        help="Include the unswept runs (same methods and seeds) of comparison ID in the report as the ablation's base point instead of training them again; budgets must match.",
+        help="Include the unswept runs (same methods and seeds) of comparison ID in the report as the ablation's "
+        "base point instead of training them again; budgets must match.",
     ),
     parallel: int = typer.Option(
         2, "--parallel", "-j", min=1, help="Runs trained at once (one process and one torch thread each)."

@@ -38,7 +38,7 @@ def is_user_error(e: BaseException) -> bool:
     for module, name in (
         ("thinking_seeds.store.run_dir", "RunLockedError"),
         ("duckdb", "Error"),
-        ("thinking_seeds.experiments.compare", "CompareError"),
+        ("thinking_seeds.experiments.jobs", "CompareError"),
     ):
         cls = _loaded_class(module, name)
         if cls is not None and isinstance(e, cls):
@@ -85,7 +85,7 @@ def handled() -> Iterator[None]:
         if not is_user_error(e):
             raise  # a bug (or typer.Exit, click's help): as it is
         head, _, details = (str(e) or type(e).__name__).partition("\n\n")
-        compare_error = _loaded_class("thinking_seeds.experiments.compare", "CompareError")
+        compare_error = _loaded_class("thinking_seeds.experiments.jobs", "CompareError")
         if compare_error is None or not isinstance(e, compare_error):
             head, details = str(e) or type(e).__name__, ""  # everything else: the whole message on one line
         error_line(head)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ import typer
 from thinking_seeds.flows.cli.output import OutputFormat, emit
 
 
-class Split(str, Enum):
+class Split(StrEnum):
     validation = "validation"
     test = "test"
 

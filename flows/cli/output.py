@@ -11,7 +11,7 @@ import json
 import os
 import shlex
 import sys
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 import typer
@@ -21,7 +21,7 @@ from rich.text import Text
 MAX_TABLE_ROWS = 1000  # a rich table longer than this is unreadable anyway
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
@@ -96,7 +96,7 @@ def emit(
 ) -> None:
     """Print rows as a rich table (at most MAX_TABLE_ROWS, then a row count), CSV or JSON."""
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps([{c: _jsonable(v) for c, v in zip(columns, r)} for r in rows], indent=2))
+        typer.echo(json.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in rows], indent=2))
         return
     if fmt is OutputFormat.csv:
         import csv

@@ -187,7 +187,7 @@ def unpack(names: list[str], values: list[float]) -> dict[str, float]:
     n_additive = 2 * sum(k not in _IDENTITY for k in kinds)
     additive, extreme = iter(values[:n_additive]), iter(values[n_additive:])
     out: dict[str, float] = {}
-    for name, kind in zip(names, kinds):
+    for name, kind in zip(names, kinds, strict=True):
         if kind in _IDENTITY:
             v = next(extreme)
             if v != float("-inf"):

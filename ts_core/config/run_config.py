@@ -42,7 +42,8 @@ class RunConfig(_Section):
     device: str = Field(
         "auto",
         description="Where the engine and the trainer run: auto (the first CUDA GPU when torch sees one, else "
-        "the CPU), cpu, cuda or cuda:N. Checkpoints are always written from CPU copies, so a run resumes on any device.",
+        "the CPU), cpu, cuda or cuda:N. Checkpoints are always written from CPU copies, "
+        "so a run resumes on any device.",
     )
     reward: RewardConfig = Field(
         default_factory=RewardConfig,
@@ -121,7 +122,8 @@ class RunConfig(_Section):
             raise ValueError(f"algorithm={self.algorithm} is on-policy: rollout.seeds_per_group must be 0, got {seeds}")
         if self.algorithm not in ("grpo", "dr_grpo") and seeds == 0:
             raise ValueError(
-                f"algorithm={self.algorithm} needs seeded samples: rollout.seeds_per_group must be in [1, {self.rollout.group_size}]"
+                f"algorithm={self.algorithm} needs seeded samples: "
+                f"rollout.seeds_per_group must be in [1, {self.rollout.group_size}]"
             )
         full = self.prefix.ratio_min == 1.0 and self.prefix.ratio_max == 1.0
         if self.algorithm in ("seq_mix", "luffy") and not full:
@@ -130,7 +132,8 @@ class RunConfig(_Section):
             )
         if self.algorithm in ("thinking_seeds", "prefix_context") and self.prefix.ratio_max >= 1.0:
             raise ValueError(
-                f"algorithm={self.algorithm} continues a prefix: prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)"
+                f"algorithm={self.algorithm} continues a prefix: "
+                "prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)"
             )
         if self.prefix.source == "dataset" and self.algorithm != "luffy":
             raise ValueError("prefix.source=dataset is LUFFY's guidance: use algorithm=luffy")

@@ -310,5 +310,7 @@ class EvalConfig(_Section):
     )
     seeded: bool = Field(
         True,
-        description="At the final evaluation, also sample continuations of historical seeds (λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) for the explorable-space pass@k.",
+        description="At the final evaluation, also sample continuations of historical seeds "
+        "(λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) "
+        "for the explorable-space pass@k.",
     )

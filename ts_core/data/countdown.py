@@ -66,7 +66,7 @@ def valid_patterns(numbers: Sequence[int], target: int) -> list[tuple[int, ...]]
     """
     out = []
     for signs in itertools.product((1, -1), repeat=len(numbers)):
-        if 1 in signs and sum(s * n for s, n in zip(signs, numbers)) == target:
+        if 1 in signs and sum(s * n for s, n in zip(signs, numbers, strict=True)) == target:
             out.append(signs)
     return out
 
@@ -88,7 +88,7 @@ def solution(terms: Sequence[Signed]) -> str:
 
 def random_solution(numbers: Sequence[int], target: int, rng: random.Random) -> str | None:
     """A uniformly drawn valid sign pattern in a uniformly drawn order that starts with '+'."""
-    patterns = sorted(set(tuple(sorted(zip(s, numbers))) for s in valid_patterns(numbers, target)))
+    patterns = sorted(set(tuple(sorted(zip(s, numbers, strict=True))) for s in valid_patterns(numbers, target)))
     if not patterns:
         return None
     terms = list(rng.choice(patterns))

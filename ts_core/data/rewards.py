@@ -16,8 +16,9 @@ across calls. Two layers of time limits:
   main thread, so one slow item costs at most `timeout_s` and is marked 'timeout'. math-verify's
   own alarms are switched off so the two do not cancel each other.
 - outer, per batch: if no chunk finishes within `chunk_size * timeout_s + stall_slack_s`, a worker
-  is stuck where signals cannot reach (C code holding the GIL). The pool is killed and recreated; the items of the stuck chunks are retried one by one and an item that
-  stalls again is marked 'timeout'. A crashed worker is handled the same way ('error').
+  is stuck where signals cannot reach (C code holding the GIL). The pool is killed and recreated;
+  the items of the stuck chunks are retried one by one and an item that stalls again is marked
+  'timeout'. A crashed worker is handled the same way ('error').
 
 Items go to the pool in chunks (default 16) so 128 responses cost 8 round trips, not 128.
 Answers are extracted in the caller (cheap), so responses without one never reach the pool.
@@ -278,7 +279,7 @@ class Verifier:
                 for fut in done:
                     unit = futures[fut]
                     try:
-                        for i, r in zip(unit.indices, fut.result()):
+                        for i, r in zip(unit.indices, fut.result(), strict=True):
                             results[i] = r
                     except BrokenProcessPool as e:
                         broken = True

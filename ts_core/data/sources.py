@@ -338,6 +338,7 @@ def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
             table.column("data_source").to_pylist(),
             table.column("prompt").to_pylist(),
             table.column("reward_model").to_pylist(),
+            strict=True,
         )
     ):
         ground_truth = (reward_model or {}).get("ground_truth")

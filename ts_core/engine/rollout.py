@@ -106,7 +106,8 @@ class HFEngine:
         missing = [k for k in missing if "lm_head" not in k]
         if missing or unexpected:
             raise ValueError(
-                f"checkpoint {checkpoint_dir} does not fit the engine's model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+                f"checkpoint {checkpoint_dir} does not fit the engine's model: "
+                f"missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
         self.loaded_from = tag
 

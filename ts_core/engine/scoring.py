@@ -31,7 +31,7 @@ def pack(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], 
     attn = torch.zeros((B, Lc + T), dtype=torch.long)
     resp = torch.full((B, T), pad_id, dtype=torch.long)
     rmask = torch.zeros((B, T), dtype=torch.bool)
-    for i, (c, r) in enumerate(zip(contexts, responses)):
+    for i, (c, r) in enumerate(zip(contexts, responses, strict=True)):
         ids[i, Lc - len(c) : Lc] = torch.tensor(list(c), dtype=torch.long)
         attn[i, Lc - len(c) : Lc] = 1
         if r:

@@ -232,7 +232,7 @@ class VLLMEngine:
             raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
         out: list[Generation | None] = [None] * len(contexts)
         prompts, sps, rows = [], [], []
-        for i, (c, n) in enumerate(zip(contexts, limits)):
+        for i, (c, n) in enumerate(zip(contexts, limits, strict=True)):
             if len(c) == 0:
                 raise ValueError("empty context: every prompt needs at least one token")
             n = min(n, self.max_model_len - len(c))
@@ -259,10 +259,10 @@ class VLLMEngine:
             rows.append(i)
         if prompts:
             results = self.llm.generate(prompts, sps, use_tqdm=False)
-            for i, res in zip(rows, results):
+            for i, res in zip(rows, results, strict=True):
                 o = res.outputs[0]
                 ids = [int(t) for t in o.token_ids]
-                lps = [float(pos[t].logprob) for pos, t in zip(o.logprobs, ids)]
+                lps = [float(pos[t].logprob) for pos, t in zip(o.logprobs, ids, strict=True)]
                 out[i] = Generation(ids, lps, finished=bool(ids) and ids[-1] in self.eos_ids)
         return out  # type: ignore[return-value]
 

@@ -90,17 +90,19 @@ def evaluate_prompts(
     gens = engine.generate(
         contexts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed), max_new=caps
     )
-    texts = [tokenizer.decode(pre + g.token_ids, skip_special_tokens=True) for (i, pre), g in zip(owners, gens)]
+    texts = [
+        tokenizer.decode(pre + g.token_ids, skip_special_tokens=True) for (i, pre), g in zip(owners, gens, strict=True)
+    ]
     verdicts = verifier.score_batch(texts, [prompts[i] for i, _ in owners])
 
     correct = [0] * len(prompts)
     solutions: list[set[str]] = [set() for _ in prompts]
-    for (i, _), v, t in zip(owners, verdicts, texts):
+    for (i, _), v, t in zip(owners, verdicts, texts, strict=True):
         if v.reward > 0:
             correct[i] += 1
             solutions[i].add(t.strip())
     total = max(1, len(texts))
-    per_prompt = [{"prompt_id": p.prompt_id, "n": n, "correct": c} for p, c in zip(prompts, correct)]
+    per_prompt = [{"prompt_id": p.prompt_id, "n": n, "correct": c} for p, c in zip(prompts, correct, strict=True)]
     distinct = entropy = None
     if label is None:
         strategies = Counter(strategy_of(t) for t in texts)
@@ -108,21 +110,21 @@ def evaluate_prompts(
     else:
         strategy = {}
         labels: list[list[str]] = [[] for _ in prompts]
-        for (i, _), v, t in zip(owners, verdicts, texts):
+        for (i, _), v, t in zip(owners, verdicts, texts, strict=True):
             lab = label(t, v.reward)
             if lab is not None:
                 labels[i].append(lab)
-        for row, labs in zip(per_prompt, labels):
+        for row, labs in zip(per_prompt, labels, strict=True):
             row["distinct_labels"] = len(set(labs))
             row["label_entropy"] = label_entropy_of(labs)
         distinct = sum(r["distinct_labels"] for r in per_prompt) / max(1, len(prompts))
-        found = [r["label_entropy"] for r, labs in zip(per_prompt, labels) if labs]
+        found = [r["label_entropy"] for r, labs in zip(per_prompt, labels, strict=True) if labs]
         entropy = sum(found) / len(found) if found else 0.0
     samples = []
     if keep_samples:
         samples = [
             {"prompt_id": prompts[i].prompt_id, "text": t, "reward": v.reward, "status": v.status}
-            for (i, _), t, v in zip(owners, texts, verdicts)
+            for (i, _), t, v in zip(owners, texts, verdicts, strict=True)
         ]
     return EvalResult(
         n=n,
@@ -132,7 +134,7 @@ def evaluate_prompts(
         status_counts=dict(Counter(v.status for v in verdicts)),
         strategy_share=strategy,
         distinct_correct_answers=sum(len(s) for s in solutions) / max(1, len(prompts)),
-        mean_response_len=sum(len(pre) + len(g.token_ids) for (_, pre), g in zip(owners, gens)) / total,
+        mean_response_len=sum(len(pre) + len(g.token_ids) for (_, pre), g in zip(owners, gens, strict=True)) / total,
         samples=samples,
         distinct_labels=distinct,
         label_entropy=entropy,
@@ -148,7 +150,10 @@ def label_entropy_of(labels: Sequence[str]) -> float:
 
 
 def main() -> None:
-    """`python -m thinking_seeds.evals.evaluation --model builtin:tiny --split test`: pass@k of a model on the default task."""
+    """pass@k of a model on the default task.
+
+    python -m thinking_seeds.evals.evaluation --model builtin:tiny --split test
+    """
     import argparse
     import tempfile
     import time
@@ -195,7 +200,8 @@ def main() -> None:
             seed=a.seed,
         )
     print(
-        f"{a.model} on {len(prompts)} {a.split} prompts x {a.samples} samples (T={a.temperature}), {time.time() - t:.1f} s"
+        f"{a.model} on {len(prompts)} {a.split} prompts x {a.samples} samples (T={a.temperature}), "
+        f"{time.time() - t:.1f} s"
     )
     print("pass@k:", {k: round(x, 4) for k, x in r.pass_at_k.items()})
     print("strategy share:", {k: round(x, 3) for k, x in r.strategy_share.items()}, "statuses:", r.status_counts)

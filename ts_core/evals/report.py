@@ -124,7 +124,7 @@ def _series_plot(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in series.items():
-        xs, ys = zip(*pts)
+        xs, ys = zip(*pts, strict=True)
         extra = {"color": "black"} if label == "all" else {}  # the population total stands out
         ax.plot(xs, ys, (styles or {}).get(label, "-"), marker="o", markersize=3, label=label, **extra)
     ax.set_title(title)
@@ -230,7 +230,8 @@ def write_report(run_id: str, runs_dir: Path | None = None) -> Path:
     if s:
         md.append(f"- iterations done: {s.get('iterations_done', 0)} of {format_cell(s.get('iterations'))}")
         md.append(
-            f"- last evaluation: step {format_cell(s.get('last_eval_step'))}, accuracy {format_cell(s.get('last_accuracy'))} "
+            f"- last evaluation: step {format_cell(s.get('last_eval_step'))}, "
+            f"accuracy {format_cell(s.get('last_accuracy'))} "
             f"(best {format_cell(s.get('best_accuracy'))})"
         )
         md.append(

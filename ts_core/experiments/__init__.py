@@ -2,14 +2,16 @@
 
 Modules, each importing only those listed before it (no cycles; tests/test_layers.py checks):
 
-    spec            the data model: ComparisonSpec (what `ts compare` asks for), RunSpec, plan, budget checks
-    jobs            subprocesses, `parallel` at once, with progress and failure reports
-    members         the runs on disk: compare.json markers, completion, training time
-    archive         a comparison's committed archive: finished runs' small files, restored in a later session
-    sft_control     the equal-compute SFT control
-    claims          the paper's claims as paired differences (the report's first tables)
-    compare_data    the report's numbers (DuckDB over the runs)
-    compare_plots   the report's plots
-    compare_report  report.md and results.parquet
-    compare         the orchestration: prepare, run_all, controls, final tests, archive, report
+    comparison_args  the arguments (methods, seeds, --set, --sweep) parsed and checked, no config loaded
+    spec             the data model: ComparisonSpec (what `ts compare` asks for), RunSpec, plan, budget checks
+    jobs             subprocesses, `parallel` at once, with progress and failure reports
+    members          the runs on disk: compare.json markers, completion, training time
+    archive          a comparison's committed archive: finished runs' small files, restored in a later session
+    sft_control      the equal-compute SFT control
+    claims           the paper's claims as paired differences (the report's first tables)
+    compare_data     the report's numbers (DuckDB over the runs)
+    compare_plots    the report's plots
+    compare_sections the report's tables after its introduction (final test, paired differences, ...)
+    compare_report   report.md and results.parquet
+    compare          the orchestration: prepare, run_all, controls, final tests, archive, report
 """

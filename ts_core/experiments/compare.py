@@ -28,6 +28,7 @@ from typing import Any
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.experiments.archive import archive_run, restore
+from thinking_seeds.experiments.comparison_args import parse_list, parse_sweep
 from thinking_seeds.experiments.jobs import CompareError, Job, JobResult, raise_on_failures, run_jobs
 from thinking_seeds.experiments.members import (
     archive_record,
@@ -40,14 +41,12 @@ from thinking_seeds.experiments.sft_control import control_complete, control_con
 from thinking_seeds.experiments.spec import (
     CONTROL_METHOD,
     DEFAULT_METHODS,
-    FINAL_TEST_STAGE,
     ComparisonSpec,
     RunSpec,
-    parse_list,
-    parse_sweep,
     plan,
     spec_of,
 )
+from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [
     "CONTROL_METHOD",

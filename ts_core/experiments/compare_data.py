@@ -31,10 +31,10 @@ from thinking_seeds.experiments.members import compare_members, reference_member
 from thinking_seeds.experiments.spec import (
     CONTROL_METHOD,
     DEFAULT_METHODS,
-    FINAL_TEST_STAGE,
     TRAINING_TIME_SQL,
     spec_of,
 )
+from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.sql import connect, query
 
@@ -191,7 +191,7 @@ def paired_differences(
     """Per variant and metric: [(seed, value - baseline's value at the same seed)], seeds both ran.
 
     Runs of one seed share the training prompts of every iteration and the evaluation prompts and
-    sampling seed (thinking_seeds.pipeline.stages.stage_seed), so differences at equal seeds cancel that part of
+    sampling seed (thinking_seeds.pipeline.graph.stage_seed), so differences at equal seeds cancel that part of
     the noise; their spread is the honest error bar for "method X beats the baseline".
     """
     seed_of = {m["run_id"]: m.get("seed") for m in data["members"]}

@@ -13,14 +13,13 @@ config hash recorded there is the planned config's. Never imports prefect.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import ConfigError
+from thinking_seeds.experiments.comparison_args import value_text
 from thinking_seeds.experiments.spec import (
     CONTROL_METHOD,
     MARKER,
@@ -29,9 +28,8 @@ from thinking_seeds.experiments.spec import (
     check_same_budget,
     dotted,
     spec_of,
-    value_text,
 )
-from thinking_seeds.store.parquet_io import shareable
+from thinking_seeds.store.atomic import atomic_write
 
 __all__ = [
     "ARCHIVE_FILE",
@@ -80,12 +78,7 @@ def write_marker(run_root: Path, marker: dict[str, Any]) -> Path:
             )
         if old == json.loads(text):
             return path
-    fd, tmp = tempfile.mkstemp(dir=run_root, prefix=f".{MARKER}.", suffix=".tmp")
-    shareable(tmp, fd)  # mkstemp makes 0600: the marker follows the umask like every run file
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, text)  # the marker follows the umask like every run file
 
 
 def compare_members(compare_id: str, runs_dir: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ the same task, held-out prompts excluded) for as long as the mean RL run of the 
 (`thinking_seeds.experiments.members.train_seconds`: the runs' `time/*` stage metrics, evaluation left out). It is then
 evaluated exactly like the RL runs: its run directory `<compare_id>-sft_control-s<seed>` has a
 config (the comparison's shared settings with the on-policy overlay), the same data splits and
-θ_0, and the RL runs' own evaluate stage (`thinking_seeds.pipeline.stages.evaluate`) writes
+θ_0, and the RL runs' own evaluate stage (`thinking_seeds.pipeline.stage_evaluate.evaluate`) writes
 `metrics/iteration=K/evaluate.parquet` labelled with the policy step: the same due steps, prompts,
 samples, temperature, sampling seeds and seeded (explorable-space) evaluation.
 
@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,7 +40,7 @@ from thinking_seeds.config import ConfigError, RunConfig, load_config
 from thinking_seeds.experiments.jobs import Job, JobResult, run_jobs
 from thinking_seeds.experiments.members import archive_record, discard_restored, train_seconds, write_marker
 from thinking_seeds.experiments.spec import CONTROL_METHOD, RunSpec, check_same_budget
-from thinking_seeds.store.parquet_io import shareable
+from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
 
 __all__ = ["CONTROL_FILE", "control_config", "control_run_id", "control_spec", "run_controls", "run_sft_control"]
@@ -78,16 +76,7 @@ def control_marker(compare_id: str, preset: str, base_overrides: Sequence[str], 
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        shareable(tmp, fd)  # mkstemp makes 0600: the file gets the mode the umask gives any other file
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -99,7 +88,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def eval_steps(cfg: RunConfig) -> list[int]:
     """Policy steps the RL runs evaluate: θ_0 and θ_{k+1} for every k with eval_due(cfg, k)."""
-    from thinking_seeds.pipeline.stages import eval_due
+    from thinking_seeds.pipeline.graph import eval_due
 
     return [0] + [k + 1 for k in range(cfg.iterations) if eval_due(cfg, k)]
 
@@ -156,7 +145,8 @@ def run_sft_control(
 
     from thinking_seeds.engine.models import load_model
     from thinking_seeds.pipeline.loop import run_prepare
-    from thinking_seeds.pipeline.stages import Session, evaluate
+    from thinking_seeds.pipeline.session import Session
+    from thinking_seeds.pipeline.stage_evaluate import evaluate
     from thinking_seeds.store.checkpoints import save_checkpoint
     from thinking_seeds.train.warmup import encode_corpus, sft_optimizer, sft_step
 

@@ -16,7 +16,8 @@ from typing import NamedTuple
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
 from thinking_seeds.pipeline.session import Session, close_trackers
-from thinking_seeds.pipeline.stages import STAGE_FUNCS, prepare
+from thinking_seeds.pipeline.stage_prepare import prepare
+from thinking_seeds.pipeline.stages import STAGE_FUNCS
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
 
@@ -101,7 +102,9 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m thinking_seeds.pipeline.loop --preset tiny --run-id X [--runs-dir D] [--set k=v ...]`: one run, no Prefect.
+    """One run, no Prefect.
+
+        python -m thinking_seeds.pipeline.loop --preset tiny --run-id X [--runs-dir D] [--set k=v ...]
 
     The entry point `thinking_seeds.experiments.compare.run_all` starts once per run of a comparison; it prints one
     line per stage (flushed), which is what lands in `runs/<id>/train.log`.

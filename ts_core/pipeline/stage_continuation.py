@@ -71,7 +71,7 @@ def continuation(s: Session, k: int) -> Manifest:
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=stage_seed(cfg, k, "continuation"))
     with t("generation"):
         gens = s.engine(t).generate(ctx, params, max_new=caps) if ctx else []
-    for i, g in zip(gen_rows, gens):
+    for i, g in zip(gen_rows, gens, strict=True):
         r = rows[i]
         r.token_ids = r.token_ids + g.token_ids
         r.old_logprobs = r.old_logprobs + g.logprobs

@@ -96,7 +96,7 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
             cfg.eval.temperature, 1.0, cfg.rollout.max_new_tokens, seed=stage_seed(cfg, step, f"evaluate/seeded/{src}")
         )
         with t("generation"):
-            for j, g in zip(idx, s.engine(t).generate([ctx[plan[j][0]] for j in idx], params)):
+            for j, g in zip(idx, s.engine(t).generate([ctx[plan[j][0]] for j in idx], params), strict=True):
                 pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
                 drafts[j] = g.token_ids[: cut_length(g.token_ids, plan[j][2], cfg.prefix.cut, pieces)]
     s.use_weights(s.run.policy(step), t)

@@ -86,7 +86,7 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
             seed=stage_seed(cfg, k, f"seeds/{step}"),
         )
         with t("generation"):
-            for i, g in zip(idx, s.engine(t).generate(ctx, params)):
+            for i, g in zip(idx, s.engine(t).generate(ctx, params), strict=True):
                 drafts[i] = g
     texts = [tok.decode(drafts[i].token_ids, skip_special_tokens=True) for i in range(len(plan))]
     with t("verification"):

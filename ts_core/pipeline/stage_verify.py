@@ -24,7 +24,7 @@ def verify(s: Session, k: int) -> Manifest:
     by_id = {p.prompt_id: p for p in s.prompts("train")}
     with t("verification"):
         verdicts = s.verifier.score_batch([r.response_text for r in rows], [by_id[r.prompt_id] for r in rows])
-    for r, v in zip(rows, verdicts):
+    for r, v in zip(rows, verdicts, strict=True):
         r.reward, r.status, r.answer = v.reward, v.status, v.answer
     keys = [baseline_group(cfg, r) for r in rows]
     group_of = {key: i for i, key in enumerate(dict.fromkeys(keys))}
@@ -33,7 +33,7 @@ def verify(s: Session, k: int) -> Manifest:
     on_policy = torch.tensor([r.kind == "on_policy" for r in rows])
     baseline = on_policy if cfg.advantage.baseline == "on_policy" else torch.ones_like(on_policy)
     adv = get_adv_estimator(cfg.advantage.estimator)(rewards, groups, baseline)
-    for r, a in zip(rows, adv.tolist()):
+    for r, a in zip(rows, adv.tolist(), strict=True):
         r.advantage = a
     with t("io"):
         path = write_rows(RolloutRow, rows, run.rollouts(k))

@@ -26,8 +26,8 @@ from thinking_seeds.pipeline.stage_verify import verify
 from thinking_seeds.pipeline.update_launcher import accelerate_command
 
 # STAGES, eval_due, Session and accelerate_command live in graph.py, session.py and
-# update_launcher.py; callers outside the pipeline (experiments.sft_control, the CLI, the device
-# tests) import them from here with the stage functions.
+# update_launcher.py, the stage functions in stage_<name>.py: import them from there. They are
+# re-exported here only for the tests that still import them from this module.
 __all__ = [
     "STAGES",
     "STAGE_FUNCS",

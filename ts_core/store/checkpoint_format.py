@@ -80,7 +80,8 @@ def read_manifest(path: Path) -> CheckpointInfo:
     match = STEP_DIR.match(path.name)
     if match and int(match.group(1)) != info.step:
         raise CheckpointError(
-            f"checkpoint {path} is named for step {int(match.group(1))} but its manifest says step {info.step}: {rebuild_hint(path)}"
+            f"checkpoint {path} is named for step {int(match.group(1))} but its manifest says step {info.step}: "
+            f"{rebuild_hint(path)}"
         )
     return info
 

@@ -79,7 +79,8 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
         )
     if meta["optimizer"] != type(optimizer).__name__:
         raise CheckpointError(
-            f"{path} holds {meta['optimizer']} state but the optimizer is {type(optimizer).__name__}; build the same optimizer class"
+            f"{path} holds {meta['optimizer']} state but the optimizer is {type(optimizer).__name__}; "
+            "build the same optimizer class"
         )
     groups = json.loads(meta["param_groups"])
     current = optimizer.param_groups
@@ -89,7 +90,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
             f"{path} has param groups of sizes {saved_sizes} but the optimizer has {current_sizes}; "
             f"build the optimizer over the same model parameters, in the same order"
         )
-    for saved, cur in zip(groups, current):
+    for saved, cur in zip(groups, current, strict=True):
         for key, value in saved.items():  # JSON turned tuples (betas) into lists: restore them
             if isinstance(cur.get(key), tuple) and isinstance(value, list):
                 saved[key] = tuple(value)

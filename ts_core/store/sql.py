@@ -88,7 +88,7 @@ class QueryResult:
     rows: list[tuple]
 
     def to_dicts(self) -> list[dict[str, Any]]:
-        return [dict(zip(self.columns, r)) for r in self.rows]
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
 
     def column(self, name: str) -> list[Any]:
         i = self.columns.index(name)

@@ -32,14 +32,17 @@ g0 AS (  -- one row per character position that starts a 3-gram
 ),
 g AS (SELECT run_id, source_age, len_lo, substring(prefix_text, pos, 3) AS gram FROM g0),
 pc AS (
-    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS prefixes, avg(L) AS mean_prefix_len FROM p GROUP BY ALL
+    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS prefixes, avg(L) AS mean_prefix_len
+    FROM p GROUP BY ALL
     UNION ALL
     SELECT run_id, 'prefix_len', len_lo, count(*), avg(L) FROM p GROUP BY ALL
     UNION ALL
     SELECT run_id, 'all', NULL, count(*), avg(L) FROM p GROUP BY ALL
 ),
 gc AS (
-    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS ngrams, count(DISTINCT gram) AS distinct_ngrams FROM g GROUP BY ALL
+    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS ngrams,
+           count(DISTINCT gram) AS distinct_ngrams
+    FROM g GROUP BY ALL
     UNION ALL
     SELECT run_id, 'prefix_len', len_lo, count(*), count(DISTINCT gram) FROM g GROUP BY ALL
     UNION ALL
@@ -135,7 +138,8 @@ SELECT run_id, iteration, population,
 FROM m
 GROUP BY run_id, iteration, population
 ORDER BY run_id,
-         CASE population WHEN 'on_policy' THEN 0 WHEN 'continuation' THEN 1 WHEN 'prefix' THEN 2 WHEN 'all' THEN 3 ELSE 4 END,
+         CASE population WHEN 'on_policy' THEN 0 WHEN 'continuation' THEN 1 WHEN 'prefix' THEN 2
+                         WHEN 'all' THEN 3 ELSE 4 END,
          population, iteration
 """
 

