@@ -5,7 +5,7 @@ training (checkpoints appear atomically, so a half-written one is never picked).
 `runs/<id>/metrics/iteration=<step>/evaluate-<split>.parquet` (same long format as the training
 metrics; stage column `evaluate-<split>`), and a table artifact shows them in the UI.
 
-    python -m flows.evaluate --run-id demo [--step 4] [--split test]
+    python -m thinking_seeds.flows.evaluate --run-id demo [--step 4] [--split test]
 """
 
 from __future__ import annotations

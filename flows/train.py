@@ -13,7 +13,7 @@ Re-running with the same run id resumes: a stage whose manifest is on disk, with
 intact outputs and the same upstream digests, is skipped (its task run ends in state "Skipped");
 the run directory's manifests are the only record of what is done (see `tasks/stage_task.py`).
 
-    python -m flows.train --preset tiny --run-id demo --set iterations=2
+    python -m thinking_seeds.flows.train --preset tiny --run-id demo --set iterations=2
 """
 
 from __future__ import annotations
