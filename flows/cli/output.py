@@ -129,12 +129,18 @@ def emit(
     con.print(Text(note, style="dim"))
 
 
-def _param_args(command: Any, params: dict[str, Any], skip: frozenset[str]) -> list[str]:
+def _param_args(ctx: Any, skip: frozenset[str]) -> list[str]:
     """One command's parsed parameters written back as arguments, in declaration order: options by
-    their long name, flags only when they differ from their default, options left unset (None) out."""
+    their long name, flags only when they differ from their default, options left unset (None) out.
+    Values that came from a default or an environment variable are left out too: the line shows
+    what the user typed, so it reads the same on another machine (no local TS_RUNS_DIR)."""
+    command, params = ctx.command, ctx.params
     out: list[str] = []
     for p in command.params:
         if p.name in skip or p.name not in params or getattr(p, "hidden", False):
+            continue
+        source = ctx.get_parameter_source(p.name)  # by name: typer may bring its own copy of click
+        if source is not None and source.name in ("DEFAULT", "ENVIRONMENT"):
             continue
         value = params[p.name]
         if p.param_type_name == "argument":
@@ -166,5 +172,5 @@ def command_line(ctx: Any, skip: tuple[str, ...] = ()) -> str:
         ctx = ctx.parent
     argv: list[str] = []
     for i, c in enumerate(reversed(chain)):
-        argv += ["ts" if i == 0 else c.info_name] + _param_args(c.command, c.params, frozenset(skip))
+        argv += ["ts" if i == 0 else c.info_name] + _param_args(c, frozenset(skip))
     return " ".join(shlex.quote(a) for a in argv)

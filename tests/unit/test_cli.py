@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import typer
 import yaml
-from _synthetic_run import ITERATIONS, make_run
 from typer.testing import CliRunner
 
+from tests.helpers.synthetic_run import ITERATIONS, make_run
 from thinking_seeds.flows.cli import _is_user_error, app
 
 runner = CliRunner()
@@ -183,3 +184,25 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, needle):
     assert r.exit_code == 2, r.output
     line = r.stderr.strip()
     assert "\n" not in line and line.startswith(f"error: {needle}") and "--help`)" in line, line
+
+
+def test_command_line_shows_what_the_user_typed_not_defaults_or_environment(monkeypatch):
+    """The report's "Produced by" line: typed options only, so it reads the same on another machine."""
+    from thinking_seeds.flows.cli.output import command_line
+
+    app = typer.Typer()
+    seen = {}
+
+    @app.callback()
+    def root(runs_dir: str = typer.Option(None, "--runs-dir", envvar="TS_RUNS_DIR")) -> None:
+        pass
+
+    @app.command()
+    def compare(ctx: typer.Context, seeds: str = typer.Option("0,1,2", "--seeds"), preset: str = "tiny") -> None:
+        seen["line"] = command_line(ctx)
+
+    r = CliRunner().invoke(app, ["compare", "--preset", "countdown"], env={"TS_RUNS_DIR": "/somewhere/local"})
+    assert r.exit_code == 0, r.output
+    assert seen["line"] == "ts compare --preset countdown"
+    CliRunner().invoke(app, ["--runs-dir", "/r x", "compare", "--seeds", "0,1,2"])
+    assert seen["line"] == "ts --runs-dir '/r x' compare --seeds 0,1,2"
