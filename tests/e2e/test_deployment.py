@@ -23,10 +23,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from tests.helpers import REPO
 from thinking_seeds.store.run_dir import RunDir
 
-REPO = Path(__file__).resolve().parent.parent
 PREFECT = str(Path(sys.executable).parent / "prefect")
+pytestmark = pytest.mark.slow  # a Prefect server, a process worker and a training run: ~55 s
 
 PLACEHOLDER_REPORT = """
 from prefect import flow

@@ -2,18 +2,17 @@
 the same file with a tiny random Llama instead of SmolLM2 and a smaller budget."""
 
 import sys
-from pathlib import Path
 
 import pytest
-from hf_models import build
 
+from tests.helpers import REPO as REPO_ROOT
+from tests.helpers.hf_models import build
 from thinking_seeds.config import load_config
 from thinking_seeds.data.sources import load_dataset
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "docs/examples/own-task"
 pytestmark = pytest.mark.slow  # a whole run with LoRA, a reasoning-gym mixture and TensorBoard: CI's slow step
 

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from thinking_seeds.config import ConfigError, load_config
+from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.sql import connect, query
@@ -106,14 +106,3 @@ def test_wandb_offline(tracked):
         got = {h["_step"]: h[name] for h in history if name in h}
         assert got == pytest.approx(_truth(truth, name)), name
     assert config["algorithm"] == "thinking_seeds" and config["rollout.prompts_per_iteration"] == 4
-
-
-def test_missing_tracker_package_names_the_extra(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"pip install 'thinking-seeds\[mlflow\]'"):
-        load_config("tiny", ["logger=[console, mlflow]"])
-    with pytest.raises(ConfigError, match="logger"):
-        load_config("tiny", ["logger=[console, neptune]"])

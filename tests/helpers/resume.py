@@ -1,10 +1,15 @@
-"""Resume after `kill -9`: a run killed in the middle of a stage and started again with the same run id
+"""Resume after `kill -9`, the check shared by integration/test_resume.py (the plain loop killed in an
+update) and e2e/test_resume_kill.py (killed in the seeds stage; both under Prefect).
+
+A run killed in the middle of a stage and started again with the same run id
 (a) reuses every stage that had completed -- their manifests and outputs are not rewritten -- and
 (b) ends with the same policy weights, rollouts and prefixes as an uninterrupted run of the same seed.
 
-Each case runs `tests/resume_driver.py` in its own process group, lets it block inside the stage
-(at the atomic rename that would publish the stage's output), SIGKILLs the group, and re-runs it.
-Both the plain loop (`thinking_seeds.pipeline.loop.train`) and the Prefect flow (`flows.train.train_flow`) are covered.
+Each case runs `tests/helpers/resume_driver.py` in its own process group, lets it block inside the
+stage (at the atomic rename that would publish the stage's output), SIGKILLs the group, and re-runs
+it. The uninterrupted run is the session's `tiny_run` (plain loop, in the test process, same config
+and run id); a random-weights model earns no reward (zero advantages), and its entropy bonus still
+moves the weights, so "same final weights" is a real check.
 """
 
 from __future__ import annotations
@@ -20,27 +25,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from thinking_seeds.config import load_config
-from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
 
-DRIVER = Path(__file__).resolve().parent / "resume_driver.py"
-RUN_ID = "resume"
-# A random-weights model earns no reward (zero advantages); the entropy bonus still moves the
-# weights, so "same final weights" is a real check.
-RESUME = ["loss.entropy_coeff=0.01", "update.lr=1e-3"]
+from . import RESUME_DRIVER
+from .tiny import TINY_RUN_ID
 
-
-@pytest.fixture(scope="module")
-def overrides(tiny_overrides) -> list[str]:
-    return tiny_overrides + RESUME
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, overrides) -> RunDir:
-    """The uninterrupted run: plain loop, in this process, same config and run id."""
-    return train(RunDir.for_run(RUN_ID, tmp_path_factory.mktemp("reference")), load_config("tiny", overrides))
+DRIVER = RESUME_DRIVER
+RUN_ID = TINY_RUN_ID  # a run's rows carry its id: the same as the reference run's
 
 
 def _start(
@@ -122,19 +114,14 @@ def _assert_same_results(run: RunDir, ref: RunDir, iterations: int) -> None:
     assert ev == ev_ref  # evaluate writes no timings into its metrics file
 
 
-CASES = [
-    pytest.param("loop", "seeds:1", id="loop-kill-in-seeds"),
-    pytest.param("loop", "update:1", id="loop-kill-in-update"),
-    pytest.param("flow", "seeds:1", id="prefect-kill-in-seeds"),
-    pytest.param("flow", "update:0", id="prefect-kill-in-update", marks=pytest.mark.slow),
-]
-
-
-@pytest.mark.parametrize("mode, pause", CASES)
-def test_kill_and_resume(mode, pause, reference, overrides, runs_dir, subprocess_env, tmp_path):
+def kill_and_resume(mode: str, pause: str, tiny_run, runs_dir: Path, env: dict, tmp_path: Path) -> None:
+    """Run `mode` ("loop" | "flow") until it blocks at `pause` ("STAGE:K"), kill -9 its process group,
+    run it again, and check (a) and (b) against `tiny_run`."""
+    reference, overrides = tiny_run.run, tiny_run.overrides
+    assert reference.run_id == RUN_ID
     run = RunDir.for_run(RUN_ID, runs_dir)
     marker, log = tmp_path / "paused", tmp_path / "first.log"
-    proc = _start(mode, overrides, subprocess_env, log, pause, marker)
+    proc = _start(mode, overrides, env, log, pause, marker)
     _wait_for(marker, proc, log)
     _kill_group(proc)
 
@@ -145,7 +132,7 @@ def test_kill_and_resume(mode, pause, reference, overrides, runs_dir, subprocess
     assert f"manifests/iteration={k}/snapshot.json" in before  # the earlier stages of iteration k finished
 
     log2 = tmp_path / "second.log"
-    proc = _start(mode, overrides, subprocess_env, log2)
+    proc = _start(mode, overrides, env, log2)
     try:
         assert proc.wait(timeout=600) == 0, log2.read_text()[-4000:]
     finally:

@@ -1,6 +1,6 @@
 """Test helper (not collected): train a run in this process, optionally stopping dead at a stage.
 
-    python tests/resume_driver.py {loop|flow} RUN_ID [--pause-at STAGE:K --marker FILE] [--set KEY=VALUE]...
+    python tests/helpers/resume_driver.py {loop|flow} RUN_ID [--pause-at STAGE:K --marker FILE] [--set KEY=VALUE]...
 
 `loop` runs `thinking_seeds.pipeline.loop.train`, `flow` runs the Prefect `train_flow` (tasks in this process).
 `--pause-at seeds:K` blocks the seeds stage of iteration K at the atomic rename of its prefixes
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def pause_at_rename(fn_name: str, target: Path, marker: Path) -> None:

@@ -34,7 +34,7 @@ def test_random_solutions_are_valid_and_varied():
     numbers, target = [3, 8, 5, 2], 8  # 3+8-5+2 and 8+5-3-2: two sign patterns
 
     def expr(signs):  # an expression of a pattern, an added number first
-        terms = sorted(zip(signs, numbers), reverse=True)
+        terms = sorted(zip(signs, numbers, strict=True), reverse=True)
         return str(terms[0][1]) + "".join(("+" if s > 0 else "-") + str(n) for s, n in terms[1:])
 
     pats = {signature(expr(p)) for p in valid_patterns(numbers, target)}
@@ -62,7 +62,7 @@ def test_checker_accepts_any_valid_answer_and_binary_reward(tmp_path):
         binary = v.score_batch(wrong_value, prompts)
     with Verifier(backend="reasoning_gym", partial_credit=True) as v:
         partial = v.score_batch(wrong_value, prompts)
-    for p, b, q in zip(prompts, binary, partial):
+    for p, b, q in zip(prompts, binary, partial, strict=True):
         md = json.loads(p.rg_entry)["metadata"]
         if sum(md["numbers"]) != md["target"]:
             assert (b.reward, b.status) == (0.0, "wrong") and q.reward == pytest.approx(0.05)

@@ -16,19 +16,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REPO
 from thinking_seeds.store.run_dir import RunDir, RunLockedError
 
-REPO = Path(__file__).resolve().parent.parent
 RACERS = 12
 
-# Each racer sleeps until the same instant, tries to own the run, and reports; a winner holds the
-# lock long enough that every loser's attempt overlaps it.
+# Each racer imports, says it is ready, and waits for the start instant (the same for all, sent once
+# every racer is ready); then it tries to own the run and reports. The winner holds the lock until
+# every racer has reported, so every loser's attempt overlaps it.
 _RACER = r"""
 import sys, time
 from pathlib import Path
 from thinking_seeds.store.run_dir import RunDir, RunLockedError
 run = RunDir(Path(sys.argv[1]))
-start = float(sys.argv[2])
+print("ready", flush=True)
+start = float(sys.stdin.readline())
 time.sleep(max(0.0, start - time.time()))
 try:
     run.acquire_lock()
@@ -36,17 +38,17 @@ except RunLockedError:
     print("refused", flush=True)
     sys.exit(0)
 print("owner", flush=True)
-time.sleep(1.5)
+sys.stdin.readline()  # until the test has every racer's answer
 run.release_lock()
 """
 
 
 def _race(root: Path) -> list[str]:
-    start = time.time() + 3.0  # every racer has imported run_dir by then
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(root), repr(start)],
+            [sys.executable, "-c", _RACER, str(root)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -55,11 +57,25 @@ def _race(root: Path) -> list[str]:
         )
         for _ in range(RACERS)
     ]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err
-        outs.append(out.strip())
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                p.wait(timeout=60)
+                pytest.fail(f"a racer failed before the start (exit {p.returncode}):\n{p.stderr.read()[-3000:]}")
+        start = time.time() + 0.5  # every racer is waiting: well within half a second, all have it
+        for p in procs:
+            p.stdin.write(f"{start!r}\n")
+            p.stdin.flush()
+        outs = [p.stdout.readline().strip() for p in procs]
+        for p in procs:
+            p.stdin.close()  # releases the owner
+            p.wait(timeout=60)
+            assert p.returncode == 0, p.stderr.read()[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return outs
 
 
@@ -114,6 +130,25 @@ def test_live_owner_refused_then_taken_over_when_it_dies(tmp_path):
     assert json.loads((run.root / ".lock").read_text())["pid"] == os.getpid()
     run.release_lock()
     assert not (run.root / ".lock").exists()
+
+
+def test_a_pid_in_the_lock_file_is_not_ownership(tmp_path):
+    """Only the OS lock counts: a file naming a live process that does not hold the lock (a reused
+    pid, an old-format lock) is stale and taken over."""
+    run = RunDir.for_run("r", tmp_path)
+    run.root.mkdir(parents=True)
+    import socket
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (run.root / ".lock").write_text(json.dumps({"pid": live.pid, "host": socket.gethostname()}))
+        run.acquire_lock()
+        assert json.loads((run.root / ".lock").read_text())["pid"] == os.getpid()
+        run.release_lock()
+        assert not (run.root / ".lock").exists()
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_takeover_removes_what_a_killed_writer_left(tmp_path):

@@ -8,9 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
 
 # The owner of a run with the children a real run has: verifier workers (spawned, with the resource
 # tracker) and a long-lived subprocess standing in for Prefect's temporary server.

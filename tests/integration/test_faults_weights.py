@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from thinking_seeds.config import load_config
+from tests.helpers.tiny import copy_run
 from thinking_seeds.engine.models import load_model
 from thinking_seeds.engine.rollout import HFEngine
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store import checkpoints
 from thinking_seeds.store.checkpoints import CheckpointError, save_checkpoint, verify_checkpoint
-from thinking_seeds.store.run_dir import RunDir
 
 
 def flip_byte(path: Path, offset: int | None = None) -> None:
@@ -76,11 +75,12 @@ def _sha(path: Path) -> str:
 
 
 @pytest.mark.parametrize("where", ["policy_flip", "snapshot_flip", "policy_truncate", "policy0_delete"])
-def test_resume_redoes_a_damaged_step(runs_dir, tiny_overrides, where):
-    """Damage a finished run's weights; `train` again must notice, redo the step, and end with the
-    same weights as before the damage (everything is deterministic in the seed)."""
-    cfg = load_config("tiny", tiny_overrides + ["loss.entropy_coeff=0.01", "update.lr=1e-3"])
-    run = train(RunDir.for_run("dmg", runs_dir), cfg)
+def test_resume_redoes_a_damaged_step(runs_dir, tiny_run, where):
+    """Damage a finished run's weights (a copy of the session's tiny run, hard links kept); `train`
+    again must notice, redo the step, and end with the same weights as before the damage
+    (everything is deterministic in the seed)."""
+    cfg = tiny_run.cfg
+    run = copy_run(tiny_run.run, runs_dir)
     final = run.policy(cfg.iterations) / "model.safetensors"
     before = _sha(final)
     target = {
@@ -103,27 +103,28 @@ def test_resume_redoes_a_damaged_step(runs_dir, tiny_overrides, where):
     assert not [p for p in run.root.rglob(".old_*")]  # the damaged copy is gone too
 
 
-def test_ts_check_names_the_damage_and_the_stage_to_redo(runs_dir, tiny_overrides):
+def test_ts_check_names_the_damage_and_the_stage_to_redo(runs_dir, tiny_run):
     from typer.testing import CliRunner
 
     from thinking_seeds.flows.cli import app
 
-    cfg = load_config("tiny", tiny_overrides)
-    run = train(RunDir.for_run("chk", runs_dir), cfg)
+    cfg = tiny_run.cfg
+    run = copy_run(tiny_run.run, runs_dir)
+    rid = run.run_id
     cli = CliRunner()
-    res = cli.invoke(app, ["check", "chk"])
-    assert res.exit_code == 0 and "run chk is intact" in res.output and "lock: free" in res.output, res.output
+    res = cli.invoke(app, ["check", rid])
+    assert res.exit_code == 0 and f"run {rid} is intact" in res.output and "lock: free" in res.output, res.output
     flip_byte(run.pool_root / "step_000001" / "model.safetensors")  # hard link: policy/step_000001 too
     truncate(run.rollouts(1))
     (run.root / "policy" / ".tmp_step_000009_x").mkdir()
-    res = cli.invoke(app, ["check", "chk"])
+    res = cli.invoke(app, ["check", rid])
     out = " ".join(res.output.split())
     assert res.exit_code == 1, res.output
     assert "checkpoints/step_000001 is damaged" in out and "redo snapshot of iteration 1" in out
     assert "policy/step_000001 is damaged" in out and "redo update of iteration 0" in out
     assert "rollouts.parquet no longer hashes" in out and "redo verify of iteration 1" in out
-    assert "ts train --run-id chk" in out and ".tmp_step_000009_x was left by a killed writer" in out
+    assert f"ts train --run-id {rid}" in out and ".tmp_step_000009_x was left by a killed writer" in out
     train(run, cfg)
-    res = cli.invoke(app, ["check", "chk"])
+    res = cli.invoke(app, ["check", rid])
     assert res.exit_code == 0, res.output
     assert cli.invoke(app, ["check", "nope"]).exit_code == 2

@@ -2,8 +2,8 @@
 whole test split right after training, so a comparison stopped half-way has test numbers."""
 
 import pyarrow.parquet as pq
-from conftest import TINY_OVERRIDES
 
+from tests.helpers.tiny import TINY_OVERRIDES
 from thinking_seeds.experiments.spec import FINAL_TEST_STAGE
 from thinking_seeds.pipeline.loop import main
 from thinking_seeds.store.run_dir import RunDir

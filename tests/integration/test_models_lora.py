@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 import torch
-from hf_models import build
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from tests.helpers.hf_models import build
 from thinking_seeds.config import ConfigError, load_config
 from thinking_seeds.engine.lora import merged_state_dict
 from thinking_seeds.pipeline.export import export_policy

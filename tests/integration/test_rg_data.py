@@ -10,7 +10,10 @@ from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.data.rg_data import INSTRUCTION, build_reasoning_gym_splits
 from thinking_seeds.data.sources import load_dataset
 
-TASKS = "data.tasks=[{name: countdown, weight: 3, config: {min_numbers: 3, max_numbers: 3}}, {name: basic_arithmetic, weight: 1}]"
+TASKS = (
+    "data.tasks=[{name: countdown, weight: 3, config: {min_numbers: 3, max_numbers: 3}}, "
+    "{name: basic_arithmetic, weight: 1}]"
+)
 
 
 def test_mixture_splits_weights_and_checker(tmp_path):

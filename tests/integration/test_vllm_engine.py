@@ -106,7 +106,7 @@ def test_caps_eos_and_seeds(engine, hf, ckpts):
     caps = [0, 1, 3, 24] * 3
     p = SamplingParams(temperature=1.0, max_new_tokens=20, seed=11)
     a = engine.generate(ctx, p, max_new=caps)
-    for g, cap in zip(a, caps):
+    for g, cap in zip(a, caps, strict=True):
         assert len(g.token_ids) <= min(cap, 20)
         assert g.finished == (bool(g.token_ids) and g.token_ids[-1] == tok.eos_token_id)
         assert tok.eos_token_id not in g.token_ids[:-1]  # EOS stops the row
@@ -131,10 +131,10 @@ def test_continuation_from_a_prefix(engine, hf, ckpts):
     prefixes = [d.token_ids[: len(d.token_ids) // 2] for d in drafts]
     engine.load_weights(ckpts[0])
     model, tok = hf["a"]
-    ctx = [c + p for c, p in zip(drafts_ctx, prefixes)]
+    ctx = [c + p for c, p in zip(drafts_ctx, prefixes, strict=True)]
     caps = [16 - len(p) for p in prefixes]
     gens = engine.generate(ctx, SamplingParams(temperature=1.0, max_new_tokens=16, seed=9), max_new=caps)
-    for g, cap in zip(gens, caps):
+    for g, cap in zip(gens, caps, strict=True):
         assert len(g.token_ids) <= cap
     assert _max_diff(model, tok, ctx, gens, 1.0) <= TOL
     # The prefix is context, not part of the returned continuation: scoring prompt+prefix+continuation
@@ -143,12 +143,12 @@ def test_continuation_from_a_prefix(engine, hf, ckpts):
         sc = score_responses(
             model,
             drafts_ctx,
-            [p + g.token_ids for p, g in zip(prefixes, gens)],
+            [p + g.token_ids for p, g in zip(prefixes, gens, strict=True)],
             pad_id=tok.pad_token_id,
             temperature=1.0,
             with_entropy=False,
         )
-    for i, (p, g) in enumerate(zip(prefixes, gens)):
+    for i, (p, g) in enumerate(zip(prefixes, gens, strict=True)):
         got = sc.logprobs[i, len(p) : len(p) + len(g.token_ids)]
         assert torch.allclose(got, torch.tensor(g.logprobs), atol=TOL)
 

@@ -220,9 +220,9 @@ def test_optimizer_state_round_trip_gives_identical_next_step(tmp_path):
 
     for m, o in ((model, opt), (resumed, resumed_opt), (fresh, fresh_opt)):
         _train_step(m, o, seed=99)
-    for a, b in zip(model.parameters(), resumed.parameters()):
+    for a, b in zip(model.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(a, b)
-    assert not all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True))
     assert resumed_opt.param_groups[0]["betas"] == (0.8, 0.9)
     assert resumed_opt.param_groups[1]["lr"] == 0.05
     assert resumed_opt.state[resumed[0].weight]["step"].item() == 4.0
@@ -363,7 +363,7 @@ def test_snapshot_links_model_files_without_optimizer(tmp_path, model_and_tokeni
     assert not (dst / "optimizer.safetensors").exists()
     assert (dst / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
     loaded, _ = load_checkpoint(dst)
-    for (n, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+    for (n, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), n
     flip_byte(src / "model.safetensors")  # a corrupt source is refused, never copied
     with pytest.raises(CheckpointError, match="model.safetensors"):

@@ -60,3 +60,16 @@ def test_round_trip_and_hash(tmp_path):
     back = load_saved_config(tmp_path / "c.yaml")
     assert back == cfg and back.config_hash() == cfg.config_hash()
     assert load_config("tiny", ["seed=4"]).config_hash() != cfg.config_hash()
+
+
+def test_missing_tracker_package_names_the_extra(monkeypatch):
+    """A `logger` whose package is missing names the extra to install (the trackers themselves:
+    e2e/test_tracking.py)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"pip install 'thinking-seeds\[mlflow\]'"):
+        load_config("tiny", ["logger=[console, mlflow]"])
+    with pytest.raises(ConfigError, match="logger"):
+        load_config("tiny", ["logger=[console, neptune]"])

@@ -3,7 +3,7 @@ where, and how to fix it -- never a traceback, never a half-written run, never a
 user's own file. Covers wrongly typed or empty verl Parquet data sets (library and `ts train`), the
 wording of unreadable Parquet files by where they live, and config values of the wrong type; plus
 the leftovers of items 1 and 6 (vLLM weight loads verified; reports and SFT-control files follow
-the umask)."""
+the umask). Where a flow would start (`ts train`, the train flow): integration/test_faults_errors_flow.py."""
 
 from __future__ import annotations
 
@@ -17,34 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.verl_data import GOOD, one_line, train_args, write
 from thinking_seeds.config import ConfigError, load_config, load_saved_config, parse_overrides, save_config
 from thinking_seeds.data.sources import load_dataset
 from thinking_seeds.flows.cli import app
 from thinking_seeds.store.parquet_io import DataError, content_hash, read_table
 
 runner = CliRunner()
-
-GOOD = {
-    "data_source": ["chain_sum", "chain_sum"],
-    "prompt": [[{"role": "user", "content": "1+2="}], [{"role": "user", "content": "3+4="}]],
-    "ability": ["math", "math"],
-    "reward_model": [{"style": "rule", "ground_truth": "3"}, {"style": "rule", "ground_truth": "7"}],
-    "extra_info": [{"split": "train", "index": 0}, {"split": "train", "index": 1}],
-}
-
-
-def write(path: Path, **changes) -> Path:
-    """A small verl data set with some columns replaced (an Arrow array, or a list to infer from)."""
-    cols = {**GOOD, **changes}
-    pq.write_table(pa.table(cols), path)
-    return path
-
-
-def one_line(text: str) -> str:
-    assert "\n" not in text.strip(), text
-    assert "Traceback" not in text
-    return text
-
 
 # --- wrongly typed columns ----------------------------------------------------------------------
 
@@ -96,46 +75,6 @@ def test_compatible_layouts_still_load(tmp_path):
     )
     prompts = load_dataset(path)
     assert [p.ground_truth for p in prompts] == ["3", "7"] and prompts[0].prompt_id == "t-0"
-
-
-def train_args(train: Path, val: Path, run_id: str = "u1") -> list[str]:
-    return [
-        "train",
-        "--preset",
-        "tiny",
-        "--run-id",
-        run_id,
-        "--set",
-        "data.source=parquet",
-        "--set",
-        f"data.train_path={train}",
-        "--set",
-        f"data.val_path={val}",
-    ]
-
-
-@pytest.mark.parametrize("prefect", [False, True], ids=["no-prefect", "prefect"])
-def test_ts_train_refuses_a_wrongly_typed_data_set_in_one_line_and_writes_nothing(tmp_path, runs_dir, prefect):
-    good = write(tmp_path / "val.parquet")
-    bad = write(tmp_path / "train.parquet", reward_model=['{"ground_truth": "3"}'] * 2)
-    args = train_args(bad, good) + ([] if prefect else ["--no-prefect"])
-    r = runner.invoke(app, args)
-    assert r.exit_code == 2, r.output
-    line = one_line(r.stderr.strip())
-    assert line.startswith("error: ") and str(bad) in line and "'reward_model'" in line and "has type string" in line
-    assert list(runs_dir.iterdir()) == []  # no run directory, no config.yaml, no lock
-
-
-def test_the_train_flow_refuses_a_bad_data_set_before_making_the_run_directory(tmp_path, runs_dir):
-    """A deployment calls the flow without the CLI: the flow checks the files before its lock
-    creates the run directory."""
-    from thinking_seeds.flows.train import train_flow
-
-    bad = write(tmp_path / "train.parquet", prompt=[1, 2])
-    overrides = ["data.source=parquet", f"data.train_path={bad}", f"data.val_path={write(tmp_path / 'val.parquet')}"]
-    with pytest.raises(DataError, match="column 'prompt' has type int64"):
-        train_flow(preset="tiny", run_id="d1", overrides=overrides)
-    assert list(runs_dir.iterdir()) == []
 
 
 # --- empty data sets ----------------------------------------------------------------------------

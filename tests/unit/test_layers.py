@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
 # Package folder of each part of the `thinking_seeds` namespace (pyproject's package-dir).
 ROOTS = {
     "thinking_seeds": REPO / "ts_core",

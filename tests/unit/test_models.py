@@ -46,14 +46,3 @@ def test_errors_say_what_to_do(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelError, match="no .safetensors weights"):
         load_model(str(tmp_path))
-
-
-def test_warmup_builds_a_loadable_model(tmp_path):
-    from thinking_seeds.train.warmup import build_tiny_model
-
-    out = tmp_path / "m"
-    rep = build_tiny_model(out, steps=4, corpus_size=300, eval_from=2, eval_every=2, eval_prompts=4, eval_samples=2)
-    assert [c["step"] for c in rep["candidates"]] == [2, 4]
-    model, tok = load_model(str(out))
-    assert count_params(model) == rep["params"]
-    assert json.loads((out / "warmup_report.json").read_text())["chosen_step"] in (2, 4)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from _synthetic_run import make_run
 
+from tests.helpers.synthetic_run import make_run
 from thinking_seeds.evals.report import PLOTS, format_cell, write_report
 from thinking_seeds.store.parquet_io import DataError
 

@@ -6,8 +6,17 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _synthetic_run import EVAL, ITERATIONS, POPS, clipfrac, entropy, make_run, rollout_rows, snapshot_files
 
+from tests.helpers.synthetic_run import (
+    EVAL,
+    ITERATIONS,
+    POPS,
+    clipfrac,
+    entropy,
+    make_run,
+    rollout_rows,
+    snapshot_files,
+)
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
 from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, query, run_named, view_columns

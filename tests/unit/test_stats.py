@@ -1,19 +1,13 @@
 """thinking_seeds.algo.stats: declared reductions, tensors until logged, and across processes the
-statistics of the union of every process's tokens (SUM of sums and counts, MAX, MIN)."""
+statistics of the union of every process's tokens (SUM of sums and counts, MAX, MIN). The reducer
+here by hand; across two gloo processes: integration/test_stats_gloo.py."""
 
 from __future__ import annotations
 
-import json
-import math
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from stats_driver import TEST_METRICS, batch, shard, stats_of
 
+from tests.helpers.stats_driver import TEST_METRICS, assert_union, batch, shard, stats_of
 from thinking_seeds.algo.stats import METRICS, Stats, pack, reduction_of, unpack
 
 
@@ -72,63 +66,7 @@ def test_packed_halves_reduce_to_the_statistics_of_the_union(test_metrics):
     additive = packed[0][0] + packed[1][0]
     extreme = torch.maximum(packed[0][1], packed[1][1])
     got = unpack(names, torch.cat([additive, extreme]).tolist())
-    _assert_union(got, stats_of(whole).metrics(), halves)
-
-
-def _assert_union(got: dict, union: dict, halves: list[Stats]) -> None:
-    assert got.keys() == union.keys()
-    for name, want in union.items():
-        kind = reduction_of(name)
-        if kind == "mean":  # float32 sums over different token orders: equal to rounding
-            assert got[name] == pytest.approx(want, rel=1e-6, abs=1e-7), name
-        else:  # max, min and integer sums are exact
-            assert got[name] == want, name
-    assert got["test/sequences"] == 7.0
-    assert "actor/prefix_abs_log_ratio/age=1" in got  # recorded by one half only
-    # The data are discriminating: each half has its own token count, so a mean of the two halves'
-    # means (the old reduction) misses the union's mean, and the mean of maxima misses the maximum.
-    per_half = [h.metrics() for h in halves]
-    assert per_half[0]["actor/grad_tokens/all"] != per_half[1]["actor/grad_tokens/all"]
-    old_mean = (per_half[0]["actor/ratio_mean/all"] + per_half[1]["actor/ratio_mean/all"]) / 2
-    assert not math.isclose(old_mean, union["actor/ratio_mean/all"], rel_tol=1e-4)
-    old_max = (per_half[0]["actor/ratio_max/all"] + per_half[1]["actor/ratio_max/all"]) / 2
-    assert old_max < union["actor/ratio_max/all"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_two_gloo_processes_log_the_statistics_of_the_union(tmp_path, subprocess_env, test_metrics):
-    """Two CPU processes (accelerate + gloo, as the update launcher runs them) see different
-    sequences; the logged mean, max, min and sum are those of the whole batch in one process."""
-    out = tmp_path / "metrics.json"
-    driver = Path(__file__).resolve().parent / "stats_driver.py"
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--multi_gpu",
-        "--main_process_port",
-        str(_free_port()),
-        str(driver),
-        str(out),
-    ]
-    proc = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    whole = batch()
-    halves = [stats_of(shard(whole, r, 2)) for r in range(2)]
-    _assert_union(json.loads(out.read_text()), stats_of(whole).metrics(), halves)
+    assert_union(got, stats_of(whole).metrics(), halves)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,0 +1,1 @@
+"""Integration tests: a tiny training run, a Prefect flow in this process, subprocesses (seconds each)."""
