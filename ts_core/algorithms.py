@@ -2,7 +2,7 @@
 
 The config's `algorithm` field is typed with `AlgorithmName`, `ALGORITHMS` is its values in
 table order, and each name has an overlay `data/presets/algorithms/<name>.yaml` that sets what
-makes the method what it is (tests/test_algorithms.py checks that the three agree). Adding a
+makes the method what it is (tests/unit/test_algorithms.py checks that the three agree). Adding a
 method means adding it here and writing its overlay; the Literal is written out, not built from a
 tuple, so type checkers and pydantic's error messages both see the names.
 """

@@ -1,6 +1,6 @@
 """Experiments over many runs: the comparison of methods (`ts compare`), its SFT control and report.
 
-Modules, each importing only those listed before it (no cycles; tests/test_layers.py checks):
+Modules, each importing only those listed before it (no cycles; tests/unit/test_layers.py checks):
 
     comparison_args  the arguments (methods, seeds, --set, --sweep) parsed and checked, no config loaded
     spec             the data model: ComparisonSpec (what `ts compare` asks for), RunSpec, plan, budget checks

@@ -76,7 +76,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, path)  # looked up at call time: tests/resume_driver.py pauses a run right here
+        os.replace(tmp, path)  # looked up at call time: tests/helpers/resume_driver.py pauses a run right here
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed replace keeps the temp file; anything earlier too
         raise
