@@ -25,7 +25,8 @@ from safetensors.torch import load_file
 
 from tests.helpers import RESUME_DRIVER
 from tests.helpers.update_run import DEVICE_UPDATE, update_copy, verified_session
-from thinking_seeds.pipeline.stages import Session, update
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.stage_update import update
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 
 from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.loop import run_prepare, run_stage
-from thinking_seeds.pipeline.stages import Session, update
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.stage_update import update
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import ROLLOUT_SCHEMA

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from thinking_seeds.pipeline.stages import accelerate_command
+from thinking_seeds.pipeline.update_launcher import accelerate_command
 
 
 def test_accelerate_command_uses_gloo_ddp_on_cpu(verified_run, tmp_path):

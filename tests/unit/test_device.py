@@ -11,7 +11,7 @@ import torch
 
 from thinking_seeds.config import ConfigError, load_config
 from thinking_seeds.engine.models import DeviceError, resolve_device
-from thinking_seeds.pipeline.stages import accelerate_command
+from thinking_seeds.pipeline.update_launcher import accelerate_command
 from thinking_seeds.store.run_dir import RunDir
 
 # --- the settings -------------------------------------------------------------------------------

@@ -14,35 +14,14 @@ a stage whose outputs are intact; the plain loop and the Prefect tasks both go t
 
 from __future__ import annotations
 
-from thinking_seeds.pipeline.graph import STAGES, eval_due
-from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_continuation import continuation
-from thinking_seeds.pipeline.stage_evaluate import evaluate, evaluate_policy
-from thinking_seeds.pipeline.stage_prepare import prepare
+from thinking_seeds.pipeline.stage_evaluate import evaluate
 from thinking_seeds.pipeline.stage_seeds import seeds
 from thinking_seeds.pipeline.stage_snapshot import snapshot
 from thinking_seeds.pipeline.stage_update import update
 from thinking_seeds.pipeline.stage_verify import verify
-from thinking_seeds.pipeline.update_launcher import accelerate_command
 
-# STAGES, eval_due, Session and accelerate_command live in graph.py, session.py and
-# update_launcher.py, the stage functions in stage_<name>.py: import them from there. They are
-# re-exported here only for the tests that still import them from this module.
-__all__ = [
-    "STAGES",
-    "STAGE_FUNCS",
-    "Session",
-    "accelerate_command",
-    "continuation",
-    "eval_due",
-    "evaluate",
-    "evaluate_policy",
-    "prepare",
-    "seeds",
-    "snapshot",
-    "update",
-    "verify",
-]
+__all__ = ["STAGE_FUNCS"]
 
 STAGE_FUNCS = {
     "snapshot": snapshot,
