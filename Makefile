@@ -49,7 +49,7 @@ ablations: compare
 	  --parallel 3 --id ablation-minibatch
 
 # The multi-solution testbed of issue #9 (docs/results/countdown-main): countdown (+/-), the plateaued base
-# model data/models/tiny-countdown, 4 optimizer steps per batch, an old historical pool. ~3 h on 2 cores,
+# model data/models/tiny-countdown, 4 optimizer steps per batch, an old historical pool. ~3.5-4 h on 2 cores,
 # resumable. The base model is committed; `make countdown-model` rebuilds it (~70 min on one core).
 COMPARE_CD := $(BIN)/ts compare --preset countdown --parallel 2 --out docs/results --no-prefect --archive
 compare-countdown: install
