@@ -8,9 +8,10 @@
     ts compare --methods grpo,thinking_seeds --seeds 0,1,2 [--set k=v] [--sweep k=v1,v2] --id NAME [--no-prefect]
     ts runs
     ts sql "SELECT ..." [--run-id ID]  |  ts sql --query NAME [--run-id ID]  |  ts sql --list
+    ts compact RUN_ID
     ts config show --preset NAME [--set ...]  |  ts config keys [FILTER]
 
-One module per command group (train: train/check; evaluate: eval/export; report: report/runs/sql;
+One module per command group (train: train/check; evaluate: eval/export; report: report/runs/sql/compact;
 compare; config), `output` for everything printed, `errors` for the one error handler: a mistake
 the user can fix is one line on stderr and exit code 2 (see errors.py); TS_DEBUG=1 shows the
 traceback. Heavy imports (Prefect, torch, matplotlib, DuckDB) happen inside the commands that need
@@ -62,6 +63,7 @@ app.command("export")(evaluate.export)
 app.command("compare")(compare.compare)
 app.command("runs")(report.runs)
 app.command("sql")(report.sql)
+app.command("compact")(report.compact)
 app.command("check")(train.check)
 app.add_typer(config.config_app, name="config")
 

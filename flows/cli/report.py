@@ -1,5 +1,5 @@
-"""Reading run data: `ts report` (a run's report.md), `ts runs` (the runs folder as a table) and
-`ts sql` (read-only DuckDB queries over every run)."""
+"""Reading run data: `ts report` (a run's report.md), `ts runs` (the runs folder as a table),
+`ts sql` (read-only DuckDB queries over every run) and `ts compact` (fewer files for `ts sql`)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def sql(
     ),
 ) -> None:
     """Query run data with DuckDB (read-only: only plain queries run; Ctrl-C or --timeout stops one)."""
-    from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, query, run_named
+    from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, query, run_named, views_in
 
     given = [x for x in (text is not None, name is not None, list_) if x]
     if len(given) != 1:
@@ -86,7 +86,9 @@ def sql(
         typer.echo(NAMED_QUERIES[name][1].strip())
         return
     damaged: list[str] = []
-    con = connect(run_id, damaged=damaged)
+    # only the views the query reads: opening a long run's other files is most of a small query's time
+    views = views_in(NAMED_QUERIES[name][1] if name is not None else text or "")
+    con = connect(run_id, damaged=damaged, views=views)
     warn(damaged)
     try:
         res = run_named(con, name, timeout or None) if name is not None else query(con, text or "", timeout or None)
@@ -95,6 +97,21 @@ def sql(
     finally:
         con.close()
     emit(res.columns, res.rows, fmt, title=name)
+
+
+def compact(run_id: str = typer.Argument(..., help="Run whose files to compact.")) -> None:
+    """Copy the finished iterations' small metrics files into a few large parts that `ts sql` reads
+    instead (the originals are not touched; safe while the run trains; run it again any time)."""
+    from thinking_seeds.store.compaction import COMPACTED
+    from thinking_seeds.store.compaction import compact as compact_run
+    from thinking_seeds.store.parquet_io import DataError
+    from thinking_seeds.store.run_dir import RunDir
+
+    run = RunDir.for_run(run_id)
+    if not run.root.is_dir():
+        raise DataError(f"no run {run_id!r} under {run.root.parent}; set TS_RUNS_DIR or --runs-dir to look elsewhere")
+    written = compact_run(run.root)
+    typer.echo(f"{len(written)} part(s) written under {run.root / COMPACTED}" if written else "up to date")
 
 
 def _sql_list(fmt: OutputFormat) -> None:

@@ -1,7 +1,8 @@
 """A run's report: `runs/<id>/reports/report.md` with PNG curves and the named queries' tables.
 
     write_report("my-run")  ->  runs/my-run/reports/report.md
-                                runs/my-run/reports/{accuracy,entropy,effective_entropy,clip_fraction}.png
+                                runs/my-run/reports/{accuracy,entropy,effective_entropy,clip_fraction,
+                                                     prefix_diversity}.png
 
 Everything is read through `thinking_seeds.store.sql` (read-only DuckDB); every file is written atomically
 (temp file in the same folder, then rename), the Markdown last, so a reader never sees a report
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import time
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any
 
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
-from thinking_seeds.store.sql import NAMED_QUERIES, QueryResult, connect, run_named
+from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, QueryResult, connect, run_named
 
 __all__ = ["PLOTS", "format_cell", "markdown_table", "write_report"]
 
@@ -32,8 +34,16 @@ PLOTS = {
     "entropy": ("Token entropy by population (actor/entropy)", "entropy (nats)"),
     "effective_entropy": ("Effective entropy: tokens that carry gradient (actor/effective_entropy)", "entropy (nats)"),
     "clip_fraction": ("Gradient lost to clipping (actor/pg_clipfrac)", "fraction of tokens clipped"),
+    "prefix_diversity": (
+        "Prefix diversity over the run: distinct / all character 3-grams of the prefixes",
+        "distinct 3-gram ratio",
+    ),
 }
 MAX_TABLE_ROWS = 200
+# A named query over a long run's corpus takes minutes on a small machine (BENCHMARKS.md, "SQL over
+# the prefix corpus"); `ts sql`'s 60 s default would stop it. The corpus-report deployment runs
+# every 6 hours, so this is the bound on one query, well inside that.
+QUERY_TIMEOUT_S = 1800.0
 # settings worth seeing at the top of a report (dotted keys of config.yaml)
 _HEADLINE_KEYS = (
     "algorithm",
@@ -139,11 +149,62 @@ def _series_plot(
     return atomic_write(path, lambda f: fig.savefig(f, format="png"))
 
 
+def _diversity_plot(path: Path, history: QueryResult, diversity: QueryResult) -> Path | None:
+    """Two panels: the distinct 3-gram ratio of each iteration's prefixes against iteration (points
+    coloured by the iteration's mean seed checkpoint age), and the ratio over the whole run against
+    source age. None (and no file) when the run has no prefixes with 3-grams."""
+    its = [
+        (r["iteration"], float(r["distinct_ratio"]), r["mean_source_age"])
+        for r in history.to_dicts()
+        if _finite(r["distinct_ratio"])
+    ]
+    ages: list[tuple[int, float, int]] = []  # (source age, ratio, prefixes); data-set guidance is -1
+    for row in diversity.to_dicts():
+        if row["breakdown"] == "source_age" and _finite(row["distinct_ratio"]):
+            age = -1 if row["bucket"] == "dataset" else int(row["bucket"])
+            ages.append((age, float(row["distinct_ratio"]), int(row["prefixes"])))
+    if not its and not ages:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(11, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    if its:
+        xs, ys, mean_age = zip(*sorted(its), strict=True)
+        left.plot(xs, ys, "-", color="grey", alpha=0.5, linewidth=1)
+        shade = [float(a) if _finite(a) else -1.0 for a in mean_age]
+        dots = left.scatter(xs, ys, c=shade, cmap="viridis", s=12 if len(xs) < 200 else 4, zorder=3)
+        fig.colorbar(dots, ax=left, label="mean source age of the seeds (-1: data set)")
+    left.set_title("each iteration's prefixes", fontsize=10)
+    left.set_xlabel("iteration")
+    left.set_ylabel(PLOTS["prefix_diversity"][1])
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ages:
+        xs, ys, ns = zip(*sorted(ages), strict=True)
+        right.plot(xs, ys, "-", color="grey", alpha=0.5)
+        top = max(ns)
+        right.scatter(xs, ys, s=[8 + 40 * n / top for n in ns], color="tab:blue", zorder=3)
+        if xs[0] < 0:
+            right.annotate("data set", (xs[0], ys[0]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    right.set_title("the whole run, by source age (marker size: prefixes)", fontsize=10)
+    right.set_xlabel("source age (iterations between the seed's checkpoint and the policy)")
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.suptitle(PLOTS["prefix_diversity"][0], fontsize=11)
+    fig.tight_layout()
+    return atomic_write(path, lambda f: fig.savefig(f, format="png"))
+
+
 def _finite(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
-def _plots(reports: Path, ea: QueryResult, cf: QueryResult) -> dict[str, Path | None]:
+def _plots(reports: Path, results: dict[str, QueryResult]) -> dict[str, Path | None]:
+    ea, cf = results["entropy_accuracy"], results["clip_fraction"]
     acc: dict[str, list[tuple[int, float]]] = {"accuracy": []}
     styles = {"accuracy": "-"}
     ent: dict[str, list[tuple[int, float]]] = {p: [] for p in POPULATIONS}
@@ -177,10 +238,14 @@ def _plots(reports: Path, ea: QueryResult, cf: QueryResult) -> dict[str, Path | 
         "clip_fraction": (clip, None),
     }
     out: dict[str, Path | None] = {}
-    for stem, (series, st) in data.items():
-        title, ylabel = PLOTS[stem]
+    for stem in PLOTS:
         path = reports / f"{stem}.png"
-        out[stem] = _series_plot(path, title, ylabel, series, st, unit_range=stem == "accuracy")
+        if stem == "prefix_diversity":
+            out[stem] = _diversity_plot(path, results["prefix_diversity_history"], results["prefix_diversity"])
+        else:
+            series, st = data[stem]
+            title, ylabel = PLOTS[stem]
+            out[stem] = _series_plot(path, title, ylabel, series, st, unit_range=stem == "accuracy")
         if out[stem] is None and path.exists():
             path.unlink()  # a stale plot from an earlier report must not be shown as current
     return out
@@ -200,23 +265,47 @@ def _dotted(cfg: dict[str, Any], key: str) -> Any:
     return node
 
 
-def write_report(run_id: str, runs_dir: Path | None = None) -> Path:
+def write_report(
+    run_id: str,
+    runs_dir: Path | None = None,
+    timings: dict[str, float] | None = None,
+    failures: dict[str, str] | None = None,
+) -> Path:
     """Write `reports/report.md` (+ PNG plots) for one run; return the Markdown's path.
 
     Raises DataError when the run does not exist. A run with no data yet still gets a report
-    (tables say "no data yet", no plots).
+    (tables say "no data yet", no plots). A named query that fails (out of DuckDB's memory, past
+    QUERY_TIMEOUT_S) leaves a line saying why in place of its table and plot; the rest is written.
+    `timings` / `failures`, when given, receive the seconds of each step (`connect`, each named
+    query, `plots`) and {query: why} of the queries that failed, for the report flow's log.
     """
     run = RunDir.for_run(run_id, runs_dir)
+    t = time.perf_counter()
     con = connect(run_id, runs_dir)
+    steps = {"connect": time.perf_counter() - t}
+    failed: dict[str, str] = {}
     try:
-        results = {name: run_named(con, name) for name in NAMED_QUERIES}
+        results = {}
+        for name in NAMED_QUERIES:
+            t = time.perf_counter()
+            try:
+                results[name] = run_named(con, name, QUERY_TIMEOUT_S)
+            except QueryError as e:  # out of memory, timed out: the rest of the report is still worth writing
+                results[name], failed[name] = QueryResult([], []), str(e)
+            steps[name] = time.perf_counter() - t
         cfg_rows = con.execute("SELECT config_json FROM configs").fetchall()
     finally:
         con.close()
     cfg = json.loads(cfg_rows[0][0]) if cfg_rows and cfg_rows[0][0] else {}
     reports = run.reports
     reports.mkdir(parents=True, exist_ok=True)
-    plots = _plots(reports, results["entropy_accuracy"], results["clip_fraction"])
+    t = time.perf_counter()
+    plots = _plots(reports, results)
+    steps["plots"] = time.perf_counter() - t
+    if timings is not None:
+        timings.update(steps)
+    if failures is not None:
+        failures.update(failed)
 
     summary = results["runs"].to_dicts()
     s = summary[0] if summary else {}
@@ -252,6 +341,13 @@ def write_report(run_id: str, runs_dir: Path | None = None) -> Path:
         md.append("")
         md.append(f"![{title}]({stem}.png)" if path is not None else "_no data yet_")
         md.append("")
+        if stem == "prefix_diversity" and path is not None:
+            md.append(
+                f"The numbers: `ts sql --query prefix_diversity_history --run-id {run_id}` (by iteration) and "
+                "the prefix_diversity table below (over the whole run). The ratio falls as a group grows (common "
+                "3-grams repeat), so compare groups of similar size: the marker size shows it."
+            )
+            md.append("")
     md.append("## Tables")
     md.append("")
     for name in ("entropy_accuracy", "clip_fraction", "prefix_diversity", "seeded_solve_rate", "runs"):
@@ -260,6 +356,6 @@ def write_report(run_id: str, runs_dir: Path | None = None) -> Path:
         md.append("")
         md.append(f"{desc} (`ts sql --query {name} --run-id {run_id}`)")
         md.append("")
-        md.append(markdown_table(results[name]))
+        md.append(f"_the query failed: {failed[name]}_\n" if name in failed else markdown_table(results[name]))
     text = "\n".join(md).rstrip() + "\n"
     return atomic_write(reports / "report.md", text)

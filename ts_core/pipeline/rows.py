@@ -2,8 +2,10 @@
 
 A stage builds and edits these dataclasses instead of untyped dicts; the Parquet files keep exactly
 the Arrow schemas of `thinking_seeds.store.schemas` (each dataclass lists its schema's fields in the
-same order, and tests/test_pipeline_parts.py checks it), so files written before read the same and
-a rerun writes the same bytes.
+same order, and tests/unit/test_pipeline_parts.py checks it), so files written before read the same
+and a rerun writes the same bytes. A prefix file also carries the derived columns of
+PREFIX_FILE_SCHEMA (computed from the row at write time, for SQL); reading takes the dataclass's
+columns only, so a file written before those columns existed reads as the same rows.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import ClassVar, TypeVar
 import pyarrow as pa
 
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
-from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA, PREFIX_SCHEMA, ROLLOUT_SCHEMA, with_derived_prefix_columns
 
 
 @dataclass
@@ -70,9 +72,12 @@ def write_rows(cls: type[Row], rows: Sequence[Row], path: Path) -> Path:
     """Write rows as Parquet with their schema, atomically (`cls` gives the schema of an empty table)."""
     names = [f.name for f in fields(cls)]
     table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=cls.SCHEMA)
+    if cls is PrefixRow:
+        return write_table_atomic(with_derived_prefix_columns(table), path, schema=PREFIX_FILE_SCHEMA)
     return write_table_atomic(table, path, schema=cls.SCHEMA)
 
 
 def read_rows(cls: type[Row], path: Path) -> list[Row]:
-    """The rows of a Parquet file written by write_rows (DataError naming the file if it is unusable)."""
-    return [cls(**d) for d in read_table(path, cls.SCHEMA).to_pylist()]
+    """The rows of a Parquet file written by write_rows (DataError naming the file if it is unusable);
+    columns outside the dataclass (a prefix file's derived columns) are not read into it."""
+    return [cls(**d) for d in read_table(path, cls.SCHEMA).select(cls.SCHEMA.names).to_pylist()]

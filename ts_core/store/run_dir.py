@@ -29,6 +29,7 @@ import pyarrow as pa
 from thinking_seeds.store import run_lock
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.child_guard import guard_children
+from thinking_seeds.store.compaction import COMPACTED
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.parquet_io import content_hash, write_table_atomic
 from thinking_seeds.store.run_check import check_run
@@ -231,13 +232,13 @@ class RunDir:
     # -- what a killed writer leaves ----------------------------------------------------------
     def stale_temps(self) -> list[Path]:
         """Temp files (`*.tmp`) and folders (`.tmp_*`, `.old_*`) that writers of this run create and
-        rename away; one still present belongs to a writer that was killed. Reports are left
-        alone: `ts report` writes them without owning the run."""
+        rename away; one still present belongs to a writer that was killed. Reports and compacted
+        parts are left alone: `ts report` and `ts compact` write them without owning the run."""
         found: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(self.root):
             here = Path(dirpath)
             # .prefect-results: Prefect's result store in runs from before the manifests were the only record
-            if here == self.reports or here == self.root / ".prefect-results":
+            if here in (self.reports, self.root / COMPACTED, self.root / ".prefect-results"):
                 dirnames[:] = []
                 continue
             for d in list(dirnames):

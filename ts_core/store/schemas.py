@@ -14,10 +14,15 @@ import pyarrow as pa
 __all__ = [
     "DATASET_OPTIONAL_COLUMNS",
     "DATASET_SCHEMA",
+    "NGRAM",
     "PER_PROMPT_SCHEMA",
+    "PREFIX_DERIVED_FIELDS",
+    "PREFIX_FILE_SCHEMA",
     "PREFIX_SCHEMA",
     "ROLLOUT_KINDS",
     "ROLLOUT_SCHEMA",
+    "ngram_codes",
+    "with_derived_prefix_columns",
 ]
 
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -80,6 +85,53 @@ PREFIX_SCHEMA = pa.schema(
         pa.field("draft_reward", pa.float32()),
     ]
 )
+
+# Per-row values derived from the columns above, written once by the seeds stage beside them so
+# that queries over large corpora need not recompute them (same schema version: files written
+# before they existed lack them, and `ts sql` computes them for those files). The pipeline itself
+# never reads them (pipeline/rows.py reads PREFIX_SCHEMA's columns only), so they cannot change what
+# a run computes. BENCHMARKS.md ("SQL over the prefix corpus") has the measured effect of each.
+PREFIX_DERIVED_FIELDS: tuple[pa.Field, ...] = (
+    # len(prefix_token_ids): without it a query on lengths reads (and decodes) every token id
+    pa.field("prefix_len", pa.int32(), nullable=False),
+    # the character 3-grams of prefix_text: how many (repeats counted, max(len - 2, 0)) ...
+    pa.field("prefix_ngram_count", pa.int32(), nullable=False),
+    # ... and which, as the sorted distinct codes of ngram_codes(): the diversity queries count
+    # distinct integers instead of cutting and hashing every 3-gram string of the corpus again
+    pa.field("prefix_ngrams", pa.list_(pa.int64()), nullable=False),
+)
+
+# What a prefixes.parquet written now holds: PREFIX_SCHEMA, then the derived columns.
+PREFIX_FILE_SCHEMA = pa.schema(list(PREFIX_SCHEMA) + list(PREFIX_DERIVED_FIELDS))
+
+NGRAM = 3  # characters per n-gram of the diversity queries
+_CODE_BITS = 21  # a Unicode code point is < 2**21, so three of them pack exactly into an int64
+
+
+def ngram_codes(text: str) -> list[int]:
+    """The distinct character 3-grams of `text` as sorted integers: (a << 42) | (b << 21) | c for
+    the code points a, b, c. Exact (one code per 3-gram, no hashing), so counting distinct codes is
+    counting distinct 3-grams; store/sql_views.py computes the same codes in SQL for older files."""
+    cps = [ord(ch) for ch in text]
+    return sorted(
+        {(cps[i] << 2 * _CODE_BITS) | (cps[i + 1] << _CODE_BITS) | cps[i + 2] for i in range(len(cps) - NGRAM + 1)}
+    )
+
+
+def with_derived_prefix_columns(table: pa.Table) -> pa.Table:
+    """`table` (PREFIX_SCHEMA's columns) with PREFIX_DERIVED_FIELDS appended, computed from it."""
+    import pyarrow.compute as pc
+
+    texts = table.column("prefix_text").to_pylist()
+    derived = {
+        "prefix_len": pc.list_value_length(table.column("prefix_token_ids")).cast(pa.int32()),
+        "prefix_ngram_count": pa.array([max(len(t) - NGRAM + 1, 0) for t in texts], pa.int32()),
+        "prefix_ngrams": pa.array([ngram_codes(t) for t in texts], pa.list_(pa.int64())),
+    }
+    for fld in PREFIX_DERIVED_FIELDS:
+        table = table.append_column(fld, derived[fld.name])
+    return table
+
 
 ROLLOUT_KINDS: tuple[str, ...] = ("on_policy", "seeded", "offpolicy_full")
 

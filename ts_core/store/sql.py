@@ -6,7 +6,8 @@
 
 Views (each exists even when a run has no such data yet, empty with the contract's columns):
 
-    prefixes     the prefix corpus (thinking_seeds.store.schemas.PREFIX_SCHEMA) + prefix_len = len(prefix_token_ids)
+    prefixes     the prefix corpus (thinking_seeds.store.schemas.PREFIX_FILE_SCHEMA: PREFIX_SCHEMA +
+                 prefix_len = len(prefix_token_ids), stored since it exists, computed for older files)
     rollouts     verified rollouts (ROLLOUT_SCHEMA), rollouts/iteration=K/rollouts.parquet
     metrics      long format: run_id, iteration, stage, name, value. Stage metrics of iteration k
                  are labelled k; evaluate metrics are labelled with the policy step (θ_{k+1} -> k+1).
@@ -34,6 +35,11 @@ Files a run cannot be read from (truncated, a column of the wrong type) are left
 with a warning naming the file, so one damaged run never takes `ts runs` or `ts sql` over all runs
 down; `ts check RUN` says what to re-run.
 
+`connect(..., views=views_in(sql))` builds only the views a query names (opening every Parquet
+footer of a long run's other views is most of a small query's time); `views_in` is conservative:
+a query that names none of them but reads from anything (SHOW TABLES, information_schema, ...)
+gets them all.
+
 Here: the connection, its sealing, the read-only check and query execution. The views are built
 in store/sql_views.py, the named queries are the catalogue store/sql_queries.py (both re-exported).
 This module never imports prefect.
@@ -44,6 +50,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +60,7 @@ import duckdb
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import check_run_id, runs_root
 from thinking_seeds.store.sql_queries import NAMED_QUERIES
-from thinking_seeds.store.sql_views import METRICS_SCHEMA, list_runs, register_views, view_columns
+from thinking_seeds.store.sql_views import METRICS_SCHEMA, VIEWS, list_runs, register_views, view_columns
 
 __all__ = [
     "METRICS_SCHEMA",  # re-exported from sql_views
@@ -61,12 +68,14 @@ __all__ = [
     "DamagedFileWarning",
     "QueryError",
     "QueryResult",
+    "VIEWS",  # re-exported from sql_views
     "check_read_only",
     "connect",
     "list_runs",  # re-exported from sql_views
     "query",
     "run_named",
     "view_columns",  # re-exported from sql_views
+    "views_in",
 ]
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -104,13 +113,17 @@ class QueryResult:
 
 
 def connect(
-    run_id: str | None = None, runs_dir: Path | None = None, damaged: list[str] | None = None
+    run_id: str | None = None,
+    runs_dir: Path | None = None,
+    damaged: list[str] | None = None,
+    views: Iterable[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory, sealed DuckDB connection with the views of one run (or all runs under runs_dir).
 
     Raises DataError when `run_id` names no run directory. The connection sees the files that
     exist now; open a new one to see files written later. Unreadable files are left out: one line
-    per file is appended to `damaged` when given, else issued as a DamagedFileWarning.
+    per file is appended to `damaged` when given, else issued as a DamagedFileWarning. `views`:
+    only these views (names from VIEWS, e.g. `views_in(sql)`), default all.
     """
     base = Path(runs_dir) if runs_dir is not None else runs_root()
     if run_id is not None:
@@ -131,7 +144,7 @@ def connect(
     notes: list[str] = []
     con = duckdb.connect(":memory:")
     try:
-        register_views(con, runs, notes)
+        register_views(con, runs, notes, views)
         _seal(con)
     except BaseException:
         con.close()
@@ -142,6 +155,28 @@ def connect(
         for note in notes:
             warnings.warn(note, DamagedFileWarning, stacklevel=2)
     return con
+
+
+_READS_SOMETHING = frozenset({"from", "show", "describe", "summarize", "pragma", "table", "pivot", "unpivot"})
+
+
+def views_in(sql: str) -> set[str]:
+    """The views (of VIEWS) a query may read, for `connect(views=...)`: every view whose name occurs
+    in it as a word, quoted name or string; if it names none but reads from anything (FROM, SHOW,
+    DESCRIBE, ...: the catalogue, a table function), all of them; none for `SELECT 1`. Errs on the
+    side of more views: a view left out would make a query fail, one too many only costs time."""
+    try:
+        tokens = duckdb.tokenize(sql)
+    except duckdb.Error:
+        return set(VIEWS)
+    words = set()
+    for i, (start, _kind) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        words.add(sql[start:end].strip().strip("\"'`").lower())
+    named = {v for v in VIEWS if v in words}
+    if named:
+        return named
+    return set(VIEWS) if words & _READS_SOMETHING else set()
 
 
 def _seal(con: duckdb.DuckDBPyConnection) -> None:

@@ -20,45 +20,62 @@ def _len_label(lo: str) -> str:
     return f"CASE WHEN {lo} <= 1 THEN CAST({lo} AS VARCHAR) ELSE {lo} || '-' || (2 * {lo} - 1) END"
 
 
+# The diversity queries count distinct character 3-grams over millions of prefixes. The seeds stage
+# stores each prefix's distinct 3-grams as integer codes (prefix_ngrams, schemas.ngram_codes) and
+# their number with repeats (prefix_ngram_count), so a query unnests integers instead of cutting
+# and hashing every 3-gram string again (2.7x less CPU), and one scan feeds both breakdowns through
+# GROUPING SETS: the largest hash table is (source age, 3-gram), 375K entries on 1M prefixes.
+# BENCHMARKS.md, "SQL over the prefix corpus", has the measurements behind each choice.
 _PREFIX_DIVERSITY = f"""
 WITH p AS (
-    SELECT run_id, source_age, prefix_len AS L, {_len_lo("prefix_len")} AS len_lo, prefix_text
+    SELECT run_id, source_age, prefix_len AS L, {_len_lo("prefix_len")} AS len_lo, prefix_ngram_count, prefix_ngrams
     FROM prefixes
 ),
-g0 AS (  -- one row per character position that starts a 3-gram
-    SELECT run_id, source_age, len_lo, prefix_text,
-           unnest(generate_series(1, length(prefix_text) - 2)) AS pos
-    FROM p
+pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3 = all (GROUPING's bit mask)
+    SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key,
+           count(*) AS prefixes, avg(L) AS mean_prefix_len, CAST(sum(prefix_ngram_count) AS BIGINT) AS ngrams
+    FROM p GROUP BY GROUPING SETS ((run_id, source_age), (run_id, len_lo), (run_id))
 ),
-g AS (SELECT run_id, source_age, len_lo, substring(prefix_text, pos, 3) AS gram FROM g0),
-pc AS (
-    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS prefixes, avg(L) AS mean_prefix_len
-    FROM p GROUP BY ALL
-    UNION ALL
-    SELECT run_id, 'prefix_len', len_lo, count(*), avg(L) FROM p GROUP BY ALL
-    UNION ALL
-    SELECT run_id, 'all', NULL, count(*), avg(L) FROM p GROUP BY ALL
+d AS (  -- each (run, source age, 3-gram) and (run, length bucket, 3-gram) once, from one scan
+    SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key, g
+    FROM (SELECT run_id, source_age, len_lo, unnest(prefix_ngrams) AS g FROM p)
+    GROUP BY GROUPING SETS ((run_id, source_age, g), (run_id, len_lo, g))
 ),
 gc AS (
-    SELECT run_id, 'source_age' AS breakdown, source_age AS key, count(*) AS ngrams,
-           count(DISTINCT gram) AS distinct_ngrams
-    FROM g GROUP BY ALL
+    SELECT run_id, gid, key, count(*) AS distinct_ngrams FROM d GROUP BY ALL
     UNION ALL
-    SELECT run_id, 'prefix_len', len_lo, count(*), count(DISTINCT gram) FROM g GROUP BY ALL
-    UNION ALL
-    SELECT run_id, 'all', NULL, count(*), count(DISTINCT gram) FROM g GROUP BY ALL
+    SELECT run_id, 3, NULL, count(DISTINCT g) FROM d WHERE gid = 2 GROUP BY ALL
 )
-SELECT pc.run_id, pc.breakdown,
-       CASE pc.breakdown WHEN 'all' THEN 'all'
-                  WHEN 'prefix_len' THEN {_len_label("pc.key")}
-                  ELSE CASE WHEN pc.key < 0 THEN 'dataset' ELSE CAST(pc.key AS VARCHAR) END END AS bucket,
-       pc.prefixes, pc.mean_prefix_len,
-       coalesce(gc.ngrams, 0) AS ngrams, coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams,
-       gc.distinct_ngrams / nullif(gc.ngrams, 0) AS distinct_ratio
-FROM pc LEFT JOIN gc ON pc.run_id = gc.run_id AND pc.breakdown = gc.breakdown AND pc.key IS NOT DISTINCT FROM gc.key
-ORDER BY pc.run_id, CASE pc.breakdown WHEN 'source_age' THEN 0 WHEN 'prefix_len' THEN 1 ELSE 2 END, pc.key
+SELECT pc.run_id, CASE pc.gid WHEN 1 THEN 'source_age' WHEN 2 THEN 'prefix_len' ELSE 'all' END AS breakdown,
+       CASE pc.gid WHEN 3 THEN 'all'
+                   WHEN 2 THEN {_len_label("pc.key")}
+                   ELSE CASE WHEN pc.key < 0 THEN 'dataset' ELSE CAST(pc.key AS VARCHAR) END END AS bucket,
+       pc.prefixes, pc.mean_prefix_len, pc.ngrams, coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams,
+       gc.distinct_ngrams / nullif(pc.ngrams, 0) AS distinct_ratio
+FROM pc LEFT JOIN gc ON pc.run_id = gc.run_id AND pc.gid = gc.gid AND pc.key IS NOT DISTINCT FROM gc.key
+ORDER BY pc.run_id, pc.gid, pc.key
 """
 
+_PREFIX_DIVERSITY_HISTORY = """
+WITH pc AS (
+    SELECT run_id, iteration, count(*) AS prefixes, avg(prefix_len) AS mean_prefix_len,
+           avg(source_age) FILTER (WHERE source_age >= 0) AS mean_source_age,
+           CAST(sum(prefix_ngram_count) AS BIGINT) AS ngrams
+    FROM prefixes GROUP BY ALL
+),
+gc AS (
+    SELECT run_id, iteration, count(*) AS distinct_ngrams
+    FROM (SELECT DISTINCT run_id, iteration, unnest(prefix_ngrams) AS g FROM prefixes) GROUP BY ALL
+)
+SELECT pc.run_id, pc.iteration, pc.prefixes, pc.mean_prefix_len, pc.mean_source_age, pc.ngrams,
+       coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams, gc.distinct_ngrams / nullif(pc.ngrams, 0) AS distinct_ratio
+FROM pc LEFT JOIN gc USING (run_id, iteration)
+ORDER BY pc.run_id, pc.iteration
+"""
+
+# Samples are first counted per iteration and key (thousands of rows on a 10M-prefix run, not
+# 20M), and only those counts are joined with the iteration's on-policy rate and summed up: the
+# join and the four breakdowns over every sample took 12 s and 1.9 GB there (BENCHMARKS.md).
 _SEEDED_SOLVE_RATE = f"""
 WITH r AS (
     SELECT run_id, iteration, kind, source_step,
@@ -68,23 +85,34 @@ WITH r AS (
     FROM rollouts
     WHERE reward IS NOT NULL
 ),
-onp AS (  -- on-policy solve rate per iteration: the baseline, weighted like each group's samples
-    SELECT run_id, iteration, avg(solved) AS on_rate FROM r WHERE kind = 'on_policy' GROUP BY ALL
+c AS (
+    SELECT run_id, iteration, kind, source_step, source_age, len_lo,
+           count(*) AS n, sum(solved) AS solved, sum(reward) AS reward
+    FROM r GROUP BY ALL
 ),
-rj AS (SELECT r.*, onp.on_rate FROM r LEFT JOIN onp USING (run_id, iteration)),
+onp AS (  -- on-policy solve rate per iteration: the baseline, weighted like each group's samples
+    SELECT run_id, iteration, sum(solved) / sum(n) AS on_rate FROM c WHERE kind = 'on_policy' GROUP BY ALL
+),
+cj AS (
+    SELECT c.*, onp.on_rate * c.n AS on_sum, CASE WHEN onp.on_rate IS NULL THEN 0 ELSE c.n END AS on_n
+    FROM c LEFT JOIN onp USING (run_id, iteration)
+),
 s AS (
-    SELECT run_id, kind, 'all' AS breakdown, NULL::BIGINT AS key, count(*) AS samples, avg(solved) AS solve_rate,
-           avg(reward) AS mean_reward, avg(on_rate) AS on_policy_solve_rate
-    FROM rj GROUP BY ALL
+    SELECT run_id, kind, 'all' AS breakdown, NULL::BIGINT AS key, sum(n) AS samples, sum(solved) / sum(n) AS solve_rate,
+           sum(reward) / sum(n) AS mean_reward, sum(on_sum) / nullif(sum(on_n), 0) AS on_policy_solve_rate
+    FROM cj GROUP BY ALL
     UNION ALL
-    SELECT run_id, kind, 'source_step', source_step, count(*), avg(solved), avg(reward), avg(on_rate)
-    FROM rj WHERE kind <> 'on_policy' GROUP BY ALL
+    SELECT run_id, kind, 'source_step', source_step, sum(n), sum(solved) / sum(n), sum(reward) / sum(n),
+           sum(on_sum) / nullif(sum(on_n), 0)
+    FROM cj WHERE kind <> 'on_policy' GROUP BY ALL
     UNION ALL
-    SELECT run_id, kind, 'source_age', source_age, count(*), avg(solved), avg(reward), avg(on_rate)
-    FROM rj WHERE kind <> 'on_policy' GROUP BY ALL
+    SELECT run_id, kind, 'source_age', source_age, sum(n), sum(solved) / sum(n), sum(reward) / sum(n),
+           sum(on_sum) / nullif(sum(on_n), 0)
+    FROM cj WHERE kind <> 'on_policy' GROUP BY ALL
     UNION ALL
-    SELECT run_id, kind, 'prefix_len', len_lo, count(*), avg(solved), avg(reward), avg(on_rate)
-    FROM rj WHERE kind <> 'on_policy' GROUP BY ALL
+    SELECT run_id, kind, 'prefix_len', len_lo, sum(n), sum(solved) / sum(n), sum(reward) / sum(n),
+           sum(on_sum) / nullif(sum(on_n), 0)
+    FROM cj WHERE kind <> 'on_policy' GROUP BY ALL
 )
 SELECT run_id, kind, breakdown,
        CASE breakdown WHEN 'all' THEN 'all'
@@ -181,6 +209,12 @@ NAMED_QUERIES: dict[str, tuple[str, str]] = {
         "checkpoint age (source_age, 'dataset' for data-set guidance), by prefix length bucket "
         "(tokens: 0, 1, 2-3, 4-7, ...) and over the whole run ('all').",
         _PREFIX_DIVERSITY,
+    ),
+    "prefix_diversity_history": (
+        "Prefix corpus diversity over the run's history: per iteration, distinct character 3-grams / "
+        "all 3-grams of the prefixes its seeds stage wrote, with their mean length and mean seed "
+        "checkpoint age (data-set guidance left out of the mean).",
+        _PREFIX_DIVERSITY_HISTORY,
     ),
     "seeded_solve_rate": (
         "Solve rate (status = 'ok') and mean reward of seeded and offpolicy_full samples by seed "

@@ -5,12 +5,21 @@ The Parquet files are opened by pyarrow (one `pyarrow.dataset` per view, with th
 unified with the files' own, i.e. union by name) and registered with DuckDB as Arrow scans;
 manifests and configs are read in Python. Nothing here lets SQL open a file: `sql.connect` seals
 the connection after `register_views`. Files a run cannot be read from (truncated, a column of the
-wrong type) are left out, with one line per file for the caller to report.
+wrong type) are left out, with one line per file for the caller to report. Only the views asked for
+are built (`register_views(..., views=)`): listing and opening every file of a view is most of the
+cost of starting a query over a long run.
+
+Prefix files written before the derived columns of PREFIX_FILE_SCHEMA existed (`prefix_len`,
+`prefix_ngram_count`, `prefix_ngrams`) get them computed in SQL, so old, new and resumed-by-newer-code
+runs read the same. The metrics view
+reads a compacted part (store/compaction.py, `ts compact`) instead of the files it copies while
+they are unchanged, and every other file as it is.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,13 +28,29 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-import yaml
 
+from thinking_seeds.store.compaction import COMPACTED
+from thinking_seeds.store.compaction import PATTERNS as COMPACTED_VIEWS
+from thinking_seeds.store.compaction import parts as compacted_parts
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import runs_root
-from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+from thinking_seeds.store.schemas import (
+    NGRAM,
+    PREFIX_DERIVED_FIELDS,
+    PREFIX_FILE_SCHEMA,
+    PREFIX_SCHEMA,
+    ROLLOUT_SCHEMA,
+)
 
-__all__ = ["CHECKPOINTS_SCHEMA", "CONFIGS_SCHEMA", "METRICS_SCHEMA", "list_runs", "register_views", "view_columns"]
+__all__ = [
+    "CHECKPOINTS_SCHEMA",
+    "CONFIGS_SCHEMA",
+    "METRICS_SCHEMA",
+    "VIEWS",
+    "list_runs",
+    "register_views",
+    "view_columns",
+]
 
 METRICS_SCHEMA = pa.schema(
     [
@@ -106,36 +131,95 @@ def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
 
 def _readable(f: Path, contract: pa.Schema) -> pa.Schema:
     """The file's schema, or DataError (one line: which file, what is wrong, how to fix)."""
-    run = next((p for p in f.parents if (p / "config.yaml").is_file()), None)
-    fix = f"run `ts check {run.name}` and re-run the stage it names" if run else "rewrite or remove it"
     try:
         file_schema = pq.read_schema(f)
     except (OSError, pa.ArrowInvalid) as e:
-        raise DataError(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {fix}") from None
+        raise DataError(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {_fix(f)}") from None
     for fld in file_schema:
         if fld.name in contract.names and not _compatible(fld.type, contract.field(fld.name).type):
             raise DataError(
-                f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected {contract.field(fld.name).type}: {fix}"
+                f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected {contract.field(fld.name).type}: "
+                f"{_fix(f)}"
             )
     return file_schema
 
 
-def _dataset(files: list[Path], contract: pa.Schema, damaged: list[str]) -> pads.Dataset:
-    """One Arrow dataset over the readable `files` with the contract's columns first, plus any
-    extra column a file has (union by name); a file missing a column reads it as null. Files that
-    cannot be read are left out, and the reason is appended to `damaged`."""
-    schema, good = contract, []
+def _fix(f: Path) -> str:
+    """How to repair a damaged file: looked up only for one (a stat per parent folder)."""
+    run = next((p for p in f.parents if (p / "config.yaml").is_file()), None)
+    return f"run `ts check {run.name}` and re-run the stage it names" if run else "rewrite or remove it"
+
+
+def _readable_files(files: list[Path], contract: pa.Schema, damaged: list[str]) -> list[tuple[Path, pa.Schema]]:
+    """(file, its schema) of each readable file; each one that is not is reported in `damaged`."""
+    out = []
     for f in files:
         try:
-            file_schema = _readable(f, contract)
+            out.append((f, _readable(f, contract)))
         except DataError as e:
             damaged.append(str(e))
-            continue
-        good.append(f)
+    return out
+
+
+def _dataset(files: list[tuple[Path, pa.Schema]], contract: pa.Schema) -> pads.Dataset:
+    """One Arrow dataset over readable `files` with the contract's columns first, plus any extra
+    column a file has (union by name); a file missing a column reads it as null."""
+    schema = contract
+    for _, file_schema in files:
         extra = [fld for fld in file_schema if fld.name not in schema.names]
         if extra:
             schema = pa.schema(list(schema) + extra)
-    return pads.dataset([str(f) for f in good], schema=schema, format="parquet")
+    return pads.dataset([str(f) for f, _ in files], schema=schema, format="parquet")
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# schemas.ngram_codes in SQL: the sorted distinct codes of the character 3-grams (positions 1-based)
+_NGRAM_CODES_SQL = (
+    "list_sort(list_distinct(list_transform(range(1, length(prefix_text) - 1), lambda i: "
+    "(CAST(unicode(prefix_text[i]) AS BIGINT) << 42) | (CAST(unicode(prefix_text[i + 1]) AS BIGINT) << 21) "
+    "| unicode(prefix_text[i + 2]))))"
+)
+assert NGRAM == 3  # _NGRAM_CODES_SQL spells out three characters
+
+
+def _register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa.Schema]]) -> None:
+    """The prefixes view: files that carry the derived columns (PREFIX_DERIVED_FIELDS) are read as
+    they are; files written before those columns existed get them computed here, in SQL, from the
+    columns they were derived from, so both kinds read the same. Old files first (they hold the
+    earlier iterations of a run that was resumed by newer code)."""
+    derived = [f.name for f in PREFIX_DERIVED_FIELDS]
+    new = [(f, sch) for f, sch in files if all(n in sch.names for n in derived)]
+    old = [(f, sch) for f, sch in files if not all(n in sch.names for n in derived)]
+    parts = []  # (internal name, dataset)
+    if old:
+        parts.append(("_ts_prefixes_v1", _dataset(old, PREFIX_SCHEMA)))
+    if new or not old:  # with no file at all, the view still has the contract's columns
+        parts.append(("_ts_prefixes", _dataset(new, PREFIX_FILE_SCHEMA)))
+    columns = list(PREFIX_FILE_SCHEMA.names)
+    for _, ds in parts:
+        columns += [n for n in ds.schema.names if n not in columns]
+    computed = {  # the SQL twins of schemas.with_derived_prefix_columns (tests check they agree)
+        "prefix_len": "CAST(len(prefix_token_ids) AS INTEGER)",
+        "prefix_ngram_count": f"CAST(greatest(length(prefix_text) - {NGRAM - 1}, 0) AS INTEGER)",
+        "prefix_ngrams": _NGRAM_CODES_SQL,
+    }
+    selects = []
+    for name, ds in parts:
+        con.register(name, ds)
+        have = set(ds.schema.names)
+        cols = []
+        for c in columns:
+            if c in have:
+                cols.append(_quoted(c))
+            elif c in computed:
+                cols.append(f"{computed[c]} AS {_quoted(c)}")
+            else:
+                cols.append(f"NULL AS {_quoted(c)}")
+        selects.append(f"SELECT {', '.join(cols)} FROM {name}")
+    con.execute(f"CREATE VIEW prefixes AS {' UNION ALL '.join(selects)}")
 
 
 def _parse_time(text: Any) -> datetime | None:
@@ -175,6 +259,8 @@ def _configs(runs: list[Path]) -> pa.Table:
         cfg: dict[str, Any] = {}
         created = None
         if path.is_file():
+            import yaml  # here, not at the top: `ts sql` over other views never needs it
+
             try:
                 cfg = yaml.safe_load(path.read_text()) or {}
             except (OSError, yaml.YAMLError):
@@ -201,25 +287,64 @@ def _configs(runs: list[Path]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CONFIGS_SCHEMA)
 
 
-def register_views(con: duckdb.DuckDBPyConnection, runs: list[Path], damaged: list[str]) -> None:
-    """Create every view over the run directories `runs` on `con`; a file that cannot be read is
-    left out and one line naming it is appended to `damaged`."""
+def _files(run: Path, view: str, pattern: str) -> list[Path]:
+    """The files of `view` in one run: its compacted parts that are still fresh (store/compaction.py),
+    and every file of `pattern` none of them stands for."""
+    if view not in COMPACTED_VIEWS:
+        return list(run.glob(pattern))
+    fresh = [p for p in compacted_parts(run, view) if p.fresh(run)]
+    covered = {run / rel for p in fresh for rel in p.sources}
+    return [p.path for p in fresh] + [f for f in run.glob(pattern) if f not in covered]
+
+
+def _file_order(f: Path) -> tuple:
+    """Run, then iteration (a compacted part at its first iteration), then name."""
+    if f.parent.parent.name == COMPACTED:
+        return (f.parts[:-3], _part_first(f), "")
+    return (f.parts[:-3], _iteration_of(f), f.name)
+
+
+def _part_first(f: Path) -> int:
+    try:
+        return int(f.name.split("=", 1)[1].split("-", 1)[0])
+    except (IndexError, ValueError):
+        return -1
+
+
+VIEWS: tuple[str, ...] = ("prefixes", "rollouts", "metrics", "checkpoints", "configs")
+
+
+def register_views(
+    con: duckdb.DuckDBPyConnection, runs: list[Path], damaged: list[str], views: Iterable[str] | None = None
+) -> None:
+    """Create the views `views` (default: all of VIEWS) over the run directories `runs` on `con`; a
+    file that cannot be read is left out and one line naming it is appended to `damaged`.
+
+    A view's files are listed and checked only when the view is asked for: on a long run most of
+    `ts sql`'s start is opening every Parquet file's footer (BENCHMARKS.md, "SQL over the prefix corpus")."""
+    wanted = set(VIEWS if views is None else views)
+    unknown = wanted - set(VIEWS)
+    if unknown:
+        raise ValueError(f"unknown view(s) {sorted(unknown)}; known: {', '.join(VIEWS)}")
     for view, (pattern, contract) in _PARQUET_VIEWS.items():
-        files = sorted(
-            (f for run in runs for f in run.glob(pattern)), key=lambda f: (f.parts[:-3], _iteration_of(f), f.name)
-        )
-        con.register(f"_ts_{view}", _dataset(files, contract, damaged))
-        extra = ", len(prefix_token_ids) AS prefix_len" if view == "prefixes" else ""
-        con.execute(f"CREATE VIEW {view} AS SELECT *{extra} FROM _ts_{view}")
-    for view, table in (("checkpoints", _checkpoints(runs)), ("configs", _configs(runs))):
-        con.register(f"_ts_{view}", table)
+        if view not in wanted:
+            continue
+        files = sorted((f for run in runs for f in _files(run, view, pattern)), key=_file_order)
+        if view == "prefixes":
+            _register_prefixes(con, _readable_files(files, PREFIX_FILE_SCHEMA, damaged))
+            continue
+        con.register(f"_ts_{view}", _dataset(_readable_files(files, contract, damaged), contract))
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
+    for view, build in (("checkpoints", _checkpoints), ("configs", _configs)):
+        if view in wanted:
+            con.register(f"_ts_{view}", build(runs))
+            con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
 
 
 def view_columns() -> dict[str, list[str]]:
     """{view: [column, ...]} of the public views, as `connect()` creates them (files may add columns)."""
     out = {view: list(schema.names) for view, (_, schema) in _PARQUET_VIEWS.items()}
-    out["prefixes"].append("prefix_len")
+    out["prefixes"] = list(PREFIX_FILE_SCHEMA.names)
     out["checkpoints"] = list(CHECKPOINTS_SCHEMA.names)
     out["configs"] = list(CONFIGS_SCHEMA.names)
     return out

@@ -1,0 +1,137 @@
+"""store/compaction.py: finished iterations' metrics files copied into a few parts that `ts sql`
+reads instead, only while the files they copy are unchanged; the originals are never touched."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.synthetic_run import snapshot_files
+from thinking_seeds.store import compaction
+from thinking_seeds.store.compaction import COMPACTED, compact, parts
+from thinking_seeds.store.manifest import Manifest
+from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.sql import connect, query, run_named
+
+ITERATIONS = 25  # blocks of 10: 0-9 and 10-19 are finished once iteration 20 has started; 20-24 are not
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(compaction, "BLOCK", 10)
+
+
+def _run(base, run_id="c", iterations=ITERATIONS) -> RunDir:
+    run = RunDir.for_run(run_id, base)
+    for k in range(iterations):
+        run.write_metrics(k, "update", {"actor/entropy/all": 2.0 - k / 100, "actor/pg_clipfrac/all": k / 1000})
+        run.write_metrics(k, "verify", {"reward/mean": k / 50})
+        run.write_manifest(Manifest("evaluate", k, "h"))
+        if k % 10 == 9:
+            run.write_metrics(k + 1, "evaluate", {"eval/accuracy": k / 30})
+    return run
+
+
+ALL = "SELECT * FROM metrics"
+SORTED = "SELECT * FROM metrics ORDER BY iteration, stage, name"
+
+
+def _rows(base, sql, run_id="c"):
+    con = connect(run_id, base, views={"metrics"})
+    try:
+        return query(con, sql).rows
+    finally:
+        con.close()
+
+
+def test_parts_replace_the_files_they_copy(tmp_path):
+    run = _run(tmp_path)
+    before_files = snapshot_files(run.root)
+    want_all, want_sorted = _rows(tmp_path, ALL), _rows(tmp_path, SORTED)
+
+    written = compact(run.root)
+
+    assert [p.name for p in written] == ["iterations=000000-000009.parquet", "iterations=000010-000019.parquet"]
+    assert {k: v for k, v in snapshot_files(run.root).items() if not k.startswith(COMPACTED)} == before_files
+    p0 = parts(run.root, "metrics")[0]
+    assert len(p0.sources) == 10 * 2  # update + verify of iterations 0-9 (evaluate k=9 wrote into iteration=10)
+    assert all(rel.startswith("metrics/iteration=") for rel in p0.sources)
+    # the same rows, in the same order even without ORDER BY (iterations in order, parts in place)
+    assert _rows(tmp_path, SORTED) == want_sorted
+    assert _rows(tmp_path, ALL) == want_all
+    con = connect("c", tmp_path)
+    assert run_named(con, "entropy_accuracy").rows  # the named queries read parts like files
+    con.close()
+    assert compact(run.root) == []  # up to date: nothing written
+
+
+def test_unfinished_iterations_are_not_compacted(tmp_path):
+    run = _run(tmp_path, iterations=19)  # iteration 18 started: block 10-19 is not over
+    assert [p.first for p in (parts(run.root, "metrics") or [])] == []
+    compact(run.root)
+    assert [p.first for p in parts(run.root, "metrics")] == [0]
+
+
+def test_a_changed_or_added_file_is_read_as_it_is_now(tmp_path):
+    run = _run(tmp_path)
+    compact(run.root)
+    # a stage redone (its file rewritten), and a later `ts eval` adding a file to a compacted folder
+    run.write_metrics(3, "verify", {"reward/mean": 99.0})
+    run.write_metrics(5, "evaluate-validation", {"eval/accuracy": 0.5})
+    rows = _rows(tmp_path, "SELECT iteration, stage, value FROM metrics WHERE iteration IN (3, 5) ORDER BY ALL")
+    assert (3, "verify", 99.0) in rows and (5, "evaluate-validation", 0.5) in rows
+    assert (3, "verify", 3 / 50) not in rows
+    stale = parts(run.root, "metrics")[0]
+    assert not stale.fresh(run.root) and parts(run.root, "metrics")[1].fresh(run.root)
+    now = _rows(tmp_path, SORTED)
+    # running it again refreshes only that part, which then holds both files and reads the same
+    assert [p.name for p in compact(run.root)] == ["iterations=000000-000009.parquet"]
+    fresh = parts(run.root, "metrics")[0]
+    assert fresh.fresh(run.root) and "metrics/iteration=5/evaluate-validation.parquet" in fresh.sources
+    assert _rows(tmp_path, SORTED) == now
+
+
+def test_resumable_and_a_torn_part_is_ignored(tmp_path):
+    run = _run(tmp_path)
+    want = _rows(tmp_path, SORTED)
+    compact(run.root)
+    first, second = (p.path for p in parts(run.root, "metrics"))
+    second.unlink()  # as if killed before the second part was written
+    first.write_bytes(b"PAR1 torn")  # and something tore the first (parts are written atomically)
+    damaged: list[str] = []
+    con = connect("c", tmp_path, damaged=damaged, views={"metrics"})
+    assert query(con, SORTED).rows == want and damaged == []  # a bad part is a cache miss, not damage
+    con.close()
+    assert sorted(p.name for p in compact(run.root)) == [first.name, second.name]
+    assert _rows(tmp_path, SORTED) == want
+
+
+def test_ts_compact(tmp_path):
+    _run(tmp_path)
+    env = dict(os.environ, TS_RUNS_DIR=str(tmp_path))
+    code = (
+        "import sys; from thinking_seeds.store import compaction; compaction.BLOCK = 10; "
+        "from thinking_seeds.flows.cli import app; sys.argv = ['ts', 'compact', 'c']; app()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"2 part(s) written under {tmp_path / 'c' / COMPACTED}" in out.stdout
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "up to date"
+    code = code.replace("'compact', 'c'", "'compact', 'nope'")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "no run 'nope'" in out.stderr
+
+
+def test_the_runs_owner_leaves_a_compaction_in_progress_alone(tmp_path):
+    """`ts compact` writes without owning the run: its temp files are not the owner's to clean."""
+    run = _run(tmp_path)
+    compact(run.root)
+    in_progress = run.root / COMPACTED / "metrics" / ".iterations=000020-000029.parquet.abc123.tmp"
+    in_progress.write_bytes(b"half")
+    killed_stage = run.root / "metrics" / "iteration=3" / ".update.parquet.abc123.tmp"
+    killed_stage.write_bytes(b"half")
+    assert run.stale_temps() == [killed_stage]

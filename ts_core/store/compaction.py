@@ -1,0 +1,142 @@
+"""Compaction of a run's many small Parquet files into a few large copies, for `ts sql`.
+
+Every iteration writes one small metrics file per stage (`metrics/iteration=K/<stage>.parquet`), so
+a run of 2,442 iterations has ~10,000 of them, and opening each one (its footer when the view is
+built, again when a query scans it) is most of what a query over metrics costs there
+(BENCHMARKS.md, "SQL over the prefix corpus"). `compact(run_dir)` copies the files of every
+finished block of BLOCK iterations into one part:
+
+    runs/<id>/compacted/metrics/iterations=000000-000099.parquet
+
+The originals are never changed, moved or deleted: the stages, resume (manifests hash them), `ts
+check`, retention and the archive keep working on them, and a stage running now can never see a
+file of its own touched. A part records in its Parquet metadata the files it copies (path relative
+to the run, size, mtime_ns); `ts sql` (store/sql_views.py) reads a part instead of its files only
+while every one of them is unchanged, and reads any file no valid part lists (a later `ts eval`, a
+stage that was redone) as it is. So a stale part costs time, never correctness.
+
+A block is finished when the iteration after it has started (a manifest under
+`manifests/iteration=<last+1>/`): the stages run in order, so nothing writes into its folders any
+more but a later `ts eval --step`, which adds its own file (read beside the part until the next
+compaction rewrites the part). Each part is written atomically; an interrupted compaction leaves
+whole parts only, and running it again writes what is missing or stale: it is resumable.
+
+Costs: the copies (metrics: ~1/10 of the originals' bytes, Parquet being mostly per-file overhead at
+this size). Prefixes and rollouts are not compacted: their files are one per iteration and large,
+their per-file cost is a few percent of a query over them, and a copy would double the corpus on
+disk (BENCHMARKS.md has the measurements).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from thinking_seeds.store.parquet_io import write_table_atomic
+
+__all__ = ["BLOCK", "COMPACTED", "PATTERNS", "Part", "compact", "parts"]
+
+BLOCK = 100  # iterations per part
+COMPACTED = "compacted"  # the folder under the run directory
+# The views whose files are compacted, and what those files are (as in store/sql_views.py).
+PATTERNS = {"metrics": "metrics/iteration={k}/*.parquet"}
+_SOURCES_KEY = b"thinking_seeds.compacted_from"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One compacted file and the originals it replaces while they are unchanged."""
+
+    path: Path
+    first: int  # first iteration of the block
+    sources: dict[str, tuple[int, int]]  # path relative to the run -> (size, mtime_ns)
+
+    def fresh(self, run_dir: Path) -> bool:
+        """Whether every file the part copies is still exactly what it copied."""
+        for rel, (size, mtime) in self.sources.items():
+            try:
+                st = os.stat(run_dir / rel)
+            except OSError:
+                return False
+            if (st.st_size, st.st_mtime_ns) != (size, mtime):
+                return False
+        return True
+
+
+def _fingerprint(run_dir: Path, files: list[Path]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for f in files:
+        st = f.stat()
+        out[str(f.relative_to(run_dir))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _part_path(run_dir: Path, view: str, first: int) -> Path:
+    return run_dir / COMPACTED / view / f"iterations={first:06d}-{first + BLOCK - 1:06d}.parquet"
+
+
+def parts(run_dir: Path, view: str) -> list[Part]:
+    """The readable parts of `view` under `run_dir` (fresh or not), in iteration order. An
+    unreadable part (torn by a crash of something else, or written by a newer version) is skipped:
+    parts are a cache, the originals are the data."""
+    out = []
+    for path in sorted((run_dir / COMPACTED / view).glob("iterations=*.parquet")):
+        try:
+            meta = pq.read_metadata(path).metadata or {}
+            sources = {k: (int(v[0]), int(v[1])) for k, v in json.loads(meta[_SOURCES_KEY]).items()}
+            first = int(path.name.split("=", 1)[1].split("-", 1)[0])
+        except (OSError, KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid):
+            continue
+        out.append(Part(path, first, sources))
+    return out
+
+
+def _finished_blocks(run_dir: Path) -> list[int]:
+    """First iterations of the blocks whose every iteration is over (the next one has started)."""
+    done = -1
+    for d in (run_dir / "manifests").glob("iteration=*"):
+        try:
+            k = int(d.name.split("=", 1)[1])
+        except ValueError:
+            continue
+        if k > done and any(d.glob("*.json")):
+            done = k
+    # iteration `done` has started, so every iteration before it is over
+    return [first for first in range(0, done - BLOCK + 1, BLOCK)]
+
+
+def compact(run_dir: Path, views: tuple[str, ...] = ("metrics",)) -> list[Path]:
+    """Write the missing or stale parts of `views` for the finished blocks of the run at `run_dir`;
+    returns the parts written (none when everything is up to date)."""
+    run_dir = Path(run_dir)
+    written = []
+    for view in views:
+        pattern = PATTERNS[view]
+        have = {p.first: p for p in parts(run_dir, view)}
+        for first in _finished_blocks(run_dir):
+            files = sorted(
+                (f for k in range(first, first + BLOCK) for f in run_dir.glob(pattern.format(k=k))),
+                key=lambda f: (int(f.parent.name.split("=", 1)[1]), f.name),
+            )
+            if not files:
+                continue
+            sources = _fingerprint(run_dir, files)
+            old = have.get(first)
+            if old is not None and old.sources == sources:
+                continue  # up to date
+            try:
+                tables = [pq.read_table(f) for f in files]
+                table = pa.concat_tables(tables, promote_options="permissive")
+            except (OSError, pa.ArrowException):
+                continue  # a damaged file: `ts check` reports it, `ts sql` leaves it out; no part for now
+            meta = dict(table.schema.metadata or {})
+            meta[_SOURCES_KEY] = json.dumps(sources, sort_keys=True).encode()
+            path = _part_path(run_dir, view, first)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            written.append(write_table_atomic(table.replace_schema_metadata(meta), path))
+    return written
