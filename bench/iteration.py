@@ -1,9 +1,12 @@
 """Wall time of one training iteration on the tiny preset, split into the work and the overhead.
 
-    python bench/iteration.py [--iterations 5] [--methods grpo,thinking_seeds] [--no-prefect]
+    python bench/iteration.py [--iterations 5] [--rounds 3] [--methods grpo,thinking_seeds]
+        [--launchers in_process,accelerate,accelerate_per_update] [--no-prefect]
 
-For each method it runs `train_flow` (Prefect, no server) with the in-process update launcher and
-again with the `accelerate launch` subprocess launcher, then reads the stage timings the run wrote:
+For each round and method it runs `train_flow` (Prefect, no server) once per update launcher --
+in process, the persistent `accelerate launch` trainer (`accelerate`), a fresh `accelerate launch`
+per update (`accelerate_per_update`) -- interleaved, the launchers' order turned every round, then
+reads the stage timings each run wrote:
 
   generation      sampling time of the seeds and continuation stages (model forward passes)
   fwd/bwd         the update's forward/backward/optimizer time (thinking_seeds.train.trainer, perf/fwd_bwd_s)
@@ -13,8 +16,10 @@ again with the `accelerate launch` subprocess launcher, then reads the stage tim
 
 Iteration wall time is measured between the manifests of consecutive iterations (the end of
 iteration k-1's last stage to the end of iteration k's), so the one-off costs of a run — Prefect's
-temporary server, data generation, θ_0 — are reported separately as `startup`. Evaluation is
-switched off except a 1-sample check at the end (it is not part of an iteration's work).
+temporary server, data generation, θ_0 — are reported separately as `startup`, and iteration 0
+(which launches the persistent trainer) as `1st iter`. Figures are medians over every measured
+iteration of every round; the ratio to in-process is also shown per round. Evaluation is switched
+off except a 1-sample check at the end (it is not part of an iteration's work).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -46,16 +52,18 @@ def stage_seconds(run, k: int) -> dict[str, float]:
     return out
 
 
-def mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
 
 
 def iteration_walls(run, n: int) -> list[float]:
-    ends = [run.manifest_path(k, "evaluate").stat().st_mtime for k in range(n)]
+    """Wall seconds of iterations 0..n-1 (iteration 0 from the end of θ_0's evaluation)."""
+    ends = [run.manifest_path(k, "evaluate").stat().st_mtime for k in range(-1, n)]
     return [b - a for a, b in itertools.pairwise(ends)]
 
 
-def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path) -> dict:
+def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path, tag: str) -> dict:
+    """One run; per-iteration lists for iterations 1..n-1, and the one-off costs."""
     from thinking_seeds.config import load_config
     from thinking_seeds.store.run_dir import RunDir
 
@@ -68,7 +76,7 @@ def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path
         "eval.samples=1",
         "eval.seeded=false",
     ]
-    run_id = f"bench-{method}-{launcher}"
+    run_id = f"bench-{method}-{launcher}-{tag}"
     os.environ["TS_RUNS_DIR"] = str(base)
     t0 = time.perf_counter()
     t_wall0 = time.time()
@@ -84,59 +92,91 @@ def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path
     run = RunDir.for_run(run_id, base)
     walls = iteration_walls(run, iterations)
     parts = [stage_seconds(run, k) for k in range(1, iterations)]
-    wall = mean(walls)
-    row = {k: mean([p[k] for p in parts]) for k in parts[0]}
-    row["everything_else"] = wall - sum(row.values())
-    row["iteration_wall"] = wall
+    row = {key: [p[key] for p in parts] for key in parts[0]}
+    row["iteration_wall"] = walls[1:]
+    row["everything_else"] = [w - sum(p.values()) for w, p in zip(walls[1:], parts, strict=True)]
+    row["first_iteration"] = walls[0]  # with the persistent trainer: its launch
     # Everything before iteration 0 starts (Prefect start-up, data, θ_0 and its evaluation).
     row["startup"] = run.manifest_path(-1, "evaluate").stat().st_mtime - t_wall0
     row["total"] = total
+    shutil.rmtree(run.root, ignore_errors=True)
     return row
+
+
+def pooled(rows: list[dict]) -> dict:
+    """Every round's per-iteration values in one list per key (one-off costs: one per round)."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        for key, v in r.items():
+            out.setdefault(key, []).extend(v if isinstance(v, list) else [v])
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds: every launcher once per round")
     ap.add_argument("--methods", default="grpo,thinking_seeds")
-    ap.add_argument("--launchers", default="in_process,accelerate")
+    ap.add_argument("--launchers", default="in_process,accelerate,accelerate_per_update")
     ap.add_argument("--no-prefect", action="store_true", help="plain loop instead of the Prefect flow")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
+    methods, launchers = a.methods.split(","), a.launchers.split(",")
     base = Path(tempfile.mkdtemp(prefix="ts-bench-"))
-    results = {}
+    runs: dict[tuple[str, str], list[dict]] = {}
     try:
-        for method in a.methods.split(","):
-            for launcher in a.launchers.split(","):
-                results[(method, launcher)] = bench(method, launcher, a.iterations, not a.no_prefect, base)
+        for r in range(a.rounds):
+            for method in methods:
+                # Interleaved, and the order turned each round: a drift of the machine's load (or a
+                # warm cache) spreads over every launcher instead of landing on one.
+                order = launchers[r % len(launchers) :] + launchers[: r % len(launchers)]
+                for launcher in order:
+                    row = bench(method, launcher, a.iterations, not a.no_prefect, base, f"r{r}")
+                    runs.setdefault((method, launcher), []).append(row)
+                    print(
+                        f"round {r} {method} {launcher}: iteration median {median(row['iteration_wall']):.2f} s",
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    results = {key: pooled(rows) for key, rows in runs.items()}
 
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
         f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
         f"{'plain loop' if a.no_prefect else 'Prefect flow (no server)'}"
     )
-    print(f"per-iteration wall time (mean of iterations 1..{a.iterations - 1}), seconds")
+    n_it = a.rounds * (a.iterations - 1)
+    print(f"per-iteration wall time, median of {n_it} iterations (1..{a.iterations - 1} of {a.rounds} rounds), s")
     hdr = (
-        f"{'method':16} {'launcher':11} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} "
-        f"{'verify':>7} {'else':>7} {'else %':>7}"
+        f"{'method':16} {'launcher':22} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} "
+        f"{'verify':>7} {'else':>7} {'else %':>7} {'1st iter':>8}"
     )
     print(hdr)
     for (m, launcher), r in results.items():
-        else_share = 100 * r["everything_else"] / r["iteration_wall"]
+        wall, other = median(r["iteration_wall"]), median(r["everything_else"])
         print(
-            f"{m:16} {launcher:11} {r['iteration_wall']:9.2f} {r['generation']:10.2f} {r['fwd_bwd']:8.2f} "
-            f"{r['verification']:7.2f} {r['everything_else']:7.2f} {else_share:6.1f}%"
+            f"{m:16} {launcher:22} {wall:9.2f} {median(r['generation']):10.2f} {median(r['fwd_bwd']):8.2f} "
+            f"{median(r['verification']):7.2f} {other:7.2f} {100 * other / wall:6.1f}% "
+            f"{median(r['first_iteration']):8.2f}"
         )
-    for m in a.methods.split(","):
-        if (m, "in_process") in results and (m, "accelerate") in results:
-            ip, ac = results[(m, "in_process")], results[(m, "accelerate")]
-            print(
-                f"{m}: accelerate launcher costs {ac['iteration_wall'] - ip['iteration_wall']:+.2f} s per iteration "
-                f"(ratio {ac['iteration_wall'] / ip['iteration_wall']:.2f}x of in-process)"
-            )
-    startups = ", ".join(f"{m}/{launcher} {r['startup']:.1f}" for (m, launcher), r in results.items())
-    print("one-off startup per run (s): " + startups)
+    for m in methods:
+        if (m, "in_process") not in results:
+            continue
+        ip = median(results[(m, "in_process")]["iteration_wall"])
+        for launcher in launchers:
+            if launcher != "in_process" and (m, launcher) in results:
+                ac = median(results[(m, launcher)]["iteration_wall"])
+                per_round = [
+                    median(x["iteration_wall"]) / median(y["iteration_wall"])
+                    for x, y in zip(runs[(m, launcher)], runs[(m, "in_process")], strict=True)
+                ]
+                print(
+                    f"{m}: {launcher} {ac - ip:+.2f} s per iteration, ratio {ac / ip:.3f}x of in-process "
+                    f"(per round: {', '.join(f'{x:.3f}' for x in per_round)})"
+                )
+    startups = ", ".join(f"{m}/{launcher} {median(r['startup']):.1f}" for (m, launcher), r in results.items())
+    print("one-off startup per run, median (s): " + startups)
     if a.json:
         a.json.write_text(json.dumps({f"{m}/{launcher}": r for (m, launcher), r in results.items()}, indent=2))
 

@@ -29,6 +29,7 @@ from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.data.sources import check_user_data
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
+from thinking_seeds.pipeline.trainer_client import close_trainers
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
     continuation_task,
@@ -136,6 +137,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
                 bar.iteration_done(k)
     finally:
+        close_trainers()  # the run's persistent trainer (update.launcher=accelerate), if one was started
         run.release_lock()
     log.info("run %s done: %s", run.run_id, run.root)
     return str(run.root)

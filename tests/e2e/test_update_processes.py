@@ -2,9 +2,13 @@
 processes that import torch and transformers, ~10 s):
 
 - the same θ_1 and statistics in process, under `accelerate launch` with one process, and with two
-  CPU processes (`--multi_gpu --num_processes 2` + `Accelerator(cpu=True)` = gloo DDP, SPEC §7);
+  CPU processes (`--multi_gpu --num_processes 2` + `Accelerator(cpu=True)` = gloo DDP, SPEC §7),
+  both in the run's persistent trainer (`update.launcher=accelerate`) and launched per update;
 - bf16 mixed precision under `accelerate launch ... --cpu`: the exact π_old recompute in the worker;
-- a kill -9 of the run stops its launched update (PR_SET_PDEATHSIG): no orphan races a resumed run.
+- a kill -9 of the run stops its persistent trainer in the middle of an update (PR_SET_PDEATHSIG):
+  no orphan races a resumed run.
+
+The persistent trainer's own checks (memory vs disk, a killed trainer): e2e/test_persistent_trainer.py.
 
 The launch command: integration/test_update_launchers.py; bf16 in process: integration/test_device_cpu.py.
 """
@@ -27,6 +31,7 @@ from tests.helpers import RESUME_DRIVER
 from tests.helpers.update_run import DEVICE_UPDATE, update_copy, verified_session
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
+from thinking_seeds.pipeline.trainer_client import close_trainers
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +44,9 @@ def test_one_and_two_processes_match_in_process(verified_run, tmp_path):
     ref, ref_metrics = update_copy(run, cfg, tmp_path, "in_process", "in_process", 1)
     assert any(not torch.equal(theta0[n], ref[n]) for n in ref), "the update did not move the weights"
     assert "actor/ratio_max/prefix" in ref_metrics and "actor/prefix_abs_log_ratio/age=0" in ref_metrics
-    for name, n in (("accelerate1", 1), ("accelerate2", 2)):
-        got, metrics = update_copy(run, cfg, tmp_path, name, "accelerate", n)
+    launches = [(f"{launcher}{n}", launcher, n) for launcher in ("accelerate", "accelerate_per_update") for n in (1, 2)]
+    for name, launcher, n in launches:
+        got, metrics = update_copy(run, cfg, tmp_path, name, launcher, n)
         stats = {k for k in ref_metrics if k.startswith("actor/")}
         assert stats <= metrics.keys(), stats - metrics.keys()
         for key in sorted(stats):
@@ -55,16 +61,21 @@ def test_one_and_two_processes_match_in_process(verified_run, tmp_path):
             )
 
 
-def test_bf16_under_accelerate_launch_on_cpu(tmp_path, tiny_overrides):
-    """`accelerate launch --mixed_precision bf16 ... --cpu`: the same exact recompute, in the worker."""
+@pytest.mark.parametrize("launcher", ["accelerate", "accelerate_per_update"])
+def test_bf16_under_accelerate_launch_on_cpu(tmp_path, tiny_overrides, launcher):
+    """`accelerate launch --mixed_precision bf16 ... --cpu`: the same exact recompute, in the worker
+    (the persistent trainer's, and a per-update launch's)."""
     run, cfg, s = verified_session(
         tmp_path,
         tiny_overrides
         + DEVICE_UPDATE
-        + ["device=cpu", "update.mixed_precision=bf16", "update.launcher=accelerate", "update.mini_batches=1"],
+        + ["device=cpu", "update.mixed_precision=bf16", f"update.launcher={launcher}", "update.mini_batches=1"],
     )
     s.close()
-    m = update(Session(run, cfg), 0)
+    try:
+        m = update(Session(run, cfg), 0)
+    finally:
+        close_trainers()
     assert all(math.isfinite(v) for v in m.metrics.values()), m.metrics
     assert m.metrics["actor/engine_logprob_diff/max"] > 0
     assert abs(m.metrics["actor/ratio_mean/on_policy"] - 1.0) <= 1e-6  # one step: unchanged weights throughout

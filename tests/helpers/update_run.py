@@ -19,6 +19,7 @@ from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.loop import run_prepare, run_stage
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
+from thinking_seeds.pipeline.trainer_client import close_trainers
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
@@ -55,7 +56,10 @@ def update_copy(run: RunDir, cfg, tmp_path, name: str, launcher: str, n: int) ->
     shutil.copytree(run.root, dst.root)
     c = cfg.model_copy(deep=True)
     c.update.launcher, c.update.num_processes = launcher, n
-    m = update(Session(dst, c), 0)
+    try:
+        m = update(Session(dst, c), 0)
+    finally:
+        close_trainers()  # launcher=accelerate: the copy's persistent trainer
     assert m.outputs["policy"] == "policy/step_000001"
     assert m.metrics["perf/num_processes"] == n
     return load_file(str(dst.policy(1) / "model.safetensors")), m.metrics

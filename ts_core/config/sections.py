@@ -270,10 +270,15 @@ class UpdateConfig(_Section):
         "numerics differ (model.dtype=bfloat16 or update.mixed_precision=bf16), so on-policy ratios stay exactly 1; "
         "false is refused then. Set true for vLLM in float32 if its parity matters to you.",
     )
-    launcher: Literal["in_process", "accelerate"] = Field(
-        "in_process", description="Run the update in this process or via `accelerate launch`."
+    launcher: Literal["in_process", "accelerate", "accelerate_per_update"] = Field(
+        "in_process",
+        description="Where the update runs. in_process: in the pipeline's process. accelerate: a persistent "
+        "trainer started once per run by `accelerate launch` (num_processes processes: gloo DDP on CPU, NCCL on "
+        "GPUs) that keeps model and optimizer in memory between updates and reloads from disk whenever its base "
+        "checkpoint is not the one it holds (same weights, bit for bit, as a fresh launch). "
+        "accelerate_per_update: a fresh `accelerate launch` for every update (seconds of start-up per iteration).",
     )
-    num_processes: int = Field(1, ge=1, description="Processes for the accelerate launcher.")
+    num_processes: int = Field(1, ge=1, description="Processes for the accelerate launchers.")
 
     @field_validator("mixed_precision", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from thinking_seeds.pipeline.graph import STAGES, upstream_of
 from thinking_seeds.pipeline.session import Session, close_trackers
 from thinking_seeds.pipeline.stage_prepare import prepare
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
+from thinking_seeds.pipeline.trainer_client import close_trainers
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
 
@@ -96,6 +97,7 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
         finally:
             s.close()
             close_trackers()
+            close_trainers()  # the persistent trainer of update.launcher=accelerate, if one was started
     finally:
         run.release_lock()
     return run

@@ -1,5 +1,6 @@
-"""update k: θ_k + rollouts -> θ_{k+1} with the loss of SPEC §3, in this process or through
-`accelerate launch` (the same trainer function either way)."""
+"""update k: θ_k + rollouts -> θ_{k+1} with the loss of SPEC §3, in this process, in the run's
+persistent trainer (one `accelerate launch` per run: pipeline/trainer_client.py) or through one
+`accelerate launch` per update (the same trainer code every way; the same files and manifest)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def update(s: Session, k: int) -> Manifest:
 
         with t("update_total"):
             metrics = run_update(run.policy(k), run.rollouts(k), run.policy_root, k + 1, cfg, ref_dir=ref)
+    elif cfg.update.launcher == "accelerate":
+        from thinking_seeds.pipeline.trainer_client import persistent_update
+
+        with t("update_total"):
+            metrics = persistent_update(run, cfg, k, ref)
     else:
         # The launcher's hand-over file sits with the manifests; `ts check` knows to skip it.
         metrics_path = run.manifest_path(k, "update_metrics")

@@ -8,7 +8,8 @@ a stage whose outputs are intact; the plain loop and the Prefect tasks both go t
     graph.py            stage names and order, what each reads (upstream_of), when evaluate is due
     session.py          what a process's stages share: config, prompts, the cached engine, verifier
     rows.py             PrefixRow, RolloutRow: the Parquet tables the stages hand each other
-    update_launcher.py  the update through `accelerate launch`
+    update_launcher.py  the update through `accelerate launch` (the command; one launch per update)
+    trainer_client.py   the run's persistent trainer: launched once, sent every update (a socket)
     stage_*.py          prepare, snapshot, seeds, continuation, verify, update, evaluate
 """
 

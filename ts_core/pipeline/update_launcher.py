@@ -1,8 +1,9 @@
 """The update stage through `accelerate launch`: the command, and a child that dies with its parent.
 
-`update.launcher=accelerate` runs `python -m thinking_seeds.train.trainer` under accelerate (N
-processes: DDP; gloo on CPU) and reads its metrics back from a JSON hand-over file; the trainer
-code is the same as the in-process update.
+`update.launcher=accelerate_per_update` runs `python -m thinking_seeds.train.trainer` under
+accelerate (N processes: DDP; gloo on CPU) once per update and reads its metrics back from a JSON
+hand-over file; the trainer code is the same as the in-process update. `update.launcher=accelerate`
+launches the same way once per run and keeps the trainer (pipeline/trainer_client.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> list[str]:
+def launch_prefix(cfg: RunConfig) -> tuple[list[str], bool]:
+    """`accelerate launch` and its options for the run's update (up to the module to run), and
+    whether the trainer must be told `--cpu`. Shared by the per-update launch and the persistent
+    trainer (pipeline/trainer_client.py)."""
     n = cfg.update.num_processes
     precision = cfg.update.mixed_precision  # accelerate's own words: no | bf16
     cmd = [
@@ -48,6 +52,11 @@ def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, 
         # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7). A free rendezvous port
         # per launch: the default 29500 can still be held by a run killed a moment ago.
         cmd += ["--multi_gpu", "--main_process_port", str(_free_port())]
+    return cmd, device.type == "cpu"  # --cpu: device=cpu, or auto without a GPU
+
+
+def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> list[str]:
+    cmd, cpu = launch_prefix(cfg)
     cmd += [
         "-m",
         "thinking_seeds.train.trainer",
@@ -66,8 +75,8 @@ def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, 
     ]
     if ref is not None:
         cmd += ["--ref", str(ref)]
-    if device.type == "cpu":
-        cmd += ["--cpu"]  # device=cpu, or auto without a GPU
+    if cpu:
+        cmd += ["--cpu"]
     return cmd
 
 

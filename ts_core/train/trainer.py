@@ -9,10 +9,14 @@ maxima MAX-reduced once, at the end (algo/stats.py), so a logged mean is over ev
 
     accelerate launch --num_processes 1 -m thinking_seeds.train.trainer --policy P --rollouts R --out O --config C
 
+That command is one update (`update.launcher=accelerate_per_update`); the persistent trainer
+(train/trainer_server.py, `update.launcher=accelerate`) keeps a `TrainState` between updates and
+calls the same `update_state`, so both write the same θ_{k+1}.
+
 Devices and precision: the model trains on `cfg.device` (in process) or the accelerator's device.
 With `update.mixed_precision=bf16` the forward runs under bf16 autocast while the weights and the
 AdamW state stay fp32 (the master copy); backward and the optimizer step run outside autocast.
-θ_{k+1} is always written from a CPU copy.
+θ_{k+1} is written from a CPU copy (the persistent trainer saves from the device: the same bytes).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -281,6 +286,122 @@ def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=u.lr, betas=tuple(u.betas), weight_decay=u.weight_decay)
 
 
+@dataclass
+class TrainState:
+    """θ as the trainer holds it: the module, its tokenizer and AdamW, the reference model, the device.
+
+    `run_update` builds one per update; the persistent trainer (train/trainer_server.py) keeps one
+    between updates. `train_model`/`train_optimizer` are what `accelerator.prepare` returned (the
+    DDP wrapper; the model itself in process), set by the first update: preparing once keeps one DDP
+    wrapper per state instead of one per update.
+    """
+
+    model: Any
+    tok: Any
+    optimizer: torch.optim.Optimizer
+    ref_model: Any
+    device: torch.device
+    world: int
+    train_model: Any = None
+    train_optimizer: Any = None
+
+
+def load_state(
+    policy_dir: Path, cfg: RunConfig, ref_dir: Path | None = None, accelerator=None, policy=None
+) -> TrainState:
+    """θ_k (+ its optimizer state, + the reference model when kl_coef > 0), on the training device.
+
+    `policy` lets an in-process caller pass an already loaded (model, tokenizer) to skip a load.
+    """
+    model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
+    # In process: cfg.device; under accelerate: its device (prepare would move it too, but the
+    # π_old recompute runs before prepare and must see the training device's numerics).
+    device = accelerator.device if accelerator is not None else resolve_device(cfg.device)
+    world = accelerator.num_processes if accelerator is not None else 1
+    model.to(device)
+    model.train()
+    model.config.use_cache = False
+    optimizer = make_optimizer(model, cfg)
+    opt_path = Path(policy_dir) / OPTIMIZER_NAME
+    if policy is not None and (Path(policy_dir) / "manifest.json").is_file():
+        from thinking_seeds.store.checkpoints import verified
+
+        verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
+    if opt_path.exists():
+        load_optimizer_state(optimizer, opt_path)  # torch moves the state to the parameters' device
+    ref_model = None
+    if cfg.loss.kl_coef > 0:
+        ref_model, _ = load_model(ref_dir, cfg.model.dtype, device=device)
+    return TrainState(model, tok, optimizer, ref_model, device, world)
+
+
+def update_state(
+    st: TrainState, rollouts_path: Path, out_root: Path, step: int, cfg: RunConfig, accelerator=None, keep=False
+) -> dict:
+    """Train `st` on the rollouts and save it as `out_root/step_{step}`; the metrics.
+
+    keep=True (the persistent trainer): the weights stay on the training device and in train mode
+    after the save, ready for the next update; otherwise θ_{k+1} is written from a CPU copy.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    # Seeded after the load, so an update from weights already in memory and one from weights just
+    # read from disk start from the same generator state.
+    torch.manual_seed(cfg.seed + step)
+    model, tok, world = st.model, st.tok, st.world
+    batch = load_batch(Path(rollouts_path))
+    engine_diff: dict[str, float] = {}
+    if cfg.update.recompute_old_logprobs:
+        engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
+
+    if st.train_model is None:
+        st.train_model, st.train_optimizer = (
+            accelerator.prepare(model, st.optimizer) if accelerator is not None else (model, st.optimizer)
+        )
+    t1 = time.perf_counter()
+    stats = train_on_batch(st.train_model, batch, cfg, tok.pad_token_id, st.train_optimizer, accelerator, st.ref_model)
+    if st.device.type == "cuda":
+        torch.cuda.synchronize(st.device)  # so perf/fwd_bwd_s is the GPU's time, not the launch queue's
+        stats.add("perf/cuda_max_memory_gib", torch.cuda.max_memory_allocated(st.device) / 2**30)
+    t2 = time.perf_counter()
+    # The one reduction (and host-device sync) of the update: sums and counts SUM, maxima MAX over
+    # every process, so a mean is over the union of all processes' tokens (algo/stats.py).
+    metrics = stats.metrics(across_processes=world > 1)
+    metrics.update(engine_diff)  # every process scored the whole batch: the same numbers everywhere
+    metrics["actor/lr"] = cfg.update.lr
+    metrics["perf/num_processes"] = float(world)
+
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+        if not accelerator.is_main_process:
+            return metrics
+    model.eval()
+    model.config.use_cache = True
+    t3 = time.perf_counter()
+    if not keep:
+        model.to("cpu")  # θ_{k+1} is written from a CPU copy (fp32 masters under mixed precision)
+    # Timing split for bench/iteration.py: forward/backward + optimizer, saving (and loading, by run_update).
+    metrics["perf/fwd_bwd_s"] = t2 - t1
+    metrics["perf/load_s"] = t1 - t0  # the rollouts, the π_old recompute, accelerate's prepare
+    # keep=True on a GPU: save_pretrained and the optimizer state copy tensors to the host themselves
+    # (same bytes), without moving the DDP-wrapped module off its device.
+    save_checkpoint(
+        model,
+        tok,
+        Path(out_root),
+        step,
+        extra={"metrics": metrics, "config_hash": cfg.config_hash()},
+        optimizer=st.optimizer,
+        overwrite=True,
+    )
+    metrics["perf/save_s"] = time.perf_counter() - t3
+    if keep:
+        model.train()
+        model.config.use_cache = False
+    return metrics
+
+
 def run_update(
     policy_dir: Path,
     rollouts_path: Path,
@@ -298,69 +419,11 @@ def run_update(
     import time
 
     t0 = time.perf_counter()
-    torch.manual_seed(cfg.seed + step)
-    model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
-    # In process: cfg.device; under accelerate: its device (prepare would move it too, but the
-    # π_old recompute below runs before prepare and must see the training device's numerics).
-    device = accelerator.device if accelerator is not None else resolve_device(cfg.device)
-    world = accelerator.num_processes if accelerator is not None else 1
-    model.to(device)
-    model.train()
-    model.config.use_cache = False
-    optimizer = make_optimizer(model, cfg)
-    opt_path = Path(policy_dir) / OPTIMIZER_NAME
-    if policy is not None and (Path(policy_dir) / "manifest.json").is_file():
-        from thinking_seeds.store.checkpoints import verified
-
-        verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
-    if opt_path.exists():
-        load_optimizer_state(optimizer, opt_path)  # torch moves the state to the parameters' device
-    ref_model = None
-    if cfg.loss.kl_coef > 0:
-        ref_model, _ = load_model(ref_dir, cfg.model.dtype, device=device)
-    batch = load_batch(Path(rollouts_path))
-    engine_diff: dict[str, float] = {}
-    if cfg.update.recompute_old_logprobs:
-        engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
-
-    if accelerator is not None:
-        model, optimizer = accelerator.prepare(model, optimizer)
-    t1 = time.perf_counter()
-    stats = train_on_batch(model, batch, cfg, tok.pad_token_id, optimizer, accelerator, ref_model)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # so perf/fwd_bwd_s is the GPU's time, not the launch queue's
-        stats.add("perf/cuda_max_memory_gib", torch.cuda.max_memory_allocated(device) / 2**30)
-    t2 = time.perf_counter()
-    # The one reduction (and host-device sync) of the update: sums and counts SUM, maxima MAX over
-    # every process, so a mean is over the union of all processes' tokens (algo/stats.py).
-    metrics = stats.metrics(across_processes=world > 1)
-    metrics.update(engine_diff)  # every process scored the whole batch: the same numbers everywhere
-    metrics["actor/lr"] = cfg.update.lr
-    metrics["perf/num_processes"] = float(world)
-
-    if accelerator is not None:
-        accelerator.wait_for_everyone()
-        if not accelerator.is_main_process:
-            return metrics
-        model = accelerator.unwrap_model(model)
-        optimizer = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
-    model.eval()
-    model.config.use_cache = True
-    t3 = time.perf_counter()
-    model.to("cpu")  # θ_{k+1} is written from a CPU copy (fp32 masters under mixed precision)
-    # Timing split for bench/iteration.py: loading, forward/backward + optimizer, saving.
-    metrics["perf/load_s"] = t1 - t0
-    metrics["perf/fwd_bwd_s"] = t2 - t1
-    save_checkpoint(
-        model,
-        tok,
-        Path(out_root),
-        step,
-        extra={"metrics": metrics, "config_hash": cfg.config_hash()},
-        optimizer=optimizer,
-        overwrite=True,
-    )
-    metrics["perf/save_s"] = time.perf_counter() - t3
+    st = load_state(policy_dir, cfg, ref_dir, accelerator, policy)
+    load_s = time.perf_counter() - t0
+    metrics = update_state(st, rollouts_path, out_root, step, cfg, accelerator)
+    if "perf/load_s" in metrics:  # the main process: the timing split of bench/iteration.py
+        metrics["perf/load_s"] += load_s
     return metrics
 
 

@@ -1,0 +1,108 @@
+"""The persistent trainer of `update.launcher=accelerate` (pipeline/trainer_client.py,
+train/trainer_server.py), on CPU processes (slow: each launch imports torch and transformers).
+
+- updates from the weights it keeps in memory give the same θ_1, θ_2, bit for bit, as a fresh
+  `accelerate launch` per update (which always reads θ_k from disk), with two gloo processes; the
+  second update really came from memory (perf/trainer_reloaded);
+- a trainer killed (kill -9) in the middle of an update is reported at once, never a hang, and the
+  next update launches a fresh trainer that reloads θ_k from disk;
+- the trainer is gone when the run ends.
+
+Same weights as in process (1 and 2 processes): e2e/test_update_processes.py; a kill -9 of the
+run stops its trainer: the orphan test there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.helpers.resume import _same_state, _state
+from thinking_seeds.config import load_config, save_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.stage_update import update
+from thinking_seeds.pipeline.trainer_client import _TRAINERS, TrainerDied, close_trainers, trainer_for
+from thinking_seeds.store.run_dir import RunDir
+
+pytestmark = pytest.mark.slow
+
+
+def _trained(tmp_path, tiny_overrides, launcher: str) -> RunDir:
+    overrides = tiny_overrides + [
+        "loss.entropy_coeff=0.01",
+        "update.lr=1e-3",
+        f"update.launcher={launcher}",
+        "update.num_processes=2",
+        "eval.every=100",
+    ]
+    return train(RunDir.for_run("p", tmp_path / launcher), load_config("tiny", overrides))
+
+
+def test_in_memory_updates_equal_fresh_launches(tmp_path, tiny_overrides):
+    fresh = _trained(tmp_path, tiny_overrides, "accelerate_per_update")
+    kept = _trained(tmp_path, tiny_overrides, "accelerate")
+    assert not _TRAINERS, "the run's trainer outlived the run"
+    reloaded = [kept.read_manifest(k, "update").metrics["perf/trainer_reloaded"] for k in (0, 1)]
+    assert reloaded == [1.0, 0.0], "the second update should have used the weights in memory"
+    for step in (1, 2):
+        assert _same_state(_state(kept, step), _state(fresh, step)), f"θ_{step} differs from a fresh launch's"
+    w0, w2 = _state(kept, 0)["model.safetensors"][0], _state(kept, 2)["model.safetensors"][0]
+    assert any(not torch.equal(w0[k], w2[k]) for k in w0), "the weights never moved: a vacuous check"
+
+
+def _copy(run: RunDir, cfg, dst, **update) -> tuple[RunDir, object]:
+    out = RunDir(dst / run.run_id)
+    shutil.copytree(run.root, out.root)
+    c = cfg.model_copy(deep=True)
+    for key, value in update.items():
+        setattr(c.update, key, value)
+    save_config(c, out.config_path)  # the trainer reads the run's config.yaml
+    return out, c
+
+
+def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
+    run, cfg = verified_run
+    slow, c = _copy(run, cfg, tmp_path / "slow", launcher="accelerate", epochs=1000)  # minutes, unless killed
+    trainer = trainer_for(slow, c)
+    caught: list[BaseException] = []
+
+    def stage():
+        try:
+            update(Session(slow, c), 0)
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            caught.append(e)
+
+    worker = threading.Thread(target=stage)
+    worker.start()
+    time.sleep(3.0)  # well inside the update
+    assert worker.is_alive(), f"the update ended early: {caught}"
+    os.kill(trainer.worker_pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "the pipeline hangs on a dead trainer"
+    assert time.monotonic() - t0 < 30
+    assert len(caught) == 1 and isinstance(caught[0], TrainerDied), caught
+    assert "persistent trainer died in the update of iteration 0" in str(caught[0])
+    assert not _TRAINERS and trainer.proc.poll() is not None  # dropped, and nothing left running
+    assert slow.read_manifest(0, "update") is None
+
+    # The next update (the same stage again, as a resumed run would) launches a fresh trainer.
+    again, c1 = _copy(run, cfg, tmp_path / "again", launcher="accelerate")
+    try:
+        m = update(Session(again, c1), 0)
+    finally:
+        close_trainers()
+    assert m.metrics["perf/trainer_reloaded"] == 1.0
+    ref, c0 = _copy(run, cfg, tmp_path / "ref", launcher="in_process")
+    update(Session(ref, c0), 0)
+    got, want = (load_file(str(r.policy(1) / "model.safetensors")) for r in (again, ref))
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,232 @@
+"""The pipeline's end of the persistent trainer (train/trainer_server.py): launch, jobs, teardown.
+
+`update.launcher=accelerate` starts `accelerate launch -m thinking_seeds.train.trainer_server` the
+first time an update stage of the run needs it, in this process, and sends it every later update
+of the run as one JSON line over a Unix socket; the answer is one JSON line with the metrics. The
+stage itself is unchanged: the trainer writes θ_{k+1} to `policy/step_<k+1>/`, the update stage
+verifies it and writes the manifest, so resume works as with the other launchers.
+
+Why a socket the pipeline listens on: the pipeline learns of a dead trainer at once (EOF) and the
+trainer of a dead pipeline (EOF); a file queue would need polling and leases on both sides. The
+socket lives in a private temp directory, not in the run directory: a Unix socket path is limited
+to ~107 bytes, which a run directory under pytest's or a user's deep tree exceeds, and the run
+directory holds only what resume reads. The trainer's output goes to a log file next to it; its
+tail is in every error.
+
+Never a hang: every wait (the trainer's start, each job) polls the launcher process every
+`POLL_S`; its exit, or EOF on the socket, raises TrainerDied with the log's tail at once. The start
+has a deadline (`START_TIMEOUT_S`); a job has none, since an update may legitimately take hours, but
+a trainer that dies in it is reported within `POLL_S`. After any failure the handle is dropped, so
+the next update (a retry, or the resumed run) launches a fresh trainer, which reloads θ_k from disk.
+
+One trainer per process and run (`trainer_for`): the Prefect flow's stage tasks build a Session
+per task, so the handle is cached at module level like the engines (session.py). `close_trainers`
+runs at the end of the loop and the flow, and atexit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from thinking_seeds.config import RunConfig
+from thinking_seeds.pipeline.update_launcher import _die_with_parent, launch_prefix
+from thinking_seeds.store.run_dir import RunDir
+
+START_TIMEOUT_S = 600.0  # imports + process group on a loaded 2-core box take 5-30 s; a GPU node's NCCL more
+POLL_S = 0.2
+STOP_TIMEOUT_S = 30.0
+
+
+class TrainerDied(RuntimeError):
+    """The persistent trainer exited, closed its socket, or did not start in time."""
+
+
+def trainer_command(run: RunDir, cfg: RunConfig, sock_path: Path) -> list[str]:
+    prefix, cpu = launch_prefix(cfg)
+    cmd = prefix + ["-m", "thinking_seeds.train.trainer_server", "--socket", str(sock_path)]
+    cmd += ["--out-root", str(run.policy_root)]  # names the run in `ps` (and for the orphan test)
+    return cmd + (["--cpu"] if cpu else [])
+
+
+class PersistentTrainer:
+    """One launched trainer process group and its socket."""
+
+    def __init__(self, run: RunDir, cfg: RunConfig):
+        self.key = _key(run, cfg)
+        self.dir = Path(tempfile.mkdtemp(prefix="ts-trainer-"))
+        self.log_path = self.dir / "trainer.log"
+        self.sock_path = self.dir / "sock"
+        self.lock = threading.Lock()
+        self.conn: socket.socket | None = None
+        self.file = None
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.sock_path))
+        listener.listen(1)
+        self.cmd = trainer_command(run, cfg, self.sock_path)
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("ACCELERATE_DISABLE_RICH", "1")
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
+        try:
+            self._accept(listener)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            listener.close()
+
+    # -- liveness --------------------------------------------------------------------------
+    def tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def _died(self, what: str) -> TrainerDied:
+        code = self.proc.poll()
+        state = f"exit {code}" if code is not None else "still running"
+        return TrainerDied(f"persistent trainer {what} ({state}):\n{self.tail()}\ncommand: {' '.join(self.cmd)}")
+
+    def _wait_readable(self, sock: socket.socket, deadline: float | None, what: str) -> None:
+        with selectors.DefaultSelector() as sel:
+            sel.register(sock, selectors.EVENT_READ)
+            while not sel.select(POLL_S):
+                if self.proc.poll() is not None:
+                    raise self._died(what)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._died(f"{what}: no answer within {START_TIMEOUT_S:.0f} s")
+
+    def _accept(self, listener: socket.socket) -> None:
+        self._wait_readable(listener, time.monotonic() + START_TIMEOUT_S, "did not start")
+        self.conn, _ = listener.accept()
+        self.file = self.conn.makefile("rwb")
+        hello = self._read("did not start")
+        if hello.get("op") != "hello":
+            raise self._died(f"sent {hello!r} instead of its hello")
+        self.world, self.worker_pid = hello["world"], hello["pid"]  # rank 0's pid
+
+    def _read(self, what: str) -> dict:
+        self._wait_readable(self.conn, None, what)
+        line = self.file.readline()
+        if not line:
+            raise self._died(what + ": its socket closed")
+        return json.loads(line)
+
+    # -- jobs ------------------------------------------------------------------------------
+    def alive(self) -> bool:
+        return self.proc.poll() is None and self.conn is not None
+
+    def update(self, run: RunDir, k: int, ref: Path | None) -> dict:
+        """θ_k + rollouts_k -> θ_{k+1} in the trainer; its metrics. TrainerDied / ValueError on failure."""
+        job = {
+            "op": "update",
+            "policy": str(run.policy(k)),
+            "rollouts": str(run.rollouts(k)),
+            "out_root": str(run.policy_root),
+            "step": k + 1,
+            "config": str(run.config_path),
+            "ref": str(ref) if ref is not None else None,
+        }
+        with self.lock:
+            try:
+                self.file.write(json.dumps(job).encode() + b"\n")
+                self.file.flush()
+            except OSError as e:
+                raise self._died(f"could not take the update of iteration {k} ({e})") from e
+            answer = self._read(f"died in the update of iteration {k}")
+        if answer.get("ok"):
+            return answer["metrics"]
+        msg = f"update of iteration {k} failed in the persistent trainer: {answer['type']}: {answer['error']}"
+        if answer["type"] in ("ValueError", "ConfigError", "DataError", "CheckpointError", "ModelError"):
+            raise ValueError(msg)  # a mistake the user can fix: one line (flows/cli/errors.py)
+        raise RuntimeError(f"{msg}\n{answer['traceback']}")
+
+    def close(self) -> None:
+        """Ask the trainer to stop, wait for it (then terminate, then kill), remove the socket's folder."""
+        if self.file is not None:
+            try:
+                self.file.write(b'{"op": "stop"}\n')
+                self.file.flush()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()  # accelerate's launcher stops its workers on SIGTERM
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.file, self.conn):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        self.file = self.conn = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _key(run: RunDir, cfg: RunConfig) -> tuple:
+    """What the launch fixes: the run, and the process count, precision and device of the launch."""
+    u = cfg.update
+    return (str(run.root.resolve()), u.num_processes, u.mixed_precision, cfg.device)
+
+
+_TRAINERS: dict[tuple, PersistentTrainer] = {}
+_LOCK = threading.Lock()
+_ATEXIT = False
+
+
+def trainer_for(run: RunDir, cfg: RunConfig) -> PersistentTrainer:
+    """This process's trainer for the run, launched if there is none (or the last one died)."""
+    global _ATEXIT
+    key = _key(run, cfg)
+    with _LOCK:
+        t = _TRAINERS.get(key)
+        if t is not None and t.alive():
+            return t
+        close_trainers()  # one at a time: a trainer of another run (or launch setting) holds memory
+        if not _ATEXIT:
+            atexit.register(close_trainers)
+            _ATEXIT = True
+        t = _TRAINERS[key] = PersistentTrainer(run, cfg)
+        return t
+
+
+def drop_trainer(t: PersistentTrainer) -> None:
+    """Forget a failed trainer (and stop what is left of it): the next update launches a fresh one."""
+    if _TRAINERS.get(t.key) is t:
+        del _TRAINERS[t.key]
+    t.close()
+
+
+def close_trainers() -> None:
+    """Stop every trainer of this process (the end of a run, or exit)."""
+    for t in list(_TRAINERS.values()):
+        t.close()
+    _TRAINERS.clear()
+
+
+def persistent_update(run: RunDir, cfg: RunConfig, k: int, ref: Path | None) -> dict:
+    """The update of iteration k in the run's persistent trainer; any failure drops the trainer."""
+    t = trainer_for(run, cfg)
+    try:
+        return t.update(run, k, ref)
+    except BaseException:
+        drop_trainer(t)
+        raise
