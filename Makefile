@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch first and pinned: the CPU wheel on disk; a bare `torch` requirement would pull CUDA.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,ray]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -30,6 +30,7 @@ from thinking_seeds.config.run_config import DEVICE_RE, RunConfig
 from thinking_seeds.config.sections import (
     AdvantageConfig,
     CheckpointConfig,
+    ClusterConfig,
     DataConfig,
     EvalConfig,
     LoraSettings,
@@ -49,6 +50,7 @@ __all__ = [
     "AdvantageConfig",
     "AlgorithmName",
     "CheckpointConfig",
+    "ClusterConfig",
     "ConfigError",
     "DataConfig",
     "EvalConfig",

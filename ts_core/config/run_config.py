@@ -13,6 +13,7 @@ from thinking_seeds.algorithms import AlgorithmName
 from thinking_seeds.config.sections import (
     AdvantageConfig,
     CheckpointConfig,
+    ClusterConfig,
     DataConfig,
     EvalConfig,
     LossConfig,
@@ -31,8 +32,16 @@ DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 # Keys left out of config_hash: `device` says where a run computes, not what (a run started on a CPU
 # may resume on a GPU), and keys added after runs existed hash only when set away from their default,
 # so those runs' stages stay complete.
-_HASH_ALWAYS_OUT = (("device",),)
-_HASH_OUT_AT_DEFAULT = {("update", "mixed_precision"): "no"}
+# Where generation and verification run (cluster, worker counts) is not what they compute either: the
+# shards and their seeds depend on rollout.batch_size only, so a run resumes on a Ray cluster or off it.
+_HASH_ALWAYS_OUT = (
+    ("device",),
+    ("cluster",),
+    ("rollout", "workers"),
+    ("rollout", "worker_gpus"),
+    ("reward", "workers"),
+)
+_HASH_OUT_AT_DEFAULT = {("update", "mixed_precision"): "no", ("rollout", "tensor_parallel_size"): 1}
 
 
 class RunConfig(_Section):
@@ -55,6 +64,10 @@ class RunConfig(_Section):
         description="Experiment trackers (verl's trainer.logger): every metric and "
         "the config; mlflow to <run>/mlruns and wandb offline unless MLFLOW_TRACKING_URI / WANDB_MODE say otherwise.",
     )
+    cluster: ClusterConfig = Field(
+        default_factory=ClusterConfig,
+        description="Where rollout and verification workers run (cluster=ray is short for {kind: ray}).",
+    )
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     pool: PoolConfig = PoolConfig()
@@ -70,6 +83,20 @@ class RunConfig(_Section):
     @classmethod
     def _reward_shorthand(cls, v: Any) -> Any:
         return {"backend": v} if isinstance(v, str) else v
+
+    @field_validator("cluster", mode="before")
+    @classmethod
+    def _cluster_shorthand(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _workers_need_a_cluster(self) -> RunConfig:
+        if self.cluster.kind == "local" and self.rollout.workers > 1:
+            raise ValueError(
+                f"rollout.workers={self.rollout.workers} needs cluster=ray (one engine per process on cluster=local); "
+                "set cluster=ray with cluster.address or RAY_ADDRESS, or rollout.workers=1"
+            )
+        return self
 
     @field_validator("device")
     @classmethod

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = [
     "AdvantageConfig",
     "CheckpointConfig",
+    "ClusterConfig",
     "DataConfig",
     "EvalConfig",
     "LoraSettings",
@@ -74,6 +75,13 @@ class RewardConfig(_Section):
         "right numbers with the wrong value); false: 1 for a full score, else 0.",
     )
     timeout_s: float = Field(5.0, gt=0.0, le=600.0, description="Per-response time limit; a slower one is 'timeout'.")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Verifier workers: processes of the local pool (cluster=local), or Ray actors that each hold "
+        "one verifier (cluster=ray). Verdicts do not depend on it.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -210,6 +218,22 @@ class RolloutConfig(_Section):
         "seeds_per_group / continuations_per_seed drafts are written per prompt); >1 lets advantage.baseline=same_seed "
         "judge a continuation against other continuations of the same seed.",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Rollout workers (cluster=ray: Ray actors, each holding an engine; cluster=local: must be 1). "
+        "Generation requests are cut into shards of rollout.batch_size, each with its own seed, so the samples "
+        "are the same with 1 worker or N.",
+    )
+    worker_gpus: float = Field(
+        0.0,
+        ge=0.0,
+        description="GPUs each Ray rollout worker reserves (0 on CPUs; rollout.tensor_parallel_size for vLLM on GPUs).",
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="vLLM: GPUs one engine shards its model over (tensor parallelism)."
+    )
 
     @model_validator(mode="after")
     def _seeds(self) -> RolloutConfig:
@@ -223,6 +247,31 @@ class RolloutConfig(_Section):
                 f"rollout.continuations_per_seed={self.continuations_per_seed}"
             )
         return self
+
+
+class ClusterConfig(_Section):
+    kind: Literal["local", "ray"] = Field(
+        "local",
+        description="Where generation and verification run: local (this process and its verifier pool) or ray "
+        "(rollout.workers / reward.workers Ray actors on a running cluster; needs the `ray` extra).",
+    )
+    address: str | None = Field(
+        None,
+        description="cluster=ray: the cluster's address HOST:PORT (as printed by `ray start --head`); "
+        "unset: the RAY_ADDRESS environment variable.",
+    )
+    shard_retries: int = Field(
+        3, ge=0, le=100, description="cluster=ray: times a shard is retried after its worker died."
+    )
+    worker_cpus: float = Field(
+        1.0,
+        gt=0.0,
+        description="cluster=ray: CPUs each rollout or verifier actor reserves (Ray's num_cpus; the actors of "
+        "rollout.workers + reward.workers must fit the cluster at once).",
+    )
+    start_timeout_s: float = Field(
+        600.0, gt=0.0, description="cluster=ray: how long the workers may take to start before the run stops."
+    )
 
 
 class AdvantageConfig(_Section):

@@ -305,7 +305,11 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_verifier(
-    backend: Backend = "math_verify", partial_credit: bool = True, fn: str | None = None, timeout_s: float = 5.0
+    backend: Backend = "math_verify",
+    partial_credit: bool = True,
+    fn: str | None = None,
+    timeout_s: float = 5.0,
+    workers: int = 1,
 ) -> Verifier:
     """The process-wide Verifier of `backend`, started once and reused by every stage.
 
@@ -314,10 +318,12 @@ def shared_verifier(
     closed when the process exits.
     """
     with _SHARED_LOCK:
-        key = (backend, partial_credit, fn, timeout_s)
+        key = (backend, partial_credit, fn, timeout_s, workers)
         v = _SHARED.get(key)
         if v is None:
-            v = _SHARED[key] = Verifier(backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s)
+            v = _SHARED[key] = Verifier(
+                backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s, workers=workers
+            )
             if len(_SHARED) == 1:
                 import atexit
 

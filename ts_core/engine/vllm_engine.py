@@ -156,6 +156,8 @@ class VLLMEngine:
                 generation_config="vllm",  # ignore the checkpoint's sampling defaults
                 load_format="safetensors",
                 trust_remote_code=False,
+                # GPUs one engine shards its model over (a Ray rollout worker reserves them: rollout.worker_gpus).
+                **({"tensor_parallel_size": tp} if (tp := getattr(rollout, "tensor_parallel_size", 1)) > 1 else {}),
             )
         finally:
             torch.set_num_threads = set_threads

@@ -4,6 +4,12 @@ trackers, and a timer (and a mean) for the stage's metrics.
 The engine is cached per process (`_ENGINES`): the stages of a Prefect flow run as tasks in one
 process, and loading the model once per stage would dominate a small run. Each stage only swaps
 the weights it needs into the cached engine (`Session.use_weights`).
+
+The seeds and continuation stages generate through `Session.generate`: their requests are cut into
+shards (engine/sharding.py) that this process's engine runs one after the other (cluster=local), or
+that rollout.workers Ray actors run (cluster=ray; engine/ray_workers.py): the same samples either way.
+With cluster=ray the verifier is reward.workers Ray actors too (data/ray_pool.py); the Ray pools are
+cached per process like the engine. Evaluation always samples with this process's engine.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from thinking_seeds.config import RunConfig, load_saved_config
 from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS
 from thinking_seeds.data.rewards import Verifier, shared_verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
-from thinking_seeds.engine.models import load_model
-from thinking_seeds.engine.rollout import HFEngine
+from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
+from thinking_seeds.engine.sharding import LocalRollout, build_engine, generate_sharded
 from thinking_seeds.store.checkpoints import CheckpointInfo, list_checkpoints
 from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.run_dir import RunDir
@@ -48,6 +54,29 @@ def mean(xs) -> float:
 
 _ENGINES: dict[tuple, object] = {}
 _TRACKERS: dict[str, object] = {}
+_RAY_POOLS: dict[str, tuple[tuple, object]] = {}  # "rollout" / "verify" -> (key, pool): one of each per process
+
+
+def close_ray_pools() -> None:
+    """Kill this process's Ray worker actors (they die with the driver anyway)."""
+    for _, pool in _RAY_POOLS.values():
+        pool.close()
+    _RAY_POOLS.clear()
+
+
+def _ray_pool(kind: str, key: tuple, make):
+    held = _RAY_POOLS.get(kind)
+    if held is not None and held[0] == key:
+        return held[1]
+    if held is not None:
+        held[1].close()
+    pool = make()
+    if not _RAY_POOLS:
+        import atexit
+
+        atexit.register(close_ray_pools)
+    _RAY_POOLS[kind] = (key, pool)
+    return pool
 
 
 def close_trackers() -> None:
@@ -102,24 +131,74 @@ class Session:
         return self._engine
 
     def _load_engine(self):
-        if self.cfg.rollout.engine == "vllm":
-            from thinking_seeds.engine.vllm_engine import VLLMEngine  # optional extra
-
-            return VLLMEngine(self.run.policy(0), self.cfg)
-        # On cfg.device, in bf16 whenever bf16 is in play (cfg.engine_dtype).
-        model, tok = load_model(self.run.policy(0), self.cfg.engine_dtype, device=self.cfg.device)
-        return HFEngine(model, tok, batch_size=self.cfg.rollout.batch_size)
+        return build_engine(self.run.policy(0), self.cfg)
 
     def use_weights(self, ckpt: Path, timer: Timer | None = None) -> None:
         eng = self.engine(timer)
         with (timer or Timer())("weight_swap"):
             eng.load_weights(ckpt)
 
+    def generate(
+        self,
+        checkpoint: Path,
+        contexts: list[list[int]],
+        params: SamplingParams,
+        max_new: list[int] | None = None,
+        timer: Timer | None = None,
+    ) -> list[Generation]:
+        """One sample per context under the weights at `checkpoint`, in order, shard by shard
+        (rollout.batch_size requests each, own seeds): on this process's engine, or on the Ray workers."""
+        t = timer or Timer()
+        if not contexts:
+            return []
+        if self.cfg.cluster.kind == "ray":
+            pool = self.rollout_pool()
+            before = dict(pool.worker_seconds)
+            out = generate_sharded(pool, checkpoint, contexts, params, max_new, self.cfg.rollout.batch_size, t)
+            for name, sec in pool.worker_seconds.items():  # the workers' own seconds, summed over workers
+                t.seconds[f"workers_{name}"] = t.seconds.get(f"workers_{name}", 0.0) + sec - before.get(name, 0.0)
+            return out
+        runner = LocalRollout(self.engine(t))
+        return generate_sharded(runner, checkpoint, contexts, params, max_new, self.cfg.rollout.batch_size, t)
+
+    def rollout_pool(self):
+        """This process's Ray rollout workers for this run (cluster=ray), started on first use."""
+        from thinking_seeds.data.ray_pool import connect
+        from thinking_seeds.engine.ray_workers import RayRolloutPool
+
+        c, r = self.cfg.cluster, self.cfg.rollout
+        ray = connect(c.address)
+        key = (str(self.run.root.resolve()), r.engine, self.cfg.engine_dtype, self.cfg.device, r.batch_size, r.workers)
+        key += (r.worker_gpus, r.tensor_parallel_size)
+        key += (c.worker_cpus, c.shard_retries)
+        return _ray_pool("rollout", key, lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers))
+
     @property
     def verifier(self) -> Verifier:
         # One pool per process, shared by every stage and session (see shared_verifier).
         r = self.cfg.reward
-        return shared_verifier(r.backend, r.partial_credit, r.fn, r.timeout_s)
+        if self.cfg.cluster.kind == "ray":
+            from thinking_seeds.data.ray_pool import RayVerifier, connect
+
+            ray = connect(self.cfg.cluster.address)
+            c = self.cfg.cluster
+            key = (r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers, c.worker_cpus, c.shard_retries)
+            return _ray_pool(
+                "verify",
+                key,
+                lambda: RayVerifier(
+                    ray,
+                    r.backend,
+                    r.partial_credit,
+                    r.fn,
+                    r.timeout_s,
+                    r.workers,
+                    c.shard_retries,
+                    c.worker_cpus,
+                    c.start_timeout_s,
+                ),
+            )
+        return shared_verifier(r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers)
 
     def label(self):
         """The task's solution label for diversity metrics (None: chain_sum's strategy share)."""

@@ -67,10 +67,9 @@ def continuation(s: Session, k: int) -> Manifest:
                 ctx.append(pids + list(prefix))
                 caps.append(max(0, T - len(prefix)))
                 gen_rows.append(len(rows) - 1)
-    s.use_weights(run.policy(k), t)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=stage_seed(cfg, k, "continuation"))
-    with t("generation"):
-        gens = s.engine(t).generate(ctx, params, max_new=caps) if ctx else []
+    # Sharded by rollout.batch_size: this process's engine, or the Ray rollout workers (Session.generate).
+    gens = s.generate(run.policy(k), ctx, params, max_new=caps, timer=t)
     for i, g in zip(gen_rows, gens, strict=True):
         r = rows[i]
         r.token_ids = r.token_ids + g.token_ids

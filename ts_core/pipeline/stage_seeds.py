@@ -77,7 +77,6 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
         by_source[step].append(i)
     drafts: dict[int, object] = {}
     for step, idx in sorted(by_source.items()):
-        s.use_weights(sources[step], t)
         ctx = [encode_prompt(tok, plan[i][0].chat()) for i in idx]
         params = SamplingParams(
             cfg.rollout.temperature,
@@ -85,9 +84,9 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
             cfg.rollout.max_new_tokens,
             seed=stage_seed(cfg, k, f"seeds/{step}"),
         )
-        with t("generation"):
-            for i, g in zip(idx, s.engine(t).generate(ctx, params), strict=True):
-                drafts[i] = g
+        # Sharded by rollout.batch_size: this process's engine, or the Ray rollout workers (Session.generate).
+        for i, g in zip(idx, s.generate(sources[step], ctx, params, timer=t), strict=True):
+            drafts[i] = g
     texts = [tok.decode(drafts[i].token_ids, skip_special_tokens=True) for i in range(len(plan))]
     with t("verification"):
         verdicts = s.verifier.score_batch(texts, [p for p, *_ in plan])

@@ -1,0 +1,190 @@
+"""cluster=ray (issue #14 item 2): rollout and verifier workers as Ray actors on a local cluster that
+this module starts (`ray start --head --num-cpus 2 --port <free>`, tests/helpers/ray_cluster.py) and stops.
+
+- 1 or 2 rollout workers write the same prefixes and rollouts, and train the same weights, as the
+  single-process run (cluster=local) of the same config: shards of rollout.batch_size requests with
+  their own seeds, whoever runs them;
+- a rollout worker and a verifier worker killed (SIGKILL) in the middle of a stage: Ray restarts them,
+  the stage retries their shard, and the results are those of the undisturbed run;
+- the driver killed (kill -9) in the seeds stage, under Prefect: the rerun resumes with the same results
+  (marked slow);
+- a user's mistake (no Ray, no address, nothing listening) is one ClusterError line, exit 2 in `ts`.
+
+The tiny run of tests/helpers/tiny with rollout.batch_size=8: the continuation stage's 32 requests are
+4 shards, so 2 workers really share a stage. With 2 rollout and 2 verifier actors on 2 CPUs, each
+actor reserves half a CPU (cluster.worker_cpus=0.5).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("ray")
+
+from tests.helpers import REPO  # noqa: E402
+from tests.helpers.ray_cluster import start_local_cluster  # noqa: E402
+from tests.helpers.resume import _assert_same_results, kill_and_resume  # noqa: E402
+from tests.helpers.tiny import MOVING, TINY_RUN_ID  # noqa: E402
+
+SHARDED = ["rollout.batch_size=8"]  # 4 shards per continuation stage: something to share
+
+
+def ray_overrides(address: str, workers: int) -> list[str]:
+    return [
+        "cluster.kind=ray",
+        f"cluster.address={address}",
+        "cluster.worker_cpus=0.5",
+        f"rollout.workers={workers}",
+        f"reward.workers={workers}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    cluster = start_local_cluster(env, num_cpus=2)
+    try:
+        yield cluster
+    finally:
+        from thinking_seeds.pipeline.session import close_ray_pools
+
+        close_ray_pools()
+        import ray
+
+        ray.shutdown()
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def sharded_reference(tmp_path_factory, tiny_overrides):
+    """The single-process run (cluster=local) of the sharded tiny config, run id `tiny`."""
+    from thinking_seeds.config import load_config
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.run_dir import RunDir
+
+    overrides = tiny_overrides + MOVING + SHARDED
+    run = train(RunDir.for_run(TINY_RUN_ID, tmp_path_factory.mktemp("ray-reference")), load_config("tiny", overrides))
+    return SimpleNamespace(run=run, overrides=overrides)
+
+
+def _train_on_ray(base, overrides):
+    from thinking_seeds.config import load_config
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.run_dir import RunDir
+
+    return train(RunDir.for_run(TINY_RUN_ID, base), load_config("tiny", overrides))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_give_the_single_process_samples_and_weights(workers, ray_cluster, sharded_reference, tmp_path):
+    from thinking_seeds.pipeline import session
+
+    run = _train_on_ray(tmp_path, sharded_reference.overrides + ray_overrides(ray_cluster.address, workers))
+    _assert_same_results(run, sharded_reference.run, 2)
+    rollout_pool = session._RAY_POOLS["rollout"][1]
+    assert len(rollout_pool.actors) == workers and len(session._RAY_POOLS["verify"][1].actors) == workers
+    assert len(set(rollout_pool.pids())) == workers  # distinct processes
+    m = run.read_manifest(1, "continuation")
+    assert m.seconds.get("workers_generation", 0) > 0  # the shards ran on the workers, not here
+
+
+def _killing(real, killed: list[int]):
+    """fan_out that SIGKILLs the actor it has just given the first item of its first call to."""
+
+    def fan_out(ray, actors, submit, items, retries=3, on_result=None):
+        if killed:
+            return real(ray, actors, submit, items, retries, on_result)
+
+        def submit_then_kill(actor, item):
+            pid = ray.get(actor.pid.remote())
+            ref = submit(actor, item)
+            if not killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            return ref
+
+        return real(ray, actors, submit_then_kill, items, retries, on_result)
+
+    return fan_out
+
+
+def test_killed_workers_are_restarted_and_their_shards_retried(ray_cluster, sharded_reference, tmp_path, monkeypatch):
+    """A rollout worker dies in the seeds stage of iteration 0, a verifier worker in its verification:
+    nothing is lost, nothing counted twice, the results are the undisturbed run's."""
+    from thinking_seeds.data import ray_pool
+    from thinking_seeds.engine import ray_workers
+    from thinking_seeds.pipeline import session
+
+    session.close_ray_pools()  # fresh workers: the kill hits this run's first shard
+    killed_rollout: list[int] = []
+    killed_verifier: list[int] = []
+    monkeypatch.setattr(ray_workers, "fan_out", _killing(ray_pool.fan_out, killed_rollout))
+    monkeypatch.setattr(ray_pool, "fan_out", _killing(ray_pool.fan_out, killed_verifier))
+    run = _train_on_ray(tmp_path, sharded_reference.overrides + ray_overrides(ray_cluster.address, 2))
+
+    assert killed_rollout and killed_verifier
+    rollout_pool, verifier = session._RAY_POOLS["rollout"][1], session._RAY_POOLS["verify"][1]
+    assert rollout_pool.retried >= 1 and verifier.retried >= 1
+    assert killed_rollout[0] not in rollout_pool.pids()  # Ray restarted the worker: a new process
+    _assert_same_results(run, sharded_reference.run, 2)
+
+
+@pytest.mark.slow
+def test_driver_killed_in_seeds_resumes_under_prefect(
+    ray_cluster, sharded_reference, runs_dir, subprocess_env, tmp_path
+):
+    """kill -9 of the Prefect flow's process (the Ray driver) in the seeds stage of iteration 1, on 2
+    workers: the rerun skips what was done and ends with the single-process run's results."""
+    ref = SimpleNamespace(
+        run=sharded_reference.run, overrides=sharded_reference.overrides + ray_overrides(ray_cluster.address, 2)
+    )
+    kill_and_resume("flow", "seeds:1", ref, runs_dir, subprocess_env, tmp_path)
+
+
+# ------------------------------------------------------------------ a user's mistakes: one line, exit 2
+def test_cluster_mistakes_are_one_clear_line(monkeypatch):
+    from thinking_seeds.data import ray_pool
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ray_pool.ClusterError, match="cluster.address=HOST:PORT or RAY_ADDRESS"):
+        ray_pool.cluster_address(None)
+    with pytest.raises(ray_pool.ClusterError, match="no Ray cluster answers at 127.0.0.1:1"):
+        ray_pool._check_reachable("127.0.0.1:1")
+    with pytest.raises(ray_pool.ClusterError, match="not HOST:PORT"):
+        ray_pool._check_reachable("nowhere")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(ray_pool.ClusterError, match=r"pip install 'thinking-seeds\[ray\]'"):
+        ray_pool.ray_module()
+
+
+def test_unreachable_cluster_exits_2_in_one_line(runs_dir, subprocess_env, tiny_overrides):
+    env = {**subprocess_env, "RAY_ADDRESS": "127.0.0.1:1"}
+    sets = [f"--set={o}" for o in tiny_overrides + ["cluster=ray"]]
+    p = subprocess.run(
+        [str(Path(sys.executable).parent / "ts"), "train", "--no-prefect", "--run-id", "ray-down", *sets],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no Ray cluster answers at 127.0.0.1:1" in lines[0], p.stderr
+
+
+def test_the_local_pipeline_never_imports_ray(subprocess_env):
+    code = (
+        "import sys\n"
+        "import thinking_seeds.pipeline.loop, thinking_seeds.pipeline.stages, thinking_seeds.pipeline.session\n"
+        "import thinking_seeds.flows.train\n"
+        "assert 'ray' not in sys.modules, 'importing the pipeline imported ray'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], env=subprocess_env, check=True, timeout=300)

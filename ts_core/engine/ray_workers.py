@@ -1,0 +1,90 @@
+"""Rollout workers on Ray (cluster=ray): actors that each hold an engine and run shards.
+
+Each `RolloutWorker` builds its engine (HF, or vLLM with rollout.tensor_parallel_size GPUs when
+rollout.worker_gpus reserves them) from the run's θ_0 and swaps weights *by checkpoint path*: every
+shard names the checkpoint it is sampled under and the worker loads it if it holds other weights
+(HFEngine/VLLMEngine.load_weights are no-ops for the weights already loaded). The path must therefore
+be readable on every node: the run directory lives on a filesystem shared by the machines (NFS, a
+cluster filesystem; docs/scaling.md measures the swap). A restarted worker (Ray reruns its
+constructor after a crash) loads the weights the next shard names: no state is lost with it.
+
+`RayRolloutPool.run` is the `ShardRunner` of engine/sharding.py: the shards fan out over the workers
+(data/ray_pool.fan_out: first free worker takes the next shard, a shard whose worker died is retried)
+and come back in order. Which worker ran a shard never changes what it sampled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from thinking_seeds.data.ray_pool import actor_options, fan_out, wait_started
+from thinking_seeds.engine.rollout import Generation
+from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine
+
+
+class RolloutWorker:
+    """One engine in one Ray actor (a process on some node of the cluster)."""
+
+    def __init__(self, initial_checkpoint: str, cfg) -> None:
+        import torch
+
+        # Ray sets OMP_NUM_THREADS to the actor's num_cpus; torch reads it only at import in a fresh process.
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        self.engine = build_engine(initial_checkpoint, cfg)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run_shard(self, checkpoint: str, shard: Shard) -> tuple[list[Generation], float, float]:
+        """The shard's generations under `checkpoint`, with the seconds spent swapping and generating."""
+        t0 = time.perf_counter()
+        self.engine.load_weights(checkpoint)
+        t1 = time.perf_counter()
+        gens = self.engine.generate(shard.contexts, shard.params, shard.max_new)
+        return gens, t1 - t0, time.perf_counter() - t1
+
+    def close(self) -> None:
+        if hasattr(self.engine, "close"):
+            self.engine.close()
+
+
+class RayRolloutPool:
+    """`workers` RolloutWorker actors on the connected cluster; `run` fans shards out over them."""
+
+    def __init__(self, ray, initial_checkpoint: str | Path, cfg, workers: int) -> None:
+        self.ray = ray
+        c = cfg.cluster
+        self.retries = c.shard_retries
+        opts = actor_options(
+            ray, num_cpus=c.worker_cpus, num_gpus=cfg.rollout.worker_gpus, restarts=max(1, self.retries)
+        )
+        cls = ray.remote(RolloutWorker).options(**opts)
+        self.actors = [cls.remote(str(initial_checkpoint), cfg) for _ in range(workers)]
+        self.retried = 0  # shards retried after their worker died (all calls)
+        self.worker_seconds: dict[str, float] = {}  # summed over workers: weight_swap, generation
+        try:
+            wait_started(ray, self.actors, "rollout workers", c.start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def pids(self) -> list[int]:
+        return self.ray.get([a.pid.remote() for a in self.actors])
+
+    def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
+        with timer("generation"):  # the fan-out's wall time; each worker's own swap/generation seconds below
+            outs, retried = fan_out(
+                self.ray, self.actors, lambda a, s: a.run_shard.remote(str(checkpoint), s), shards, self.retries
+            )
+        self.retried += retried
+        for _, swap_s, gen_s in outs:
+            self.worker_seconds["weight_swap"] = self.worker_seconds.get("weight_swap", 0.0) + swap_s
+            self.worker_seconds["generation"] = self.worker_seconds.get("generation", 0.0) + gen_s
+        return [gens for gens, _, _ in outs]
+
+    def close(self) -> None:
+        for a in self.actors:
+            self.ray.kill(a)
+        self.actors = []

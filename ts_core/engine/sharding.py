@@ -1,0 +1,129 @@
+"""Shards of a generation call: the unit that rollout workers run, and what makes 1 worker or N give
+the same samples.
+
+A stage's requests (token-id contexts, each with its token budget) are cut, in order, into shards of
+`rollout.batch_size` requests; shard i samples with its own seed (`shard_seed`). A shard is exactly one
+engine batch, so what a shard samples depends only on its own requests and seed, never on which worker
+runs it or what else that worker runs. The results are gathered back in request order.
+
+Shard 0 keeps the call's seed: a call that fits in one batch (every preset's seeds and continuation
+stages) samples exactly what the single-process engine sampled before shards existed. A call larger than
+one batch used to draw its later batches from one generator running on; they now start from their own
+seeds (the bytes of such runs' later batches differ from runs written before).
+
+`LocalRollout` runs the shards in this process, one after the other: the 1-worker case of the same logic.
+`thinking_seeds.engine.ray_workers.RayRolloutPool` runs them on Ray actors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from thinking_seeds.engine.rollout import Generation, SamplingParams
+
+TimerLike = Callable[[str], AbstractContextManager]
+
+
+def _no_timer(_: str) -> AbstractContextManager:
+    return nullcontext()
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Requests [start, start + len(contexts)) of a call, sampled with `params` (its own seed)."""
+
+    index: int
+    start: int
+    contexts: list[list[int]]
+    max_new: list[int]
+    params: SamplingParams
+
+
+def shard_seed(seed: int, index: int) -> int:
+    """The seed of shard `index` of a call seeded with `seed` (shard 0: the call's own seed)."""
+    if index == 0:
+        return seed
+    h = hashlib.blake2b(f"{seed}/shard/{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little")
+
+
+def make_shards(
+    contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None, shard_size: int
+) -> list[Shard]:
+    """Cut a call into shards of `shard_size` requests, in order; independent of the number of workers."""
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    limits = [params.max_new_tokens] * len(contexts) if max_new is None else list(max_new)
+    if len(limits) != len(contexts):
+        raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+    return [
+        Shard(
+            i,
+            start,
+            [list(c) for c in contexts[start : start + shard_size]],
+            limits[start : start + shard_size],
+            replace(params, seed=shard_seed(params.seed, i)),
+        )
+        for i, start in enumerate(range(0, len(contexts), shard_size))
+    ]
+
+
+class ShardRunner(Protocol):
+    def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
+        """The generations of every shard (same order), sampled under the weights at `checkpoint`."""
+        ...
+
+
+def generate_sharded(
+    runner: ShardRunner,
+    checkpoint: str | Path,
+    contexts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    max_new: Sequence[int] | None = None,
+    shard_size: int = 128,
+    timer: TimerLike = _no_timer,
+) -> list[Generation]:
+    """One continuation per context, in order, whoever runs the shards."""
+    if not contexts:
+        return []
+    shards = make_shards(contexts, params, max_new, shard_size)
+    results = runner.run(Path(checkpoint), shards, timer)
+    out: list[Generation] = []
+    for shard, gens in zip(shards, results, strict=True):
+        if len(gens) != len(shard.contexts):
+            raise RuntimeError(f"shard {shard.index} came back with {len(gens)} of {len(shard.contexts)} generations")
+        out.extend(gens)
+    return out
+
+
+class LocalRollout:
+    """The shards, one after the other, on this process's engine (cluster=local)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
+        with timer("weight_swap"):
+            self.engine.load_weights(checkpoint)
+        with timer("generation"):
+            return [self.engine.generate(s.contexts, s.params, s.max_new) for s in shards]
+
+
+def build_engine(initial_checkpoint: str | Path, cfg):
+    """The engine `cfg` asks for (a RunConfig: rollout.engine, engine dtype, device, batch size), built
+    from the run's θ_0: in the driver for cluster=local, in each Ray rollout worker otherwise."""
+    if cfg.rollout.engine == "vllm":
+        from thinking_seeds.engine.vllm_engine import VLLMEngine  # optional extra
+
+        return VLLMEngine(initial_checkpoint, cfg)
+    from thinking_seeds.engine.models import load_model
+    from thinking_seeds.engine.rollout import HFEngine
+
+    # On cfg.device, in bf16 whenever bf16 is in play (cfg.engine_dtype).
+    model, tok = load_model(initial_checkpoint, cfg.engine_dtype, device=cfg.device)
+    return HFEngine(model, tok, batch_size=cfg.rollout.batch_size)
