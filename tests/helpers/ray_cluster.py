@@ -130,3 +130,31 @@ def start_local_cluster(env: dict[str, str], num_cpus: int = 2) -> LocalCluster:
         cluster.stop()
         raise
     return cluster
+
+
+def join_local_node(cluster: LocalCluster, env: dict[str, str], num_cpus: int = 2) -> subprocess.Popen:
+    """A second node on this machine, joined with `ray start --address HEAD:P` (docs/scaling.md's command
+    for another machine), in the head's temp dir; `cluster.stop()` stops it too. Returns once the
+    cluster counts it."""
+    env = {**env, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    log = cluster.temp_dir / f"node{len(cluster.procs)}.log"
+    cmd = join_command(cluster.address, num_cpus) + ["--node-ip-address", "127.0.0.1", "--temp-dir"]
+    cmd += [str(cluster.temp_dir / "t"), "--dashboard-agent-listen-port", str(free_port()), "--block"]
+    proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    cluster.procs.append(proc)
+    cluster.logs.append(log)
+    return proc
+
+
+def stop_node(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 20)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("ray")
 
 from tests.helpers import REPO  # noqa: E402
-from tests.helpers.ray_cluster import start_local_cluster  # noqa: E402
+from tests.helpers.ray_cluster import join_local_node, start_local_cluster, stop_node  # noqa: E402
 from tests.helpers.resume import _assert_same_results, kill_and_resume  # noqa: E402
 from tests.helpers.tiny import MOVING, TINY_RUN_ID  # noqa: E402
 
@@ -46,11 +46,15 @@ def ray_overrides(address: str, workers: int) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    cluster = start_local_cluster(env, num_cpus=2)
+    return env
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    cluster = start_local_cluster(_env(), num_cpus=2)
     try:
         yield cluster
     finally:
@@ -135,6 +139,31 @@ def test_killed_workers_are_restarted_and_their_shards_retried(ray_cluster, shar
     assert rollout_pool.retried >= 1 and verifier.retried >= 1
     assert killed_rollout[0] not in rollout_pool.pids()  # Ray restarted the worker: a new process
     _assert_same_results(run, sharded_reference.run, 2)
+
+
+def test_two_nodes_share_the_shards(ray_cluster, sharded_reference, tmp_path):
+    """A second node joins with the documented `ray start --address HEAD:PORT`; one worker runs on each
+    node (Ray's SPREAD), and the results are still the single-process run's."""
+    import time
+
+    from thinking_seeds.data.ray_pool import connect
+    from thinking_seeds.pipeline import session
+
+    ray = connect(ray_cluster.address)
+    session.close_ray_pools()
+    node = join_local_node(ray_cluster, _env(), num_cpus=2)
+    try:
+        end = time.monotonic() + 120
+        while sum(n["Alive"] for n in ray.nodes()) < 2:
+            assert time.monotonic() < end, ray_cluster.log_tail()
+            time.sleep(1)
+        overrides = sharded_reference.overrides + ray_overrides(ray_cluster.address, 2) + ["cluster.worker_cpus=1.0"]
+        run = _train_on_ray(tmp_path, overrides)
+        assert len(set(session._RAY_POOLS["rollout"][1].nodes())) == 2
+        _assert_same_results(run, sharded_reference.run, 2)
+    finally:
+        session.close_ray_pools()
+        stop_node(node)
 
 
 @pytest.mark.slow

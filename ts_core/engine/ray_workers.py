@@ -37,6 +37,12 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        """The id of the Ray node (machine) this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def run_shard(self, checkpoint: str, shard: Shard) -> tuple[list[Generation], float, float]:
         """The shard's generations under `checkpoint`, with the seconds spent swapping and generating."""
         t0 = time.perf_counter()
@@ -72,6 +78,9 @@ class RayRolloutPool:
 
     def pids(self) -> list[int]:
         return self.ray.get([a.pid.remote() for a in self.actors])
+
+    def nodes(self) -> list[str]:
+        return self.ray.get([a.node.remote() for a in self.actors])
 
     def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
         with timer("generation"):  # the fan-out's wall time; each worker's own swap/generation seconds below
