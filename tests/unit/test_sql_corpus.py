@@ -225,6 +225,33 @@ def test_views_not_asked_for_are_not_opened(syn, tmp_path):
         connect("syn", tmp_path, views={"prefixes", "bogus"})
 
 
+def test_corpus_files_count_what_the_views_hold(runs, syn, tmp_path):
+    """corpus_files (row counts from the footers) agrees with count(*) over the views, per run,
+    view and iteration, for old and new prefix files; a damaged file is left out of both, named once."""
+    import shutil
+
+    for base in (runs, syn):
+        con = connect(None, base)
+        got = query(con, "SELECT run_id, view, iteration, rows FROM corpus_files ORDER BY ALL").rows
+        want = query(
+            con,
+            "SELECT run_id, 'prefixes' AS view, iteration, count(*) FROM prefixes GROUP BY ALL UNION ALL "
+            "SELECT run_id, 'rollouts', iteration, count(*) FROM rollouts GROUP BY ALL ORDER BY ALL",
+        ).rows
+        assert got == want and got
+        con.close()
+    shutil.copytree(syn / "syn", tmp_path / "syn")
+    (tmp_path / "syn" / "rollouts" / "iteration=1" / "rollouts.parquet").write_bytes(b"PAR1 not parquet")
+    damaged: list[str] = []
+    con = connect("syn", tmp_path, damaged=damaged)
+    assert len(damaged) == 1 and "iteration=1" in damaged[0]
+    n = query(con, "SELECT count(*) FROM rollouts").rows[0][0]
+    assert query(con, "SELECT sum(rows) FROM corpus_files WHERE view = 'rollouts'").rows[0][0] == n
+    summary = run_named(con, "runs").to_dicts()[0]
+    assert summary["rollouts"] == n and summary["prefixes"] == query(con, "SELECT count(*) FROM prefixes").rows[0][0]
+    con.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # diversity over the run's history
 # ---------------------------------------------------------------------------------------------

@@ -6,13 +6,16 @@
 
 Views (each exists even when a run has no such data yet, empty with the contract's columns):
 
-    prefixes     the prefix corpus (thinking_seeds.store.schemas.PREFIX_FILE_SCHEMA: PREFIX_SCHEMA +
-                 prefix_len = len(prefix_token_ids), stored since it exists, computed for older files)
+    prefixes     the prefix corpus (thinking_seeds.store.schemas.PREFIX_FILE_SCHEMA: PREFIX_SCHEMA + the
+                 derived prefix_len, prefix_ngram_count, prefix_ngrams; stored since they exist,
+                 computed for older files)
     rollouts     verified rollouts (ROLLOUT_SCHEMA), rollouts/iteration=K/rollouts.parquet
     metrics      long format: run_id, iteration, stage, name, value. Stage metrics of iteration k
                  are labelled k; evaluate metrics are labelled with the policy step (θ_{k+1} -> k+1).
     checkpoints  the historical pool's snapshots: run_id, step, created_at, param_count, path
     configs      one row per run: run_id, algorithm, iterations, seed, model_path, created_at, config_json
+    corpus_files one row per prefixes/rollouts Parquet file: run_id, view, iteration, rows, bytes
+                 (from the footers: row counts without scanning the rows)
 
 Read-only, enforced twice, by structure rather than by keywords:
 
@@ -149,6 +152,7 @@ def connect(
     except BaseException:
         con.close()
         raise
+    notes = list(dict.fromkeys(notes))  # a file behind two views (prefixes, corpus_files) is named once
     if damaged is not None:
         damaged.extend(notes)
     else:

@@ -183,8 +183,9 @@ m AS (
            max(value) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS best_accuracy
     FROM metrics GROUP BY run_id
 ),
-p AS (SELECT run_id, count(*) AS prefixes FROM prefixes GROUP BY run_id),
-r AS (SELECT run_id, count(*) AS rollouts FROM rollouts GROUP BY run_id),
+-- row counts from the files' footers (corpus_files), not by scanning 10M rows of the corpus
+p AS (SELECT run_id, CAST(sum(rows) AS BIGINT) AS prefixes FROM corpus_files WHERE view = 'prefixes' GROUP BY run_id),
+r AS (SELECT run_id, CAST(sum(rows) AS BIGINT) AS rollouts FROM corpus_files WHERE view = 'rollouts' GROUP BY run_id),
 c AS (SELECT run_id, count(*) AS pool_checkpoints FROM checkpoints GROUP BY run_id)
 SELECT ids.run_id, configs.algorithm, configs.iterations,
        coalesce(m.iterations_done, 0) AS iterations_done,

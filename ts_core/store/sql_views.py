@@ -45,6 +45,7 @@ from thinking_seeds.store.schemas import (
 __all__ = [
     "CHECKPOINTS_SCHEMA",
     "CONFIGS_SCHEMA",
+    "CORPUS_FILES_SCHEMA",
     "METRICS_SCHEMA",
     "VIEWS",
     "list_runs",
@@ -81,6 +82,18 @@ CONFIGS_SCHEMA = pa.schema(
         pa.field("model_path", pa.string()),
         pa.field("created_at", pa.timestamp("s", tz="UTC")),
         pa.field("config_json", pa.string()),
+    ]
+)
+
+# One row per Parquet file of the corpus (prefixes and rollouts), from the file footers: what a
+# query needs to count rows per run or iteration without scanning 10M rows (the `runs` query).
+CORPUS_FILES_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("view", pa.string()),  # prefixes | rollouts
+        pa.field("iteration", pa.int64()),
+        pa.field("rows", pa.int64()),
+        pa.field("bytes", pa.int64()),
     ]
 )
 
@@ -129,10 +142,12 @@ def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
     return False
 
 
-def _readable(f: Path, contract: pa.Schema) -> pa.Schema:
-    """The file's schema, or DataError (one line: which file, what is wrong, how to fix)."""
+def _readable(f: Path, contract: pa.Schema) -> tuple[pa.Schema, int]:
+    """The file's schema and row count (from its footer), or DataError (one line: which file, what
+    is wrong, how to fix)."""
     try:
-        file_schema = pq.read_schema(f)
+        meta = pq.read_metadata(f)
+        file_schema = meta.schema.to_arrow_schema()
     except (OSError, pa.ArrowInvalid) as e:
         raise DataError(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {_fix(f)}") from None
     for fld in file_schema:
@@ -141,7 +156,7 @@ def _readable(f: Path, contract: pa.Schema) -> pa.Schema:
                 f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected {contract.field(fld.name).type}: "
                 f"{_fix(f)}"
             )
-    return file_schema
+    return file_schema, meta.num_rows
 
 
 def _fix(f: Path) -> str:
@@ -152,13 +167,32 @@ def _fix(f: Path) -> str:
 
 def _readable_files(files: list[Path], contract: pa.Schema, damaged: list[str]) -> list[tuple[Path, pa.Schema]]:
     """(file, its schema) of each readable file; each one that is not is reported in `damaged`."""
+    return [(f, schema) for f, schema, _ in _footers(files, contract, damaged)]
+
+
+def _footers(files: list[Path], contract: pa.Schema, damaged: list[str]) -> list[tuple[Path, pa.Schema, int]]:
+    """(file, its schema, its rows) of each readable file; each one that is not is reported in `damaged`."""
     out = []
     for f in files:
         try:
-            out.append((f, _readable(f, contract)))
+            out.append((f, *_readable(f, contract)))
         except DataError as e:
             damaged.append(str(e))
     return out
+
+
+def _corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
+    """The corpus_files view: each readable prefixes/rollouts file with its rows (footer) and size."""
+    rows = []
+    for view in ("prefixes", "rollouts"):
+        pattern, contract = _PARQUET_VIEWS[view]
+        files = sorted((f for run in runs for f in run.glob(pattern)), key=_file_order)
+        for f, _, n in _footers(files, PREFIX_FILE_SCHEMA if view == "prefixes" else contract, damaged):
+            run = f.parents[2] if view == "rollouts" else f.parents[3]
+            rows.append(
+                {"run_id": run.name, "view": view, "iteration": _iteration_of(f), "rows": n, "bytes": f.stat().st_size}
+            )
+    return pa.Table.from_pylist(rows, schema=CORPUS_FILES_SCHEMA)
 
 
 def _dataset(files: list[tuple[Path, pa.Schema]], contract: pa.Schema) -> pads.Dataset:
@@ -311,7 +345,7 @@ def _part_first(f: Path) -> int:
         return -1
 
 
-VIEWS: tuple[str, ...] = ("prefixes", "rollouts", "metrics", "checkpoints", "configs")
+VIEWS: tuple[str, ...] = ("prefixes", "rollouts", "metrics", "checkpoints", "configs", "corpus_files")
 
 
 def register_views(
@@ -335,7 +369,8 @@ def register_views(
             continue
         con.register(f"_ts_{view}", _dataset(_readable_files(files, contract, damaged), contract))
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
-    for view, build in (("checkpoints", _checkpoints), ("configs", _configs)):
+    tables = {"checkpoints": _checkpoints, "configs": _configs, "corpus_files": lambda r: _corpus_files(r, damaged)}
+    for view, build in tables.items():
         if view in wanted:
             con.register(f"_ts_{view}", build(runs))
             con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
@@ -347,4 +382,5 @@ def view_columns() -> dict[str, list[str]]:
     out["prefixes"] = list(PREFIX_FILE_SCHEMA.names)
     out["checkpoints"] = list(CHECKPOINTS_SCHEMA.names)
     out["configs"] = list(CONFIGS_SCHEMA.names)
+    out["corpus_files"] = list(CORPUS_FILES_SCHEMA.names)
     return out
