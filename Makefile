@@ -118,3 +118,29 @@ device-check-cpu: install
 	PYTHON=$(BIN)/python bash scripts/device_check.sh --cpu-only
 
 .PHONY: device-wheels device-check-cpu
+
+# ---- the TRL peer (issue #12 item 5: bench/peer_trl.py) ----------------------------------------
+# Own venv, never the project's: torch pinned first (the CPU wheel on disk, as for .venv), then TRL
+# with transformers and math-verify at the versions .venv has, so the two sides run the same model code.
+# bench/_trl_driver.py runs in it; our package is not installed there (prompts come in as JSON).
+TRL_VENV ?= .venv-trl
+TRL_VERSION ?= 1.16.0
+
+# torch==2.13.0+cpu comes from the wheel on disk (pip's find-links); elsewhere set
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu. Needs the project's venv only to read its pins.
+TORCH_INDEX ?=
+TRL_PIP = $(TRL_VENV)/bin/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+
+$(TRL_VENV)/.installed: | $(BIN)/python
+	$(PY) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install -q --upgrade pip
+	$(TRL_PIP) torch==2.13.0
+	$(TRL_PIP) trl==$(TRL_VERSION) $(call PINS,transformers accelerate math-verify) torch==2.13.0
+	touch $@
+
+trl-venv: $(TRL_VENV)/.installed
+
+bench-trl: trl-venv
+	$(BIN)/python bench/peer_trl.py
+
+.PHONY: trl-venv bench-trl
