@@ -135,3 +135,91 @@ def test_the_runs_owner_leaves_a_compaction_in_progress_alone(tmp_path):
     killed_stage = run.root / "metrics" / "iteration=3" / ".update.parquet.abc123.tmp"
     killed_stage.write_bytes(b"half")
     assert run.stale_temps() == [killed_stage]
+
+
+# ---------------------------------------------------------------------------------------------
+# ngram_counts: the prefix corpus's 3-grams, deduplicated per (iteration, source age, length bucket)
+# ---------------------------------------------------------------------------------------------
+
+TEXTS = ["b 8+3=11,11-4=7", "a 5-2=3", "héllo→wörld", "", "ab", "abcab", "19+12=31,31-7=24"]
+
+
+def _with_prefixes(base, run_id="p", old=frozenset({0, 1, 2, 13})) -> RunDir:
+    """_run plus a prefix file per iteration (iterations in `old` in the format from before the
+    derived columns), texts repeating so that a part has 3-grams to deduplicate."""
+    import pyarrow as pa
+
+    from thinking_seeds.store.parquet_io import write_table_atomic
+    from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA, PREFIX_SCHEMA, with_derived_prefix_columns
+
+    run = _run(base, run_id)
+    for k in range(ITERATIONS):
+        rows = []
+        for j in range(9):
+            text = TEXTS[(k + j) % len(TEXTS)]
+            step = [0, max(0, k - 3), max(0, k - 1)][j % 3]
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "iteration": k,
+                    "prompt_id": f"p{j % 4}",
+                    "seed_id": f"{k}-{j}",
+                    "source_step": step,
+                    "source_age": k - step,
+                    "prefix_ratio": 0.5,
+                    "prefix_token_ids": list(range(len(text) // 2 + j)),
+                    "behaviour_logprobs": [-0.5] * (len(text) // 2 + j),
+                    "prefix_text": text,
+                    "draft_len": 40,
+                    "draft_reward": None,
+                }
+            )
+        t = pa.Table.from_pylist(rows, schema=PREFIX_SCHEMA)
+        if k in old:
+            write_table_atomic(t, run.prefixes(k), schema=PREFIX_SCHEMA)
+        else:
+            write_table_atomic(with_derived_prefix_columns(t), run.prefixes(k), schema=PREFIX_FILE_SCHEMA)
+    return run
+
+
+DIVERSITY = ("prefix_diversity", "prefix_diversity_history")
+BY_KEY = "SELECT iteration, source_age, len_lo, ngram, sum(prefixes) FROM ngram_counts GROUP BY ALL ORDER BY ALL"
+
+
+def _named(base, run_id="p"):
+    con = connect(run_id, base)
+    try:
+        return [run_named(con, n).rows for n in DIVERSITY] + [query(con, BY_KEY).rows]
+    finally:
+        con.close()
+
+
+def test_ngram_parts_count_what_the_prefixes_hold(tmp_path):
+    run = _with_prefixes(tmp_path)
+    before_files = snapshot_files(run.root)
+    want = _named(tmp_path)
+    written = compact(run.root)
+    ngram_parts = parts(run.root, "ngram_counts")
+    assert [p.first for p in ngram_parts] == [0, 10] and all(p.fresh(run.root) for p in ngram_parts)
+    assert {p.path for p in ngram_parts} <= set(written)
+    assert {k: v for k, v in snapshot_files(run.root).items() if not k.startswith(COMPACTED)} == before_files
+    assert _named(tmp_path) == want  # parts (old and new prefix files inside) read as the files do
+    con = connect("p", tmp_path)
+    stored = query(con, "SELECT count(*) FROM ngram_counts WHERE iteration < 20").rows[0][0]
+    raw = query(con, "SELECT sum(len(prefix_ngrams)) FROM prefixes WHERE iteration < 20").rows[0][0]
+    con.close()
+    assert stored < raw  # deduplicated: fewer rows than the prefixes' 3-grams
+    # a seeds stage redone: its new file is read as it is, the stale part no longer stands for it
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(run.prefixes(4))
+    pq.write_table(t.slice(0, 3), run.prefixes(4))
+    now = _named(tmp_path)
+    assert now != want and not parts(run.root, "ngram_counts")[0].fresh(run.root)
+    shutil_copy = tmp_path / "fresh"
+    import shutil
+
+    shutil.copytree(run.root, shutil_copy / "p", ignore=shutil.ignore_patterns(COMPACTED))
+    assert now == _named(shutil_copy)  # what the files say, with no part at all
+    compact(run.root)
+    assert _named(tmp_path) == now

@@ -1,16 +1,25 @@
-"""Compaction of a run's many small Parquet files into a few large copies, for `ts sql`.
+"""Compaction of a run's many small Parquet files into a few large parts, for `ts sql`.
 
-Every iteration writes one small metrics file per stage (`metrics/iteration=K/<stage>.parquet`), so
-a run of 2,442 iterations has ~10,000 of them, and opening each one (its footer when the view is
-built, again when a query scans it) is most of what a query over metrics costs there
-(BENCHMARKS.md, "SQL over the prefix corpus"). `compact(run_dir)` copies the files of every
-finished block of BLOCK iterations into one part:
+Two kinds of part (PATTERNS), each made from the files of a finished block of BLOCK iterations:
+
+- metrics: every iteration writes one small metrics file per stage (`metrics/iteration=K/<stage>.parquet`),
+  so a run of 2,442 iterations has ~10,000 of them, and opening each one (its footer when the view
+  is built, again when a query scans it) is most of what a query over metrics costs there. The
+  part is a copy of them, in one table.
+- ngram_counts: the diversity queries count distinct 3-grams over every prefix of the corpus
+  (164M 3-gram codes on 10M prefixes: 8-13 s of CPU per breakdown on 2 cores, BENCHMARKS.md). The
+  part holds each distinct (iteration, source age, length bucket, 3-gram) of the block's prefix
+  files once, with its count (schemas.NGRAM_COUNTS_SCHEMA): 4.7x fewer rows, and every breakdown
+  the queries make (by age, by length, by iteration, all) is still exact.
+
+`compact(run_dir)` writes them as
 
     runs/<id>/compacted/metrics/iterations=000000-000099.parquet
+    runs/<id>/compacted/ngram_counts/iterations=000000-000099.parquet
 
 The originals are never changed, moved or deleted: the stages, resume (manifests hash them), `ts
 check`, retention and the archive keep working on them, and a stage running now can never see a
-file of its own touched. A part records in its Parquet metadata the files it copies (path relative
+file of its own touched. A part records in its Parquet metadata the files it is made from (path relative
 to the run, size, mtime_ns); `ts sql` (store/sql_views.py) reads a part instead of its files only
 while every one of them is unchanged, and reads any file no valid part lists (a later `ts eval`, a
 stage that was redone) as it is. So a stale part costs time, never correctness.
@@ -21,10 +30,10 @@ more but a later `ts eval --step`, which adds its own file (read beside the part
 compaction rewrites the part). Each part is written atomically; an interrupted compaction leaves
 whole parts only, and running it again writes what is missing or stale: it is resumable.
 
-Costs: the copies (metrics: ~1/10 of the originals' bytes, Parquet being mostly per-file overhead at
-this size). Prefixes and rollouts are not compacted: their files are one per iteration and large,
-their per-file cost is a few percent of a query over them, and a copy would double the corpus on
-disk (BENCHMARKS.md has the measurements).
+Costs: metrics parts ~1/10 of the originals' bytes (Parquet being mostly per-file overhead at this
+size); ngram_counts parts ~1/8 of the prefix files' bytes. Prefixes and rollouts themselves are not
+copied: their files are one per iteration and large, their per-file cost is a few percent of a
+query over them, and a copy would double the corpus on disk.
 """
 
 from __future__ import annotations
@@ -38,13 +47,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thinking_seeds.store.parquet_io import write_table_atomic
+from thinking_seeds.store.schemas import (
+    NGRAM_COUNTS_SCHEMA,
+    PREFIX_SCHEMA,
+    ngram_counts_sql,
+    with_derived_prefix_columns,
+)
 
 __all__ = ["BLOCK", "COMPACTED", "PATTERNS", "Part", "compact", "parts"]
 
 BLOCK = 100  # iterations per part
 COMPACTED = "compacted"  # the folder under the run directory
-# The views whose files are compacted, and what those files are (as in store/sql_views.py).
-PATTERNS = {"metrics": "metrics/iteration={k}/*.parquet"}
+# What is compacted: {kind: the files of one iteration it is made from (as in store/sql_views.py)}.
+#   metrics       the files themselves, copied into one table
+#   ngram_counts  the prefix corpus's distinct (iteration, source age, length bucket, 3-gram) with the
+#                 number of prefixes holding each (schemas.NGRAM_COUNTS_SCHEMA): what the diversity
+#                 queries count, 4.7x fewer rows than the corpus's 3-grams
+PATTERNS = {
+    "metrics": "metrics/iteration={k}/*.parquet",
+    "ngram_counts": "corpus/prefixes/iteration={k}/prefixes.parquet",
+}
 _SOURCES_KEY = b"thinking_seeds.compacted_from"
 
 
@@ -110,7 +132,35 @@ def _finished_blocks(run_dir: Path) -> list[int]:
     return [first for first in range(0, done - BLOCK + 1, BLOCK)]
 
 
-def compact(run_dir: Path, views: tuple[str, ...] = ("metrics",)) -> list[Path]:
+def _copied(files: list[Path]) -> pa.Table:
+    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+
+
+def _ngram_counts(files: list[Path]) -> pa.Table:
+    """NGRAM_COUNTS_SCHEMA's rows of these prefix files (old files get their 3-gram codes computed)."""
+    import duckdb
+
+    tables = []
+    for f in files:
+        t = pq.read_table(f)
+        if "prefix_ngrams" not in t.column_names:  # written before the derived columns existed
+            t = with_derived_prefix_columns(t.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
+        tables.append(t.select(["run_id", "iteration", "source_age", "prefix_len", "prefix_ngrams"]))
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET threads = 1")  # beside a training run: one core, like the stages
+        con.register("src", pa.concat_tables(tables))
+        return (
+            con.sql(f"{ngram_counts_sql('src', dedupe=True)} ORDER BY ALL").to_arrow_table().cast(NGRAM_COUNTS_SCHEMA)
+        )
+    finally:
+        con.close()
+
+
+_BUILD = {"metrics": _copied, "ngram_counts": _ngram_counts}
+
+
+def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS)) -> list[Path]:
     """Write the missing or stale parts of `views` for the finished blocks of the run at `run_dir`;
     returns the parts written (none when everything is up to date)."""
     run_dir = Path(run_dir)
@@ -130,9 +180,8 @@ def compact(run_dir: Path, views: tuple[str, ...] = ("metrics",)) -> list[Path]:
             if old is not None and old.sources == sources:
                 continue  # up to date
             try:
-                tables = [pq.read_table(f) for f in files]
-                table = pa.concat_tables(tables, promote_options="permissive")
-            except (OSError, pa.ArrowException):
+                table = _BUILD[view](files)
+            except (OSError, pa.ArrowException, KeyError):
                 continue  # a damaged file: `ts check` reports it, `ts sql` leaves it out; no part for now
             meta = dict(table.schema.metadata or {})
             meta[_SOURCES_KEY] = json.dumps(sources, sort_keys=True).encode()

@@ -14,14 +14,18 @@ import pyarrow as pa
 __all__ = [
     "DATASET_OPTIONAL_COLUMNS",
     "DATASET_SCHEMA",
+    "DERIVED_PREFIX_SQL",
     "NGRAM",
+    "NGRAM_COUNTS_SCHEMA",
     "PER_PROMPT_SCHEMA",
     "PREFIX_DERIVED_FIELDS",
     "PREFIX_FILE_SCHEMA",
     "PREFIX_SCHEMA",
     "ROLLOUT_KINDS",
     "ROLLOUT_SCHEMA",
+    "len_bucket_sql",
     "ngram_codes",
+    "ngram_counts_sql",
     "with_derived_prefix_columns",
 ]
 
@@ -116,6 +120,56 @@ def ngram_codes(text: str) -> list[int]:
     return sorted(
         {(cps[i] << 2 * _CODE_BITS) | (cps[i + 1] << _CODE_BITS) | cps[i + 2] for i in range(len(cps) - NGRAM + 1)}
     )
+
+
+# The SQL twins of with_derived_prefix_columns, over PREFIX_SCHEMA's columns: `ts sql` computes the
+# derived columns of files written before they existed with these (tests check they agree).
+DERIVED_PREFIX_SQL = {
+    "prefix_len": "CAST(len(prefix_token_ids) AS INTEGER)",
+    "prefix_ngram_count": f"CAST(greatest(length(prefix_text) - {NGRAM - 1}, 0) AS INTEGER)",
+    "prefix_ngrams": (  # ngram_codes(prefix_text); string positions are 1-based
+        "list_sort(list_distinct(list_transform(range(1, length(prefix_text) - 1), lambda i: "
+        "(CAST(unicode(prefix_text[i]) AS BIGINT) << 42) | (CAST(unicode(prefix_text[i + 1]) AS BIGINT) << 21) "
+        "| unicode(prefix_text[i + 2]))))"
+    ),
+}
+assert NGRAM == 3 and _CODE_BITS == 21  # the prefix_ngrams SQL spells out three characters of 21 bits
+
+
+def len_bucket_sql(col: str) -> str:
+    """Prefix length bucket (tokens) in SQL: 0, 1, 2-3, 4-7, 8-15, ... (powers of two), as the bucket's
+    lower bound. log2(L + 0.5) never lands on an integer, so floor is exact."""
+    return f"CASE WHEN {col} <= 0 THEN 0 ELSE CAST(pow(2, floor(log2({col} + 0.5))) AS BIGINT) END"
+
+
+# The view ngram_counts (store/sql_views.py) and the compacted parts it reads (store/compaction.py):
+# the 3-grams of the prefix corpus by (run, iteration, source age, length bucket), each row a 3-gram
+# code and how many prefixes of that key hold it. A part stores each key's 3-grams once (4.7x fewer
+# rows than the corpus's 3-grams on the benchmark corpus); rows the view reads from prefix files not
+# compacted yet are one per prefix and 3-gram (prefixes = 1), so a key's 3-gram may appear in
+# several rows: count(DISTINCT ngram) and sum(prefixes) are what to take from it.
+NGRAM_COUNTS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("iteration", pa.int64()),
+        pa.field("source_age", pa.int64()),
+        pa.field("len_lo", pa.int64()),  # len_bucket_sql(prefix_len)
+        pa.field("ngram", pa.int64()),  # ngram_codes()
+        pa.field("prefixes", pa.int64()),
+    ]
+)
+
+
+def ngram_counts_sql(src: str, dedupe: bool) -> str:
+    """SQL of NGRAM_COUNTS_SCHEMA's rows from `src`, a relation with the prefixes view's columns:
+    each key's 3-grams once (`dedupe`, for a compacted part) or one row per prefix and 3-gram."""
+    rows = (
+        f"SELECT run_id, iteration, source_age, {len_bucket_sql('prefix_len')} AS len_lo, "
+        f"unnest(prefix_ngrams) AS ngram FROM {src}"
+    )
+    if dedupe:
+        return f"SELECT *, count(*) AS prefixes FROM ({rows}) GROUP BY ALL"
+    return f"SELECT *, CAST(1 AS BIGINT) AS prefixes FROM ({rows})"
 
 
 def with_derived_prefix_columns(table: pa.Table) -> pa.Table:

@@ -7,28 +7,28 @@ making them fast on large corpora is a matter of this text and of how the views 
 
 from __future__ import annotations
 
+from thinking_seeds.store.schemas import len_bucket_sql
+
 __all__ = ["NAMED_QUERIES"]
 
 
-# Prefix length bucket (tokens): 0, 1, 2-3, 4-7, 8-15, ... (powers of two); lo is the bucket's
-# lower bound, used for ordering. log2(L + 0.5) never lands on an integer, so floor is exact.
-def _len_lo(col: str) -> str:
-    return f"CASE WHEN {col} <= 0 THEN 0 ELSE CAST(pow(2, floor(log2({col} + 0.5))) AS BIGINT) END"
+_len_lo = len_bucket_sql  # prefix length bucket (tokens): 0, 1, 2-3, 4-7, ... (its lower bound)
 
 
 def _len_label(lo: str) -> str:
     return f"CASE WHEN {lo} <= 1 THEN CAST({lo} AS VARCHAR) ELSE {lo} || '-' || (2 * {lo} - 1) END"
 
 
-# The diversity queries count distinct character 3-grams over millions of prefixes. The seeds stage
-# stores each prefix's distinct 3-grams as integer codes (prefix_ngrams, schemas.ngram_codes) and
-# their number with repeats (prefix_ngram_count), so a query unnests integers instead of cutting
-# and hashing every 3-gram string again (2.7x less CPU), and one scan feeds both breakdowns through
-# GROUPING SETS: the largest hash table is (source age, 3-gram), 375K entries on 1M prefixes.
+# The diversity queries count distinct character 3-grams over millions of prefixes. They count
+# over the view ngram_counts: (run, iteration, source age, length bucket, 3-gram code) rows, which
+# store/compaction.py stores deduplicated for finished iterations (4.7x fewer rows than the corpus's
+# 3-grams) and the view reads from the prefixes' stored 3-gram codes for the rest; one scan of it
+# feeds both breakdowns through GROUPING SETS. The prefix counts and lengths come from the prefixes'
+# scalar columns.
 # BENCHMARKS.md, "SQL over the prefix corpus", has the measurements behind each choice.
 _PREFIX_DIVERSITY = f"""
 WITH p AS (
-    SELECT run_id, source_age, prefix_len AS L, {_len_lo("prefix_len")} AS len_lo, prefix_ngram_count, prefix_ngrams
+    SELECT run_id, source_age, prefix_len AS L, {_len_lo("prefix_len")} AS len_lo, prefix_ngram_count
     FROM prefixes
 ),
 pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3 = all (GROUPING's bit mask)
@@ -37,14 +37,13 @@ pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3 = al
     FROM p GROUP BY GROUPING SETS ((run_id, source_age), (run_id, len_lo), (run_id))
 ),
 d AS (  -- each (run, source age, 3-gram) and (run, length bucket, 3-gram) once, from one scan
-    SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key, g
-    FROM (SELECT run_id, source_age, len_lo, unnest(prefix_ngrams) AS g FROM p)
-    GROUP BY GROUPING SETS ((run_id, source_age, g), (run_id, len_lo, g))
+    SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key, ngram
+    FROM ngram_counts GROUP BY GROUPING SETS ((run_id, source_age, ngram), (run_id, len_lo, ngram))
 ),
 gc AS (
     SELECT run_id, gid, key, count(*) AS distinct_ngrams FROM d GROUP BY ALL
     UNION ALL
-    SELECT run_id, 3, NULL, count(DISTINCT g) FROM d WHERE gid = 2 GROUP BY ALL
+    SELECT run_id, 3, NULL, count(DISTINCT ngram) FROM d WHERE gid = 2 GROUP BY ALL
 )
 SELECT pc.run_id, CASE pc.gid WHEN 1 THEN 'source_age' WHEN 2 THEN 'prefix_len' ELSE 'all' END AS breakdown,
        CASE pc.gid WHEN 3 THEN 'all'
@@ -63,10 +62,7 @@ WITH pc AS (
            CAST(sum(prefix_ngram_count) AS BIGINT) AS ngrams
     FROM prefixes GROUP BY ALL
 ),
-gc AS (
-    SELECT run_id, iteration, count(*) AS distinct_ngrams
-    FROM (SELECT DISTINCT run_id, iteration, unnest(prefix_ngrams) AS g FROM prefixes) GROUP BY ALL
-)
+gc AS (SELECT run_id, iteration, count(DISTINCT ngram) AS distinct_ngrams FROM ngram_counts GROUP BY ALL)
 SELECT pc.run_id, pc.iteration, pc.prefixes, pc.mean_prefix_len, pc.mean_source_age, pc.ngrams,
        coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams, gc.distinct_ngrams / nullif(pc.ngrams, 0) AS distinct_ratio
 FROM pc LEFT JOIN gc USING (run_id, iteration)

@@ -35,11 +35,13 @@ from thinking_seeds.store.compaction import parts as compacted_parts
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import runs_root
 from thinking_seeds.store.schemas import (
-    NGRAM,
+    DERIVED_PREFIX_SQL,
+    NGRAM_COUNTS_SCHEMA,
     PREFIX_DERIVED_FIELDS,
     PREFIX_FILE_SCHEMA,
     PREFIX_SCHEMA,
     ROLLOUT_SCHEMA,
+    ngram_counts_sql,
 )
 
 __all__ = [
@@ -210,36 +212,24 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-# schemas.ngram_codes in SQL: the sorted distinct codes of the character 3-grams (positions 1-based)
-_NGRAM_CODES_SQL = (
-    "list_sort(list_distinct(list_transform(range(1, length(prefix_text) - 1), lambda i: "
-    "(CAST(unicode(prefix_text[i]) AS BIGINT) << 42) | (CAST(unicode(prefix_text[i + 1]) AS BIGINT) << 21) "
-    "| unicode(prefix_text[i + 2]))))"
-)
-assert NGRAM == 3  # _NGRAM_CODES_SQL spells out three characters
-
-
-def _register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa.Schema]]) -> None:
-    """The prefixes view: files that carry the derived columns (PREFIX_DERIVED_FIELDS) are read as
-    they are; files written before those columns existed get them computed here, in SQL, from the
-    columns they were derived from, so both kinds read the same. Old files first (they hold the
-    earlier iterations of a run that was resumed by newer code)."""
+def _register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa.Schema]], view: str) -> None:
+    """A view named `view` over prefix files (the prefixes view, or an internal one over some of
+    them): files that carry the derived columns (PREFIX_DERIVED_FIELDS) are read as they are; files
+    written before those columns existed get them computed here, in SQL, from the columns they were
+    derived from, so both kinds read the same. Old files first (they hold the earlier iterations of
+    a run that was resumed by newer code)."""
     derived = [f.name for f in PREFIX_DERIVED_FIELDS]
     new = [(f, sch) for f, sch in files if all(n in sch.names for n in derived)]
     old = [(f, sch) for f, sch in files if not all(n in sch.names for n in derived)]
     parts = []  # (internal name, dataset)
     if old:
-        parts.append(("_ts_prefixes_v1", _dataset(old, PREFIX_SCHEMA)))
+        parts.append((f"_ts_{view}_v1", _dataset(old, PREFIX_SCHEMA)))
     if new or not old:  # with no file at all, the view still has the contract's columns
-        parts.append(("_ts_prefixes", _dataset(new, PREFIX_FILE_SCHEMA)))
+        parts.append((f"_ts_{view}", _dataset(new, PREFIX_FILE_SCHEMA)))
     columns = list(PREFIX_FILE_SCHEMA.names)
     for _, ds in parts:
         columns += [n for n in ds.schema.names if n not in columns]
-    computed = {  # the SQL twins of schemas.with_derived_prefix_columns (tests check they agree)
-        "prefix_len": "CAST(len(prefix_token_ids) AS INTEGER)",
-        "prefix_ngram_count": f"CAST(greatest(length(prefix_text) - {NGRAM - 1}, 0) AS INTEGER)",
-        "prefix_ngrams": _NGRAM_CODES_SQL,
-    }
+    computed = DERIVED_PREFIX_SQL
     selects = []
     for name, ds in parts:
         con.register(name, ds)
@@ -253,7 +243,7 @@ def _register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, p
             else:
                 cols.append(f"NULL AS {_quoted(c)}")
         selects.append(f"SELECT {', '.join(cols)} FROM {name}")
-    con.execute(f"CREATE VIEW prefixes AS {' UNION ALL '.join(selects)}")
+    con.execute(f"CREATE VIEW {view} AS {' UNION ALL '.join(selects)}")
 
 
 def _parse_time(text: Any) -> datetime | None:
@@ -345,7 +335,27 @@ def _part_first(f: Path) -> int:
         return -1
 
 
-VIEWS: tuple[str, ...] = ("prefixes", "rollouts", "metrics", "checkpoints", "configs", "corpus_files")
+VIEWS: tuple[str, ...] = ("prefixes", "rollouts", "metrics", "checkpoints", "configs", "corpus_files", "ngram_counts")
+
+
+def _register_ngram_counts(con: duckdb.DuckDBPyConnection, runs: list[Path], damaged: list[str]) -> None:
+    """The ngram_counts view (schemas.NGRAM_COUNTS_SCHEMA): the fresh compacted parts of each run
+    (store/compaction.py, written by `ts compact` and the report flow for finished iterations), and
+    for every prefix file no fresh part stands for, the same rows computed here from the file."""
+    parts_ = [p for run in runs for p in compacted_parts(run, "ngram_counts") if p.fresh(run)]
+    covered = {
+        run / rel for run in runs for p in compacted_parts(run, "ngram_counts") if p.fresh(run) for rel in p.sources
+    }
+    pattern = _PARQUET_VIEWS["prefixes"][0]
+    rest = sorted((f for run in runs for f in run.glob(pattern) if f not in covered), key=_file_order)
+    _register_prefixes(con, _readable_files(rest, PREFIX_FILE_SCHEMA, damaged), "_ts_ngram_src")
+    stored = _readable_files([p.path for p in parts_], NGRAM_COUNTS_SCHEMA, damaged)
+    con.register("_ts_ngram_parts", _dataset(stored, NGRAM_COUNTS_SCHEMA))
+    cols = ", ".join(NGRAM_COUNTS_SCHEMA.names)
+    con.execute(
+        f"CREATE VIEW ngram_counts AS SELECT {cols} FROM _ts_ngram_parts "
+        f"UNION ALL SELECT {cols} FROM ({ngram_counts_sql('_ts_ngram_src', dedupe=False)})"
+    )
 
 
 def register_views(
@@ -365,10 +375,12 @@ def register_views(
             continue
         files = sorted((f for run in runs for f in _files(run, view, pattern)), key=_file_order)
         if view == "prefixes":
-            _register_prefixes(con, _readable_files(files, PREFIX_FILE_SCHEMA, damaged))
+            _register_prefixes(con, _readable_files(files, PREFIX_FILE_SCHEMA, damaged), "prefixes")
             continue
         con.register(f"_ts_{view}", _dataset(_readable_files(files, contract, damaged), contract))
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
+    if "ngram_counts" in wanted:
+        _register_ngram_counts(con, runs, damaged)
     tables = {"checkpoints": _checkpoints, "configs": _configs, "corpus_files": lambda r: _corpus_files(r, damaged)}
     for view, build in tables.items():
         if view in wanted:
@@ -383,4 +395,5 @@ def view_columns() -> dict[str, list[str]]:
     out["checkpoints"] = list(CHECKPOINTS_SCHEMA.names)
     out["configs"] = list(CONFIGS_SCHEMA.names)
     out["corpus_files"] = list(CORPUS_FILES_SCHEMA.names)
+    out["ngram_counts"] = list(NGRAM_COUNTS_SCHEMA.names)
     return out
