@@ -6,7 +6,9 @@ train/trainer_server.py), on CPU processes (slow: each launch imports torch and 
   second update really came from memory (perf/trainer_reloaded);
 - a trainer killed (kill -9) in the middle of an update is reported at once, never a hang, and the
   next update launches a fresh trainer that reloads θ_k from disk;
-- the trainer is gone when the run ends.
+- the trainer is gone when the run ends;
+- a run killed (kill -9) after an update in the trainer resumes bit-identically: the relaunched
+  trainer reloads θ_k from disk.
 
 Same weights as in process (1 and 2 processes): e2e/test_update_processes.py; a kill -9 of the
 run stops its trainer: the orphan test there.
@@ -19,12 +21,14 @@ import shutil
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers.resume import _same_state, _state
+from tests.helpers.resume import _same_state, _state, kill_and_resume
+from tests.helpers.tiny import MOVING, TINY_RUN_ID
 from thinking_seeds.config import load_config, save_config
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.pipeline.session import Session
@@ -106,3 +110,16 @@ def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
     got, want = (load_file(str(r.policy(1) / "model.safetensors")) for r in (again, ref))
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)
+
+
+def test_kill_9_in_seeds_then_resume_reloads_from_disk(tiny_overrides, runs_dir, subprocess_env, tmp_path):
+    """A run with the persistent trainer killed (kill -9 of its process group) in the seeds stage of
+    iteration 1 -- after an update done in the trainer -- resumes with a fresh trainer that reloads
+    θ_1 from disk, and ends with the results of an uninterrupted run (tests/helpers/resume.py)."""
+    overrides = tiny_overrides + MOVING + ["update.launcher=accelerate"]
+    ref_cfg = load_config("tiny", overrides)
+    ref = train(RunDir.for_run(TINY_RUN_ID, tmp_path / "reference"), ref_cfg)
+    reference = SimpleNamespace(run=ref, cfg=ref_cfg, overrides=overrides)
+    kill_and_resume("loop", "seeds:1", reference, runs_dir, subprocess_env, tmp_path)
+    resumed = RunDir.for_run(TINY_RUN_ID, runs_dir)
+    assert resumed.read_manifest(1, "update").metrics["perf/trainer_reloaded"] == 1.0

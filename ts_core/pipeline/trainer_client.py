@@ -63,27 +63,32 @@ class PersistentTrainer:
 
     def __init__(self, run: RunDir, cfg: RunConfig):
         self.key = _key(run, cfg)
-        self.dir = Path(tempfile.mkdtemp(prefix="ts-trainer-"))
-        self.log_path = self.dir / "trainer.log"
-        self.sock_path = self.dir / "sock"
         self.lock = threading.Lock()
         self.conn: socket.socket | None = None
         self.file = None
+        self.dir = Path(tempfile.mkdtemp(prefix="ts-trainer-"))
+        self.log_path = self.dir / "trainer.log"
+        self.sock_path = self.dir / "sock"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.sock_path))
-        listener.listen(1)
-        self.cmd = trainer_command(run, cfg, self.sock_path)
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("ACCELERATE_DISABLE_RICH", "1")
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                self.cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-            )
+        try:
+            self.cmd = trainer_command(run, cfg, self.sock_path)  # a device this machine lacks: ValueError
+            listener.bind(str(self.sock_path))
+            listener.listen(1)
+            env = dict(os.environ)
+            env.setdefault("OMP_NUM_THREADS", "1")
+            env.setdefault("ACCELERATE_DISABLE_RICH", "1")
+            with self.log_path.open("wb") as log:
+                self.proc = subprocess.Popen(
+                    self.cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+                )
+        except BaseException:
+            listener.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         try:
             self._accept(listener)
         except BaseException:
-            self.close()
+            self.close(at_once=True)
             raise
         finally:
             listener.close()
@@ -154,14 +159,19 @@ class PersistentTrainer:
             raise ValueError(msg)  # a mistake the user can fix: one line (flows/cli/errors.py)
         raise RuntimeError(f"{msg}\n{answer['traceback']}")
 
-    def close(self) -> None:
-        """Ask the trainer to stop, wait for it (then terminate, then kill), remove the socket's folder."""
-        if self.file is not None:
+    def close(self, at_once: bool = False) -> None:
+        """Ask the trainer to stop, wait for it (then terminate, then kill), remove the socket's folder.
+
+        at_once: terminate it now (an interrupted update: it would finish the update before reading a stop).
+        """
+        if self.file is not None and not at_once:
             try:
                 self.file.write(b'{"op": "stop"}\n')
                 self.file.flush()
             except OSError:
                 pass
+        if at_once and self.proc.poll() is None:
+            self.proc.terminate()  # accelerate's launcher stops its workers on SIGTERM
         try:
             self.proc.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -208,11 +218,11 @@ def trainer_for(run: RunDir, cfg: RunConfig) -> PersistentTrainer:
         return t
 
 
-def drop_trainer(t: PersistentTrainer) -> None:
+def drop_trainer(t: PersistentTrainer, at_once: bool = True) -> None:
     """Forget a failed trainer (and stop what is left of it): the next update launches a fresh one."""
     if _TRAINERS.get(t.key) is t:
         del _TRAINERS[t.key]
-    t.close()
+    t.close(at_once)
 
 
 def close_trainers() -> None:
@@ -227,6 +237,9 @@ def persistent_update(run: RunDir, cfg: RunConfig, k: int, ref: Path | None) -> 
     t = trainer_for(run, cfg)
     try:
         return t.update(run, k, ref)
+    except (ValueError, TrainerDied, RuntimeError):
+        drop_trainer(t, at_once=False)  # it answered an error and is exiting, or it is gone already
+        raise
     except BaseException:
-        drop_trainer(t)
+        drop_trainer(t)  # Ctrl-C, or anything else in the middle of an update: stop it now
         raise
