@@ -112,14 +112,28 @@ def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)
 
 
-def test_kill_9_in_seeds_then_resume_reloads_from_disk(tiny_overrides, runs_dir, subprocess_env, tmp_path):
-    """A run with the persistent trainer killed (kill -9 of its process group) in the seeds stage of
-    iteration 1 -- after an update done in the trainer -- resumes with a fresh trainer that reloads
-    θ_1 from disk, and ends with the results of an uninterrupted run (tests/helpers/resume.py)."""
+@pytest.fixture(scope="module")
+def persistent_run(tmp_path_factory, tiny_overrides) -> SimpleNamespace:
+    """The tiny run (MOVING) trained with the persistent trainer, uninterrupted: the reference."""
     overrides = tiny_overrides + MOVING + ["update.launcher=accelerate"]
-    ref_cfg = load_config("tiny", overrides)
-    ref = train(RunDir.for_run(TINY_RUN_ID, tmp_path / "reference"), ref_cfg)
-    reference = SimpleNamespace(run=ref, cfg=ref_cfg, overrides=overrides)
-    kill_and_resume("loop", "seeds:1", reference, runs_dir, subprocess_env, tmp_path)
+    cfg = load_config("tiny", overrides)
+    run = train(RunDir.for_run(TINY_RUN_ID, tmp_path_factory.mktemp("persistent-reference")), cfg)
+    return SimpleNamespace(run=run, cfg=cfg, overrides=overrides)
+
+
+@pytest.mark.parametrize(
+    "pause",
+    [
+        pytest.param("seeds:1", id="kill-in-seeds"),  # the relaunched trainer reloads θ_1 from disk
+        pytest.param("update:0", id="kill-in-update"),  # blocked in the trainer, at θ_1's rename
+    ],
+)
+def test_kill_9_then_resume(pause, persistent_run, runs_dir, subprocess_env, tmp_path):
+    """A run with the persistent trainer killed (kill -9 of its process group) in the seeds stage
+    of iteration 1 (after an update done in the trainer), or in the trainer in the middle of
+    writing θ_1, resumes with a fresh trainer that reloads θ_k from disk, and ends with the results
+    of an uninterrupted run (tests/helpers/resume.py)."""
+    kill_and_resume("loop", pause, persistent_run, runs_dir, subprocess_env, tmp_path)
+    k = int(pause.split(":")[1])
     resumed = RunDir.for_run(TINY_RUN_ID, runs_dir)
-    assert resumed.read_manifest(1, "update").metrics["perf/trainer_reloaded"] == 1.0
+    assert resumed.read_manifest(1, "update").metrics["perf/trainer_reloaded"] == float(k == 1)

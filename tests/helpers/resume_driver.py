@@ -5,8 +5,9 @@
 `loop` runs `thinking_seeds.pipeline.loop.train`, `flow` runs the Prefect `train_flow` (tasks in this process).
 `--pause-at seeds:K` blocks the seeds stage of iteration K at the atomic rename of its prefixes
 file (the temp file is complete, the final name not yet there); `--pause-at update:K` blocks the
-update at the rename of θ_{K+1}'s checkpoint directory. The driver then writes FILE and sleeps, so
-the test can SIGKILL it mid-stage. The hook lives only here, in test code: ts_core has none.
+update at the rename of θ_{K+1}'s checkpoint directory (in the driver, or in the trainer process it
+launched: pause_hook/sitecustomize.py). The blocked process then writes FILE and sleeps, so the test
+can SIGKILL the driver's process group mid-stage. The hook lives only here, in test code: ts_core has none.
 """
 
 from __future__ import annotations
@@ -14,25 +15,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
+HOOK_DIR = Path(__file__).resolve().parent / "pause_hook"
+
+
 def pause_at_rename(fn_name: str, target: Path, marker: Path) -> None:
-    """Make os.<fn_name>(src, dst) block forever when dst is `target` (after writing `marker`)."""
-    orig = getattr(os, fn_name)
-    target = target.resolve()
+    """Make os.<fn_name>(src, dst) block forever when dst is `target` (after writing `marker`), in
+    this process and in every Python process it starts (pause_hook/sitecustomize.py): the update's
+    rename happens in the trainer's process under the accelerate launchers."""
+    os.environ["TS_TEST_PAUSE_AT"] = f"{fn_name}|{target}|{marker}"
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), os.environ.get("PYTHONPATH")) if p)
+    import importlib.util
 
-    def hooked(src, dst, *args, **kwargs):
-        if Path(dst).resolve() == target:
-            marker.write_text(f"{os.getpid()} {src} -> {dst}\n")
-            while True:
-                time.sleep(60)
-        return orig(src, dst, *args, **kwargs)
-
-    setattr(os, fn_name, hooked)
+    spec = importlib.util.spec_from_file_location("ts_pause_hook", HOOK_DIR / "sitecustomize.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # installs the hook here
 
 
 def main() -> None:
