@@ -49,6 +49,11 @@ def join_command(address: str, num_cpus: int = 2) -> list[str]:
     return [RAY, "start", "--address", address, "--num-cpus", str(num_cpus), "--disable-usage-stats"]
 
 
+# The driver's cluster keys of docs/scaling.md (`ts train ... --set cluster.kind=ray --set rollout.workers=2
+# --set reward.workers=2`, RAY_ADDRESS in the environment).
+DRIVER_SETS = ["cluster.kind=ray", "rollout.workers=2", "reward.workers=2"]
+
+
 def _own_ports() -> list[str]:
     """Ports with fixed defaults, moved to free ones: two clusters on one machine must not collide."""
     return [

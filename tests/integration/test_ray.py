@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("ray")
 
 from tests.helpers import REPO  # noqa: E402
-from tests.helpers.ray_cluster import join_local_node, start_local_cluster, stop_node  # noqa: E402
+from tests.helpers.ray_cluster import DRIVER_SETS, join_local_node, start_local_cluster, stop_node  # noqa: E402
 from tests.helpers.resume import _assert_same_results, kill_and_resume  # noqa: E402
 from tests.helpers.tiny import MOVING, TINY_RUN_ID  # noqa: E402
 
@@ -65,6 +65,14 @@ def ray_cluster():
 
         ray.shutdown()
         cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pools():
+    """No test inherits the last one's actors (on 2 CPUs they would hold every CPU a driver subprocess needs)."""
+    from thinking_seeds.pipeline.session import close_ray_pools
+
+    close_ray_pools()
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +184,21 @@ def test_driver_killed_in_seeds_resumes_under_prefect(
         run=sharded_reference.run, overrides=sharded_reference.overrides + ray_overrides(ray_cluster.address, 2)
     )
     kill_and_resume("flow", "seeds:1", ref, runs_dir, subprocess_env, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_documented_driver_command(ray_cluster, sharded_reference, runs_dir, subprocess_env):
+    """docs/scaling.md's driver line, `RAY_ADDRESS=HEAD:PORT ts train --preset tiny --run-id ... --set
+    cluster.kind=ray --set rollout.workers=2 --set reward.workers=2` (a Prefect flow), plus the tiny run's
+    overrides and half a CPU per actor: the single-process run's results."""
+    from thinking_seeds.store.run_dir import RunDir
+
+    env = {**subprocess_env, "RAY_ADDRESS": ray_cluster.address}
+    sets = sharded_reference.overrides + DRIVER_SETS + ["cluster.worker_cpus=0.5"]
+    cmd = [str(Path(sys.executable).parent / "ts"), "train", "--preset", "tiny", "--run-id", TINY_RUN_ID]
+    p = subprocess.run(cmd + [f"--set={o}" for o in sets], env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    _assert_same_results(RunDir.for_run(TINY_RUN_ID, runs_dir), sharded_reference.run, 2)
 
 
 # ------------------------------------------------------------------ a user's mistakes: one line, exit 2
