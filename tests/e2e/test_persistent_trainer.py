@@ -122,18 +122,19 @@ def persistent_run(tmp_path_factory, tiny_overrides) -> SimpleNamespace:
 
 
 @pytest.mark.parametrize(
-    "pause",
+    "mode, pause",
     [
-        pytest.param("seeds:1", id="kill-in-seeds"),  # the relaunched trainer reloads θ_1 from disk
-        pytest.param("update:0", id="kill-in-update"),  # blocked in the trainer, at θ_1's rename
+        pytest.param("loop", "seeds:1", id="loop-kill-in-seeds"),  # the relaunched trainer reloads θ_1
+        pytest.param("loop", "update:0", id="loop-kill-in-update"),  # blocked in the trainer, at θ_1's rename
+        pytest.param("flow", "update:0", id="prefect-kill-in-update"),
     ],
 )
-def test_kill_9_then_resume(pause, persistent_run, runs_dir, subprocess_env, tmp_path):
+def test_kill_9_then_resume(mode, pause, persistent_run, runs_dir, subprocess_env, tmp_path):
     """A run with the persistent trainer killed (kill -9 of its process group) in the seeds stage
     of iteration 1 (after an update done in the trainer), or in the trainer in the middle of
-    writing θ_1, resumes with a fresh trainer that reloads θ_k from disk, and ends with the results
-    of an uninterrupted run (tests/helpers/resume.py)."""
-    kill_and_resume("loop", pause, persistent_run, runs_dir, subprocess_env, tmp_path)
+    writing θ_1 (plain loop, and under Prefect), resumes with a fresh trainer that reloads θ_k from
+    disk, and ends with the results of an uninterrupted run (tests/helpers/resume.py)."""
+    kill_and_resume(mode, pause, persistent_run, runs_dir, subprocess_env, tmp_path)
     k = int(pause.split(":")[1])
     resumed = RunDir.for_run(TINY_RUN_ID, runs_dir)
     assert resumed.read_manifest(1, "update").metrics["perf/trainer_reloaded"] == float(k == 1)
