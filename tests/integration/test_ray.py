@@ -149,6 +149,22 @@ def test_killed_workers_are_restarted_and_their_shards_retried(ray_cluster, shar
     _assert_same_results(run, sharded_reference.run, 2)
 
 
+def test_a_checkpoint_the_workers_cannot_see_is_one_line(ray_cluster, sharded_reference, tmp_path):
+    from thinking_seeds.config import load_config
+    from thinking_seeds.data.ray_pool import connect
+    from thinking_seeds.engine.ray_workers import RayRolloutPool
+    from thinking_seeds.engine.rollout import SamplingParams
+    from thinking_seeds.engine.sharding import generate_sharded
+
+    cfg = load_config("tiny", sharded_reference.overrides + ray_overrides(ray_cluster.address, 1))
+    pool = RayRolloutPool(connect(ray_cluster.address), sharded_reference.run.policy(0), cfg, 1)
+    try:
+        with pytest.raises(ValueError, match="is not visible to the Ray rollout worker on .*TS_RUNS_DIR"):
+            generate_sharded(pool, tmp_path / "elsewhere", [[3, 4]], SamplingParams(max_new_tokens=2))
+    finally:
+        pool.close()
+
+
 def test_two_nodes_share_the_shards(ray_cluster, sharded_reference, tmp_path):
     """A second node joins with the documented `ray start --address HEAD:PORT`; one worker runs on each
     node (Ray's SPREAD), and the results are still the single-process run's."""

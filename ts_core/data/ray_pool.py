@@ -126,7 +126,7 @@ def fan_out(
 ) -> tuple[list[Any], int]:
     """`submit(actor, item)` -> an ObjectRef, for every item, on the first free actor; results in items'
     order and the number of retried items. An item whose actor died is retried (up to `retries` times)."""
-    from ray.exceptions import RayActorError
+    from ray.exceptions import RayActorError, RayTaskError
 
     if not actors:
         raise ValueError("fan_out needs at least one actor")
@@ -146,6 +146,10 @@ def fan_out(
             free.append(a)
             try:
                 out = ray.get(ref)
+            except RayTaskError as e:  # the worker's code raised: a user's mistake stays one line (exit 2)
+                if isinstance(e.cause, ValueError):
+                    raise e.cause from None
+                raise
             except RayActorError as e:
                 if getattr(e, "actor_init_failed", False) or attempt >= retries:
                     raise RuntimeError(

@@ -45,6 +45,14 @@ class RolloutWorker:
 
     def run_shard(self, checkpoint: str, shard: Shard) -> tuple[list[Generation], float, float]:
         """The shard's generations under `checkpoint`, with the seconds spent swapping and generating."""
+        if not Path(checkpoint).is_dir():
+            import socket
+
+            raise ValueError(
+                f"checkpoint {checkpoint} is not visible to the Ray rollout worker on {socket.gethostname()}: "
+                "put the runs directory (TS_RUNS_DIR) on a filesystem every node mounts at the same path "
+                "(docs/scaling.md)"
+            )
         t0 = time.perf_counter()
         self.engine.load_weights(checkpoint)
         t1 = time.perf_counter()
