@@ -7,6 +7,14 @@ Writes two random checkpoints of one Llama shape (`save_pretrained`: safetensors
 one loaded), the same call a Ray rollout worker makes on every shard whose checkpoint it does not hold.
 The files were just written, so they come from the page cache: the figure is the swap's floor (read +
 `load_state_dict`), not a network filesystem's read rate. Prints seconds per swap and GB/s.
+
+    python bench/weight_swap.py --ray [--checkpoints 3]
+
+also starts a local Ray cluster (tests/helpers/ray_cluster.py) and times one rollout worker's swaps
+through `RayRolloutPool` with cluster.weights=path and =object_store, over `--checkpoints` distinct
+checkpoints visited twice: the first visit of each pays the object store (the driver's `ray.put`, the
+worker's fetch and write to its own disk), the second loads the worker's copy. Worker-side seconds are
+the `weight_swap` the workers report; the driver's `ray.put` is `weight_ship`.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ray", action="store_true")
+    ap.add_argument("--checkpoints", type=int, default=3)
     a = ap.parse_args()
 
     import torch
@@ -42,7 +52,7 @@ def main() -> None:
     tok = char_tokenizer(CHARSET)
     base = Path(tempfile.mkdtemp(prefix="ts-swap-"))
     dirs = []
-    for seed in (0, 1):
+    for seed in range(max(2, a.checkpoints) if a.ray else 2):
         m = tiny_llama(
             a.vocab,
             tok.pad_token_id,
@@ -55,6 +65,7 @@ def main() -> None:
         )
         d = base / f"ckpt{seed}"
         m.save_pretrained(d)
+        tok.save_pretrained(d)
         dirs.append(d)
     engine = HFEngine(m, tok)
     size = sum(f.stat().st_size for f in dirs[0].glob("*.safetensors"))
@@ -75,6 +86,64 @@ def main() -> None:
             }
         )
     )
+    if a.ray:
+        ray_swaps(dirs[: a.checkpoints], size)
+
+
+def ray_swaps(dirs: list[Path], size: int) -> None:
+    from tests.helpers.ray_cluster import start_local_cluster
+    from thinking_seeds.config import RunConfig
+    from thinking_seeds.data.ray_pool import connect
+    from thinking_seeds.engine.ray_workers import RayRolloutPool
+    from thinking_seeds.engine.rollout import SamplingParams
+    from thinking_seeds.engine.sharding import generate_sharded
+
+    env = dict(os.environ)
+    repo = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+    cluster = start_local_cluster(env, num_cpus=2)
+    try:
+        ray = connect(cluster.address)
+        for mode in ("path", "object_store"):
+            cfg = RunConfig(cluster={"kind": "ray", "address": cluster.address, "weights": mode}, device="cpu")
+            pool = RayRolloutPool(ray, dirs[0], cfg, 1)
+            rows = []
+            for visit in (1, 2):
+                for d in dirs:
+                    before = pool.worker_seconds.get("weight_swap", 0.0)
+                    timer = _Timer()
+                    generate_sharded(pool, d, [[3, 4]], SamplingParams(max_new_tokens=1), timer=timer)
+                    swap = pool.worker_seconds["weight_swap"] - before
+                    rows.append(
+                        {"visit": visit, "worker_swap_s": swap, "driver_ship_s": timer.s.get("weight_ship", 0.0)}
+                    )
+            pool.close()
+            print(json.dumps({"mode": mode, "bytes": size, "swaps": rows}), flush=True)
+    finally:
+        import ray as ray_module
+
+        ray_module.shutdown()
+        cluster.stop()
+
+
+class _Timer:
+    """Seconds per name, like the pipeline's Timer (engine/sharding.TimerLike)."""
+
+    def __init__(self) -> None:
+        self.s: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def timed():
+            t = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.s[name] = self.s.get(name, 0.0) + time.perf_counter() - t
+
+        return timed()
 
 
 if __name__ == "__main__":

@@ -95,17 +95,24 @@ def _train_on_ray(base, overrides):
     return train(RunDir.for_run(TINY_RUN_ID, base), load_config("tiny", overrides))
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_workers_give_the_single_process_samples_and_weights(workers, ray_cluster, sharded_reference, tmp_path):
+@pytest.mark.parametrize(
+    "workers, weights", [(1, "path"), (2, "path"), (2, "object_store")], ids=["1-path", "2-path", "2-object-store"]
+)
+def test_workers_give_the_single_process_samples_and_weights(
+    workers, weights, ray_cluster, sharded_reference, tmp_path
+):
+    """With 1 or 2 workers, reading checkpoints by path or from Ray's object store (their own copies)."""
     from thinking_seeds.pipeline import session
 
-    run = _train_on_ray(tmp_path, sharded_reference.overrides + ray_overrides(ray_cluster.address, workers))
+    overrides = sharded_reference.overrides + ray_overrides(ray_cluster.address, workers)
+    run = _train_on_ray(tmp_path, overrides + [f"cluster.weights={weights}"])
     _assert_same_results(run, sharded_reference.run, 2)
     rollout_pool = session._RAY_POOLS["rollout"][1]
     assert len(rollout_pool.actors) == workers and len(session._RAY_POOLS["verify"][1].actors) == workers
     assert len(set(rollout_pool.pids())) == workers  # distinct processes
     m = run.read_manifest(1, "continuation")
     assert m.seconds.get("workers_generation", 0) > 0  # the shards ran on the workers, not here
+    assert ("weight_ship" in m.seconds) == (weights == "object_store")
 
 
 def _killing(real, killed: list[int]):

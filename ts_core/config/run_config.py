@@ -91,6 +91,11 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _workers_need_a_cluster(self) -> RunConfig:
+        if self.cluster.weights == "object_store" and self.model.lora is not None:
+            raise ValueError(
+                "cluster.weights=object_store ships whole weight files, not LoRA adapters with their base: "
+                "use cluster.weights=path (a filesystem every node mounts) with model.lora"
+            )
         if self.cluster.kind == "local" and self.rollout.workers > 1:
             raise ValueError(
                 f"rollout.workers={self.rollout.workers} needs cluster=ray (one engine per process on cluster=local); "

@@ -263,6 +263,13 @@ class ClusterConfig(_Section):
     shard_retries: int = Field(
         3, ge=0, le=100, description="cluster=ray: times a shard is retried after its worker died."
     )
+    weights: Literal["path", "object_store"] = Field(
+        "path",
+        description="cluster=ray: how rollout workers get a checkpoint's weights. path: they read it where the "
+        "driver wrote it (the runs directory on a filesystem every node mounts); object_store: the driver puts "
+        "its weight files into Ray's object store once per checkpoint and each worker copies them to its own disk "
+        "(no shared filesystem needed; not with model.lora).",
+    )
     worker_cpus: float = Field(
         1.0,
         gt=0.0,

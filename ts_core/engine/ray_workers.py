@@ -8,6 +8,11 @@ be readable on every node: the run directory lives on a filesystem shared by the
 cluster filesystem; docs/scaling.md measures the swap). A restarted worker (Ray reruns its
 constructor after a crash) loads the weights the next shard names: no state is lost with it.
 
+With cluster.weights=object_store no filesystem is shared: the driver verifies a checkpoint, puts its
+weight files into Ray's object store once (`ray.put`, a handful of checkpoints kept), and passes the
+reference wrapped in a list, so Ray does not resolve it for every shard; a worker fetches it only for a
+checkpoint it has not copied yet, writes the files to its own temp dir and loads them from there.
+
 `RayRolloutPool.run` is the `ShardRunner` of engine/sharding.py: the shards fan out over the workers
 (data/ray_pool.fan_out: first free worker takes the next shard, a shard whose worker died is retried)
 and come back in order. Which worker ran a shard never changes what it sampled.
@@ -15,8 +20,12 @@ and come back in order. Which worker ran a shard never changes what it sampled.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import tempfile
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from thinking_seeds.data.ray_pool import actor_options, fan_out, wait_started
@@ -33,6 +42,27 @@ class RolloutWorker:
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus; torch reads it only at import in a fresh process.
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         self.engine = build_engine(initial_checkpoint, cfg)
+        self._copies: OrderedDict[str, Path] = OrderedDict()  # object_store: tag -> this worker's copy
+        self._copies_root: Path | None = None
+
+    def _local_copy(self, tag: str, box: list) -> Path:
+        """This worker's copy of the checkpoint `tag` (fetched from the object store once)."""
+        if tag in self._copies:
+            self._copies.move_to_end(tag)
+            return self._copies[tag]
+        import ray
+
+        if self._copies_root is None:
+            self._copies_root = Path(tempfile.mkdtemp(prefix="ts-weights-"))
+        files: dict[str, bytes] = ray.get(box[0])
+        out = self._copies_root / hashlib.sha256(tag.encode()).hexdigest()[:16]
+        out.mkdir()
+        for name, data in files.items():
+            (out / name).write_bytes(data)
+        self._copies[tag] = out
+        while len(self._copies) > KEEP_CHECKPOINTS:
+            shutil.rmtree(self._copies.popitem(last=False)[1], ignore_errors=True)
+        return out
 
     def pid(self) -> int:
         return os.getpid()
@@ -43,9 +73,15 @@ class RolloutWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def run_shard(self, checkpoint: str, shard: Shard) -> tuple[list[Generation], float, float]:
-        """The shard's generations under `checkpoint`, with the seconds spent swapping and generating."""
-        if not Path(checkpoint).is_dir():
+    def run_shard(
+        self, checkpoint: str, shard: Shard, shipped: tuple[str, list] | None = None
+    ) -> tuple[list[Generation], float, float]:
+        """The shard's generations under `checkpoint` (object_store: `shipped` = (tag, [ref to its files])),
+        with the seconds spent swapping (fetching included) and generating."""
+        t0 = time.perf_counter()
+        if shipped is not None:
+            checkpoint = str(self._local_copy(*shipped))
+        elif not Path(checkpoint).is_dir():
             import socket
 
             raise ValueError(
@@ -53,7 +89,6 @@ class RolloutWorker:
                 "put the runs directory (TS_RUNS_DIR) on a filesystem every node mounts at the same path "
                 "(docs/scaling.md)"
             )
-        t0 = time.perf_counter()
         self.engine.load_weights(checkpoint)
         t1 = time.perf_counter()
         gens = self.engine.generate(shard.contexts, shard.params, shard.max_new)
@@ -62,6 +97,30 @@ class RolloutWorker:
     def close(self) -> None:
         if hasattr(self.engine, "close"):
             self.engine.close()
+
+
+KEEP_CHECKPOINTS = 8  # object_store: checkpoints kept (driver refs, worker copies): θ_k and the pool's members
+
+
+def _shipped_files(checkpoint: Path) -> list[Path]:
+    skip = ("optimizer.safetensors", "manifest.json")
+    return sorted(f for f in checkpoint.iterdir() if f.is_file() and f.name not in skip)
+
+
+def checkpoint_tag(checkpoint: Path) -> str:
+    """The identity of a checkpoint's shipped files on disk (a rewritten directory is another checkpoint)."""
+    stats = ",".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in _shipped_files(checkpoint))
+    return f"{checkpoint.resolve()}|{stats}"
+
+
+def checkpoint_files(checkpoint: Path) -> dict[str, bytes]:
+    """A checkpoint's files for the object store: every file but the optimizer state and the manifest,
+    verified against that manifest first (the copy is then loaded without one)."""
+    if (checkpoint / "manifest.json").is_file():
+        from thinking_seeds.store.checkpoints import verified
+
+        verified(checkpoint)
+    return {f.name: f.read_bytes() for f in _shipped_files(checkpoint)}
 
 
 class RayRolloutPool:
@@ -76,6 +135,8 @@ class RayRolloutPool:
         )
         cls = ray.remote(RolloutWorker).options(**opts)
         self.actors = [cls.remote(str(initial_checkpoint), cfg) for _ in range(workers)]
+        self.object_store = c.weights == "object_store"
+        self._shipped: OrderedDict[str, list] = OrderedDict()  # tag -> [ref]: put once per checkpoint
         self.retried = 0  # shards retried after their worker died (all calls)
         self.worker_seconds: dict[str, float] = {}  # summed over workers: weight_swap, generation
         try:
@@ -90,10 +151,28 @@ class RayRolloutPool:
     def nodes(self) -> list[str]:
         return self.ray.get([a.node.remote() for a in self.actors])
 
+    def _ship(self, checkpoint: Path) -> tuple[str, list]:
+        """(tag, [ref]) of the checkpoint's files in the object store, put there once."""
+        tag = checkpoint_tag(checkpoint)
+        if tag not in self._shipped:
+            self._shipped[tag] = [self.ray.put(checkpoint_files(checkpoint))]
+            while len(self._shipped) > KEEP_CHECKPOINTS:
+                self._shipped.popitem(last=False)
+        self._shipped.move_to_end(tag)
+        return tag, self._shipped[tag]
+
     def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
+        shipped = None
+        if self.object_store:
+            with timer("weight_ship"):
+                shipped = self._ship(Path(checkpoint))
         with timer("generation"):  # the fan-out's wall time; each worker's own swap/generation seconds below
             outs, retried = fan_out(
-                self.ray, self.actors, lambda a, s: a.run_shard.remote(str(checkpoint), s), shards, self.retries
+                self.ray,
+                self.actors,
+                lambda a, s: a.run_shard.remote(str(checkpoint), s, shipped),
+                shards,
+                self.retries,
             )
         self.retried += retried
         for _, swap_s, gen_s in outs:

@@ -170,7 +170,7 @@ class Session:
         ray = connect(c.address)
         key = (str(self.run.root.resolve()), r.engine, self.cfg.engine_dtype, self.cfg.device, r.batch_size, r.workers)
         key += (r.worker_gpus, r.tensor_parallel_size)
-        key += (c.worker_cpus, c.shard_retries)
+        key += (c.worker_cpus, c.shard_retries, c.weights)
         return _ray_pool("rollout", key, lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers))
 
     @property
