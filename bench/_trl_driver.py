@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -214,7 +215,10 @@ def main() -> None:
         rows[0]["messages"], add_generation_prompt=True, tokenize=True, return_dict=True
     )["input_ids"]
     t_setup = time.perf_counter() - t_start
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)  # save_strategy="no": only an empty folder
     walls = [b - a_ for a_, b in zip(stamps, stamps[1:], strict=False)]
     cpus = [b - a_ for a_, b in zip(cpu, cpu[1:], strict=False)]
     res = {
