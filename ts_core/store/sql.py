@@ -165,10 +165,18 @@ _READS_SOMETHING = frozenset({"from", "show", "describe", "summarize", "pragma",
 
 
 def views_in(sql: str) -> set[str]:
-    """The views (of VIEWS) a query may read, for `connect(views=...)`: every view whose name occurs
-    in it as a word, quoted name or string; if it names none but reads from anything (FROM, SHOW,
-    DESCRIBE, ...: the catalogue, a table function), all of them; none for `SELECT 1`. Errs on the
-    side of more views: a view left out would make a query fail, one too many only costs time."""
+    """The views (of VIEWS) a query may read, for `connect(views=...)`. A SELECT is parsed by DuckDB
+    itself (json_serialize_sql: no binding, no data) and the views it reads as tables are the
+    answer; a column or string that happens to be a view's name does not count (the `runs` query's
+    `prefixes` column would otherwise open every prefix file of a 10M-row corpus). Anything else
+    (SHOW, DESCRIBE, PIVOT, a query naming no view: the catalogue, a table function) falls back to
+    the words: every view whose name occurs as a word, or all of them if it reads from anything;
+    none for `SELECT 1`. Errs on the side of more views: a view left out would make a query fail,
+    one too many only costs time."""
+    parsed = _tables_read(sql)
+    named = {v for v in VIEWS if v in parsed}
+    if named:
+        return named
     try:
         tokens = duckdb.tokenize(sql)
     except duckdb.Error:
@@ -181,6 +189,33 @@ def views_in(sql: str) -> set[str]:
     if named:
         return named
     return set(VIEWS) if words & _READS_SOMETHING else set()
+
+
+def _tables_read(sql: str) -> set[str]:
+    """Lower-cased names of the tables a SELECT reads (CTE names included), from DuckDB's parse tree;
+    empty when DuckDB cannot serialise the statement (not a SELECT) or it does not parse."""
+    import json
+
+    con = duckdb.connect(":memory:")
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+    except (duckdb.Error, TypeError, ValueError):
+        return set()
+    finally:
+        con.close()
+    if tree.get("error"):
+        return set()
+    out: set[str] = set()
+    stack: list = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+                out.add(node["table_name"].lower())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
 
 
 def _seal(con: duckdb.DuckDBPyConnection) -> None:
