@@ -138,3 +138,21 @@ def test_kill_9_then_resume(mode, pause, persistent_run, runs_dir, subprocess_en
     k = int(pause.split(":")[1])
     resumed = RunDir.for_run(TINY_RUN_ID, runs_dir)
     assert resumed.read_manifest(1, "update").metrics["perf/trainer_reloaded"] == float(k == 1)
+
+
+def test_idle_ranks_outlast_the_collective_timeout(verified_run, tmp_path, monkeypatch):
+    """Two processes idle between updates for longer than the collective timeout: rank 0's idle
+    beats keep rank 1 out of a timed-out broadcast, and the next update runs (without the beats
+    rank 1 would raise after 4 s and the trainer would be gone)."""
+    monkeypatch.setenv("TS_TRAINER_COLLECTIVE_TIMEOUT_S", "4")
+    monkeypatch.setenv("TS_TRAINER_IDLE_BEAT_S", "0.5")
+    run, cfg = verified_run
+    idle, c = _copy(run, cfg, tmp_path / "idle", launcher="accelerate", num_processes=2)
+    try:
+        trainer = trainer_for(idle, c)
+        time.sleep(10.0)
+        assert trainer.proc.poll() is None, trainer.tail()
+        m = update(Session(idle, c), 0)
+    finally:
+        close_trainers()
+    assert m.metrics["perf/num_processes"] == 2.0

@@ -11,6 +11,8 @@ in-process iteration: BENCHMARKS.md). This process group is started once by the 
 - rank 0 connects to the pipeline's Unix socket `S` and reads one JSON job per line
   (`{"op": "update", "policy", "rollouts", "out_root", "step", "config", "ref"}` or `{"op": "stop"}`),
   then broadcasts it to the other ranks (broadcast_object_list: every rank runs the same job);
+  while none comes it broadcasts an idle beat every 30 s, so no rank sits in a collective long
+  enough to hit its timeout (30 minutes: the limit of a hung update);
 - the job runs the very trainer code of the per-update launch (`trainer.update_state`), which writes
   θ_{k+1} to `policy/step_<k+1>/` exactly as before; rank 0 answers one JSON line with the metrics.
   The pipeline verifies the checkpoint and writes the stage manifest: the on-disk contract, and so
@@ -37,6 +39,7 @@ import argparse
 import hashlib
 import json
 import os
+import select
 import socket
 import sys
 import traceback
@@ -48,9 +51,12 @@ import torch
 from thinking_seeds.config import load_saved_config
 from thinking_seeds.train.trainer import TrainState, load_state, update_state
 
-# Idle ranks wait in a broadcast for the next job while the pipeline generates: far longer than
-# gloo's/NCCL's 30-minute default on a slow iteration. Dead peers are caught by the launcher, not this.
-IDLE_TIMEOUT = timedelta(days=7)
+# A collective that waits longer than this raises (and the trainer exits, which the pipeline sees): a
+# hung update fails instead of hanging. Idle ranks never wait that long: while no job comes, rank 0
+# broadcasts an idle beat every IDLE_BEAT_S (the pipeline may generate for an hour between updates).
+# Both can be set in the environment (seconds), for the tests and for a cluster with slow collectives.
+COLLECTIVE_TIMEOUT = timedelta(seconds=float(os.environ.get("TS_TRAINER_COLLECTIVE_TIMEOUT_S", 1800)))
+IDLE_BEAT_S = float(os.environ.get("TS_TRAINER_IDLE_BEAT_S", 30))
 
 
 def checkpoint_identity(path: Path) -> str | None:
@@ -111,15 +117,19 @@ def _send(f, msg: dict) -> None:
     f.flush()
 
 
-def _receive(f) -> dict:
-    """The next job from the pipeline; a stop on EOF (the pipeline closed the socket or died)."""
+def _receive(conn: socket.socket, f) -> dict:
+    """The next job from the pipeline; a stop on EOF (the pipeline closed the socket or died); an
+    idle beat when none came within IDLE_BEAT_S (the pipeline sends one job and waits for its answer,
+    so nothing is ever left in `f`'s buffer for select to miss)."""
+    if not select.select([conn], [], [], IDLE_BEAT_S)[0]:
+        return {"op": "idle"}
     line = f.readline()
     return json.loads(line) if line else {"op": "stop", "reason": "eof"}
 
 
 def serve(accelerator, sock_path: str) -> None:
     main = accelerator.is_main_process
-    f = None
+    conn = f = None
     if main:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(sock_path)
@@ -129,13 +139,15 @@ def serve(accelerator, sock_path: str) -> None:
     while True:
         box = [None]
         if main:
-            job = _receive(f)
+            job = _receive(conn, f)
             if job.get("op") == "update":
                 job["reload"] = server.needs_reload(job)
             box = [job]
         if accelerator.num_processes > 1:
             torch.distributed.broadcast_object_list(box, src=0)
         job = box[0]
+        if job.get("op") == "idle":
+            continue
         if job.get("op") != "update":
             break
         try:
@@ -158,7 +170,7 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="force CPU (gloo) even if a GPU is visible")
     a = ap.parse_args()
     die_with_parent()
-    acc = Accelerator(cpu=a.cpu, kwargs_handlers=[InitProcessGroupKwargs(timeout=IDLE_TIMEOUT)])
+    acc = Accelerator(cpu=a.cpu, kwargs_handlers=[InitProcessGroupKwargs(timeout=COLLECTIVE_TIMEOUT)])
     serve(acc, a.socket)
     # Leave together: a gloo process that exits with the group alive can abort.
     acc.wait_for_everyone()
