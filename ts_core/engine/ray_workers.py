@@ -95,8 +95,12 @@ class RolloutWorker:
         return gens, t1 - t0, time.perf_counter() - t1
 
     def close(self) -> None:
+        """Free the engine and delete this worker's checkpoint copies (object_store)."""
         if hasattr(self.engine, "close"):
             self.engine.close()
+        if self._copies_root is not None:
+            shutil.rmtree(self._copies_root, ignore_errors=True)
+            self._copies.clear()
 
 
 KEEP_CHECKPOINTS = 8  # object_store: checkpoints kept (driver refs, worker copies): θ_k and the pool's members
@@ -181,6 +185,11 @@ class RayRolloutPool:
         return [gens for gens, _, _ in outs]
 
     def close(self) -> None:
+        """Let the workers clean up (their checkpoint copies), then kill them."""
+        try:
+            self.ray.get([a.close.remote() for a in self.actors], timeout=30)
+        except Exception:  # a dead or hung worker: killing it is all that is left to do
+            pass
         for a in self.actors:
             self.ray.kill(a)
         self.actors = []
