@@ -5,7 +5,8 @@ train/trainer_server.py), on CPU processes (slow: each launch imports torch and 
   `accelerate launch` per update (which always reads θ_k from disk), with two gloo processes; the
   second update really came from memory (perf/trainer_reloaded);
 - a trainer killed (kill -9) in the middle of an update is reported at once, never a hang, and the
-  next update launches a fresh trainer that reloads θ_k from disk;
+  next update launches a fresh trainer that reloads θ_k from disk; a mistake the user can fix
+  (a ValueError in the trainer) comes back as a ValueError; idle ranks outlast the collective timeout;
 - the trainer is gone when the run ends;
 - a run killed (kill -9) after an update in the trainer resumes bit-identically: the relaunched
   trainer reloads θ_k from disk.
@@ -156,3 +157,25 @@ def test_idle_ranks_outlast_the_collective_timeout(verified_run, tmp_path, monke
     finally:
         close_trainers()
     assert m.metrics["perf/num_processes"] == 2.0
+
+
+def test_a_mistake_in_the_trainer_is_one_value_error(verified_run, tmp_path):
+    """A ValueError in the trainer (rollouts without advantages) comes back as a ValueError (the CLI's
+    one line, exit 2), not a traceback, and the trainer, which exits after a failed job, is dropped."""
+    import pyarrow as pa
+
+    from thinking_seeds.store.parquet_io import read_table, write_table_atomic
+    from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
+
+    run, cfg = verified_run
+    bad, c = _copy(run, cfg, tmp_path / "bad", launcher="accelerate")
+    t = read_table(bad.rollouts(0), ROLLOUT_SCHEMA)
+    i = t.schema.get_field_index("advantage")
+    t = t.set_column(i, "advantage", pa.nulls(t.num_rows, t.schema.field("advantage").type))
+    write_table_atomic(t, bad.rollouts(0), schema=ROLLOUT_SCHEMA)
+    try:
+        with pytest.raises(ValueError, match="persistent trainer: ValueError: .*run the verify stage first"):
+            update(Session(bad, c), 0)
+        assert not _TRAINERS
+    finally:
+        close_trainers()
