@@ -16,8 +16,10 @@ tail is in every error.
 Never a hang: every wait (the trainer's start, each job) polls the launcher process every
 `POLL_S`; its exit, or EOF on the socket, raises TrainerDied with the log's tail at once. The start
 has a deadline (`START_TIMEOUT_S`); a job has none, since an update may legitimately take hours, but
-a trainer that dies in it is reported within `POLL_S`. After any failure the handle is dropped, so
-the next update (a retry, or the resumed run) launches a fresh trainer, which reloads θ_k from disk.
+a trainer that dies in it is reported within `POLL_S`, and one hung in a collective raises there
+after the trainer's collective timeout (30 minutes, trainer_server.py) and exits. After any failure
+the handle is dropped, so the next update (a retry, or the resumed run) launches a fresh trainer,
+which reloads θ_k from disk.
 
 One trainer per process and run (`trainer_for`): the Prefect flow's stage tasks build a Session
 per task, so the handle is cached at module level like the engines (session.py). `close_trainers`
