@@ -160,19 +160,12 @@ STAGES = ("snapshot", "seeds", "continuation", "verify", "update", "evaluate")
 
 
 def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its live descendants (the verifier's worker
-    processes, Prefect's temporary server): less sensitive to the machine's load than wall time."""
-    import psutil
+    """User + system CPU seconds of this process and its live descendants: the same measure as the
+    TRL side's (bench/_trl_driver.py, which imports nothing of ours and so keeps its own copy)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _trl_driver import cpu_seconds as measure
 
-    me = psutil.Process()
-    total = 0.0
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+    return measure()
 
 
 @contextlib.contextmanager
