@@ -95,6 +95,7 @@ def _train_on_ray(base, overrides):
     return train(RunDir.for_run(TINY_RUN_ID, base), load_config("tiny", overrides))
 
 
+@pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
 @pytest.mark.parametrize(
     "workers, weights", [(1, "path"), (2, "path"), (2, "object_store")], ids=["1-path", "2-path", "2-object-store"]
 )
@@ -135,6 +136,7 @@ def _killing(real, killed: list[int]):
     return fan_out
 
 
+@pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
 def test_killed_workers_are_restarted_and_their_shards_retried(ray_cluster, sharded_reference, tmp_path, monkeypatch):
     """A rollout worker dies in the seeds stage of iteration 0, a verifier worker in its verification:
     nothing is lost, nothing counted twice, the results are the undisturbed run's."""
@@ -156,6 +158,7 @@ def test_killed_workers_are_restarted_and_their_shards_retried(ray_cluster, shar
     _assert_same_results(run, sharded_reference.run, 2)
 
 
+@pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
 def test_a_checkpoint_the_workers_cannot_see_is_one_line(ray_cluster, sharded_reference, tmp_path):
     from thinking_seeds.config import load_config
     from thinking_seeds.data.ray_pool import connect
@@ -172,6 +175,7 @@ def test_a_checkpoint_the_workers_cannot_see_is_one_line(ray_cluster, sharded_re
         pool.close()
 
 
+@pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
 def test_two_nodes_share_the_shards(ray_cluster, sharded_reference, tmp_path):
     """A second node joins with the documented `ray start --address HEAD:PORT`; one worker runs on each
     node (Ray's SPREAD), and the results are still the single-process run's."""
