@@ -6,9 +6,11 @@ this module starts (`ray start --head --num-cpus 2 --port <free>`, tests/helpers
   their own seeds, whoever runs them;
 - a rollout worker and a verifier worker killed (SIGKILL) in the middle of a stage: Ray restarts them,
   the stage retries their shard, and the results are those of the undisturbed run;
-- the driver killed (kill -9) in the seeds stage, under Prefect: the rerun resumes with the same results
-  (marked slow);
+- the driver killed (kill -9) in the seeds stage, under Prefect: the rerun resumes with the same results;
 - a user's mistake (no Ray, no address, nothing listening) is one ClusterError line, exit 2 in `ts`.
+
+Every test that starts the cluster is marked slow (CI's second step, `make test-slow`); the default
+suite keeps the ones that need no cluster.
 
 The tiny run of tests/helpers/tiny with rollout.batch_size=8: the continuation stage's 32 requests are
 4 shards, so 2 workers really share a stage. With 2 rollout and 2 verifier actors on 2 CPUs, each
