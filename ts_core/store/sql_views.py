@@ -311,14 +311,20 @@ def _configs(runs: list[Path]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CONFIGS_SCHEMA)
 
 
+def _fresh_parts(run: Path, kind: str, pattern: str) -> tuple[list[Path], list[Path]]:
+    """(the run's compacted parts of `kind` that are still fresh, every file of `pattern` none of them
+    stands for): store/compaction.py's parts replace their files only while those are unchanged."""
+    fresh = [p for p in compacted_parts(run, kind) if p.fresh(run)]
+    covered = {run / rel for p in fresh for rel in p.sources}
+    return [p.path for p in fresh], [f for f in run.glob(pattern) if f not in covered]
+
+
 def _files(run: Path, view: str, pattern: str) -> list[Path]:
-    """The files of `view` in one run: its compacted parts that are still fresh (store/compaction.py),
-    and every file of `pattern` none of them stands for."""
+    """The files a view reads in one run: fresh compacted parts and the files they do not stand for."""
     if view not in COMPACTED_VIEWS:
         return list(run.glob(pattern))
-    fresh = [p for p in compacted_parts(run, view) if p.fresh(run)]
-    covered = {run / rel for p in fresh for rel in p.sources}
-    return [p.path for p in fresh] + [f for f in run.glob(pattern) if f not in covered]
+    parts_, rest = _fresh_parts(run, view, pattern)
+    return parts_ + rest
 
 
 def _file_order(f: Path) -> tuple:
@@ -342,14 +348,16 @@ def _register_ngram_counts(con: duckdb.DuckDBPyConnection, runs: list[Path], dam
     """The ngram_counts view (schemas.NGRAM_COUNTS_SCHEMA): the fresh compacted parts of each run
     (store/compaction.py, written by `ts compact` and the report flow for finished iterations), and
     for every prefix file no fresh part stands for, the same rows computed here from the file."""
-    parts_ = [p for run in runs for p in compacted_parts(run, "ngram_counts") if p.fresh(run)]
-    covered = {
-        run / rel for run in runs for p in compacted_parts(run, "ngram_counts") if p.fresh(run) for rel in p.sources
-    }
     pattern = _PARQUET_VIEWS["prefixes"][0]
-    rest = sorted((f for run in runs for f in run.glob(pattern) if f not in covered), key=_file_order)
+    parts_: list[Path] = []
+    rest: list[Path] = []
+    for run in runs:
+        p, r = _fresh_parts(run, "ngram_counts", pattern)
+        parts_ += p
+        rest += r
+    rest.sort(key=_file_order)
     _register_prefixes(con, _readable_files(rest, PREFIX_FILE_SCHEMA, damaged), "_ts_ngram_src")
-    stored = _readable_files([p.path for p in parts_], NGRAM_COUNTS_SCHEMA, damaged)
+    stored = _readable_files(parts_, NGRAM_COUNTS_SCHEMA, damaged)
     con.register("_ts_ngram_parts", _dataset(stored, NGRAM_COUNTS_SCHEMA))
     cols = ", ".join(NGRAM_COUNTS_SCHEMA.names)
     con.execute(
