@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from thinking_seeds.config import ConfigError, load_config
 from thinking_seeds.experiments.jobs import CompareError
+from thinking_seeds.experiments.members import base_point_variant
 from thinking_seeds.experiments.spec import (
     check_same_budget,
     parse_list,
@@ -75,6 +76,25 @@ def test_plan_one_at_a_time_varies_one_key_from_the_base():
         assert str(_get(cfg, key)) == value
         for other in sweep.keys() - {key}:  # every other swept key keeps the base value
             assert _get(cfg, other) == _get(base, other)
+
+
+def test_a_sweep_that_includes_its_base_point_is_paired_against_it():
+    # The same-seed ablation: --sweep advantage.baseline=group,same_seed (group is what the run would
+    # have without the sweep), so the report pairs same_seed against group without a --reference.
+    shared = ["rollout.continuations_per_seed=2"]
+    sweep = {"advantage.baseline": ["group", "same_seed"]}
+    markers = [{**s.marker()} for s in plan("tiny", ["thinking_seeds"], [0, 1], shared, sweep, "ss")]
+    assert base_point_variant(markers) == "thinking_seeds advantage.baseline=group"
+    # Without its base point (only the changed value swept) there is nothing to pair against here.
+    only = [
+        {**s.marker()}
+        for s in plan("tiny", ["thinking_seeds"], [0], shared, {"advantage.baseline": ["same_seed"]}, "s1")
+    ]
+    assert base_point_variant(only) is None
+    # The base point is the preset's value (tiny: pool.size 4), whichever order the sweep lists it in.
+    t = [{**s.marker()} for s in plan("tiny", ["thinking_seeds"], [0], [], {"pool.size": ["2", "4"]}, "t")]
+    assert load_config("tiny", ["algorithm=thinking_seeds"]).pool.size == 4
+    assert base_point_variant(t) == "thinking_seeds pool.size=4"
 
 
 def _get(cfg, dotted):

@@ -22,6 +22,7 @@ from thinking_seeds.evals.report import format_cell
 from thinking_seeds.experiments.claims import mean_ci
 from thinking_seeds.experiments.compare_data import ACTOR, POPULATIONS, mean_std, paired_differences, test_ks
 from thinking_seeds.experiments.compare_plots import PLOTS
+from thinking_seeds.experiments.members import base_point_variant
 
 __all__ = [
     "Results",
@@ -136,10 +137,14 @@ def final_test_section(res: Results, ks: Sequence[int]) -> list[str]:
 
 
 def baseline(res: Results) -> str | None:
-    """What the paired table subtracts: the ablation's reference point, else grpo, else nothing."""
+    """What the paired table subtracts: the ablation's reference point, else the sweep's own base
+    point (members.base_point_variant), else grpo, else nothing."""
     ref = next((m.get("variant") for m in res.data["members"] if m.get("reference")), None)
     if ref in res.variants:
         return ref
+    base = base_point_variant(res.data["members"])
+    if base in res.variants and len(res.variants) > 1:
+        return base
     return "grpo" if "grpo" in res.variants and len(res.variants) > 1 else None
 
 

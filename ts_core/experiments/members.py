@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from thinking_seeds.store.atomic import atomic_write
 __all__ = [
     "ARCHIVE_FILE",
     "archive_record",
+    "base_point_variant",
     "compare_members",
     "discard_restored",
     "is_complete",
@@ -148,6 +150,25 @@ def reference_members(reference_id: str, specs: Sequence[RunSpec], runs_dir: Pat
         )
     check_same_budget(configs)
     return out
+
+
+def base_point_variant(members: Sequence[dict[str, Any]]) -> str | None:
+    """The variant of a sweep that sets every swept key to the value its run would have without the
+    sweep (e.g. `advantage.baseline=group` in `--sweep advantage.baseline=group,same_seed`), or None.
+
+    A sweep that includes its own base point needs no --reference: the report pairs the other
+    points against it. Controls and unswept runs are not candidates.
+    """
+    found = []
+    for m in members:
+        if not m.get("sweep") or m.get("method") == CONTROL_METHOD or m.get("reference"):
+            continue
+        spec = spec_of(m)
+        d = replace(spec, sweep=()).config().model_dump(mode="json")
+        if all(value_text(dotted(d, k)) == v for k, v in spec.sweep):
+            found.append(m["variant"])
+    variants = set(found)
+    return found[0] if len(variants) == 1 else None  # two methods each with a base point: no single baseline
 
 
 def is_complete(spec: RunSpec, runs_dir: Path) -> bool:
