@@ -95,6 +95,9 @@ def test_a_sweep_that_includes_its_base_point_is_paired_against_it():
     t = [{**s.marker()} for s in plan("tiny", ["thinking_seeds"], [0], [], {"pool.size": ["2", "4"]}, "t")]
     assert load_config("tiny", ["algorithm=thinking_seeds"]).pool.size == 4
     assert base_point_variant(t) == "thinking_seeds pool.size=4"
+    # A key both shared and swept has no single base value: refused before any run.
+    with pytest.raises(ConfigError, match=r"--set pool.size=\.\.\. and --sweep pool.size=\.\.\. both set pool.size"):
+        plan("tiny", ["thinking_seeds"], [0], ["pool.size=2"], {"pool.size": ["2", "4"]}, "t2")
 
 
 def _get(cfg, dotted):

@@ -126,4 +126,10 @@ def check_request(
             raise ConfigError(f"sweep {key!r} has no values")
         if len(set(values)) != len(values):
             raise ConfigError(f"sweep {key!r} repeats a value: {values}")
+    # A key both --set and swept has no single base value: the run markers could not tell the shared
+    # setting from the sweep point (spec_of), so a report could pair against the wrong base point.
+    shared = {item.split("=", 1)[0].strip() for item in overrides}
+    for key in sweep:
+        if key in shared:
+            raise ConfigError(f"--set {key}=... and --sweep {key}=... both set {key}: keep it in --sweep only")
     return per_method, seeds, overrides, sweep
