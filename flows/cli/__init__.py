@@ -2,6 +2,7 @@
 
     ts train --preset tiny --run-id demo [--set prefix.ratio_max=0.5 ...] [--no-prefect]
     ts check RUN_ID
+    ts trainer-node --run-id RUN_ID --machine-rank R      (another machine of a run's trainer group)
     ts eval RUN_ID [--step N] [--split validation|test]
     ts export RUN_ID --out DIR [--step N]
     ts report RUN_ID
@@ -65,6 +66,7 @@ app.command("runs")(report.runs)
 app.command("sql")(report.sql)
 app.command("compact")(report.compact)
 app.command("check")(train.check)
+app.command("trainer-node")(train.trainer_node)
 app.add_typer(config.config_app, name="config")
 
 

@@ -1,4 +1,5 @@
-"""`ts train` (a new run, or resume one: the same command) and `ts check` (verify a run directory)."""
+"""`ts train` (a new run, or resume one: the same command), `ts trainer-node` (another machine of a run's
+trainer group) and `ts check` (verify a run directory)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,24 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
         train_loop(run, cfg, on_stage=on_stage)
     con.print(f"[green]run finished:[/] {run.root}")
     con.print(f"report: ts report {run.run_id}")
+
+
+def trainer_node(
+    run_id: str = typer.Option(..., "--run-id", "-r", help="The run whose trainer group to join (its config.yaml)."),
+    machine_rank: int = typer.Option(
+        ..., "--machine-rank", help="This machine's rank in the trainer group: 1 .. update.num_machines - 1."
+    ),
+    wait: float = typer.Option(600.0, "--wait", help="Seconds to wait for the run's config.yaml to appear."),
+) -> None:
+    """Join a run's trainer group from another machine (update.num_machines > 1; docs/scaling.md): runs
+    `accelerate launch --machine_rank R ...` with the run's saved launch settings until the group stops."""
+    from thinking_seeds.pipeline.trainer_client import join_trainer_group
+    from thinking_seeds.store.run_dir import RunDir
+
+    code = join_trainer_group(RunDir.for_run(run_id), machine_rank, wait)
+    if code != 0:
+        error_line(f"trainer node {machine_rank} of run {run_id} exited with code {code} (its output is above)")
+        raise typer.Exit(code)
 
 
 def check(run_id: str = typer.Argument(..., help="Run to verify.")) -> None:

@@ -40,8 +40,14 @@ _HASH_ALWAYS_OUT = (
     ("rollout", "workers"),
     ("rollout", "worker_gpus"),
     ("reward", "workers"),
+    ("update", "main_process_ip"),
+    ("update", "main_process_port"),
 )
-_HASH_OUT_AT_DEFAULT = {("update", "mixed_precision"): "no", ("rollout", "tensor_parallel_size"): 1}
+_HASH_OUT_AT_DEFAULT = {
+    ("update", "mixed_precision"): "no",
+    ("rollout", "tensor_parallel_size"): 1,
+    ("update", "num_machines"): 1,  # hashed when set, as num_processes: the group's size orders its sums
+}
 
 
 class RunConfig(_Section):
@@ -100,6 +106,21 @@ class RunConfig(_Section):
             raise ValueError(
                 f"rollout.workers={self.rollout.workers} needs cluster=ray (one engine per process on cluster=local); "
                 "set cluster=ray with cluster.address or RAY_ADDRESS, or rollout.workers=1"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _trainer_machines(self) -> RunConfig:
+        u = self.update
+        if u.num_machines > 1 and u.launcher != "accelerate":
+            raise ValueError(
+                f"update.num_machines={u.num_machines} needs update.launcher=accelerate (the persistent trainer, "
+                f"which the other machines join once per run with `ts trainer-node`), not {u.launcher}"
+            )
+        if u.num_machines > 1 and not u.main_process_ip:
+            raise ValueError(
+                f"update.num_machines={u.num_machines} needs update.main_process_ip: the IP of the driver's machine "
+                "(machine rank 0), which the other machines reach"
             )
         return self
 

@@ -337,7 +337,31 @@ class UpdateConfig(_Section):
         "checkpoint is not the one it holds (same weights, bit for bit, as a fresh launch). "
         "accelerate_per_update: a fresh `accelerate launch` for every update (seconds of start-up per iteration).",
     )
-    num_processes: int = Field(1, ge=1, description="Processes for the accelerate launchers.")
+    num_processes: int = Field(
+        1,
+        ge=1,
+        description="Processes per machine for the accelerate launchers (one per GPU; on CPU, gloo processes). "
+        "The trainer group has num_processes x num_machines processes.",
+    )
+    num_machines: int = Field(
+        1,
+        ge=1,
+        description="Machines in the trainer group (launcher=accelerate only). The driver's machine runs machine "
+        "rank 0; every other machine joins with `ts trainer-node --run-id RUN --machine-rank R` and needs the runs "
+        "directory at the same path (a shared filesystem): docs/scaling.md.",
+    )
+    main_process_ip: str | None = Field(
+        None,
+        description="With num_machines > 1: the IP (or host name) of the driver's machine, where the trainer "
+        "group meets (accelerate's --main_process_ip); the other machines must reach it.",
+    )
+    main_process_port: int = Field(
+        29500,
+        ge=1,
+        le=65535,
+        description="With num_machines > 1: the port on main_process_ip where the trainer group meets (accelerate's "
+        "--main_process_port); must be free there. On one machine each launch takes a free port instead.",
+    )
 
     @field_validator("mixed_precision", mode="before")
     @classmethod

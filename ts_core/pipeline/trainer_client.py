@@ -21,6 +21,10 @@ after the trainer's collective timeout (30 minutes, trainer_server.py) and exits
 the handle is dropped, so the next update (a retry, or the resumed run) launches a fresh trainer,
 which reloads θ_k from disk.
 
+A group across machines (update.num_machines > 1): this launch is machine rank 0; every other
+machine runs `ts trainer-node` (`join_trainer_group`: the same launch from the run's config.yaml with
+its own --machine_rank, no socket), and the start's deadline covers their joining.
+
 One trainer per process and run (`trainer_for`): the Prefect flow's stage tasks build a Session
 per task, so the handle is cached at module level like the engines (session.py). `close_trainers`
 runs at the end of the loop and the flow, and atexit.
@@ -54,9 +58,30 @@ class TrainerDied(RuntimeError):
 
 
 def trainer_command(run: RunDir, cfg: RunConfig, sock_path: Path) -> list[str]:
+    """The driver's launch of the trainer group: machine rank 0, whose global rank 0 takes the jobs."""
     prefix, cpu = launch_prefix(cfg)
     cmd = prefix + ["-m", "thinking_seeds.train.trainer_server", "--socket", str(sock_path)]
     cmd += ["--out-root", str(run.policy_root)]  # names the run in `ps` (and for the orphan test)
+    return cmd + (["--cpu"] if cpu else [])
+
+
+def node_command(run: RunDir, cfg: RunConfig, machine_rank: int) -> list[str]:
+    """Another machine's launch of the run's trainer group (`ts trainer-node`): the same launch with its
+    own --machine_rank and no socket; its processes take every job from rank 0's broadcast."""
+    machines = cfg.update.num_machines
+    if cfg.update.launcher != "accelerate" or machines < 2:
+        raise ValueError(
+            f"run {run.run_id} trains on one machine (update.launcher={cfg.update.launcher}, "
+            f"update.num_machines={machines}): no trainer node to join; start the run with "
+            "update.launcher=accelerate and update.num_machines >= 2"
+        )
+    if not 1 <= machine_rank < machines:
+        raise ValueError(
+            f"--machine-rank {machine_rank}: run {run.run_id}'s trainer group has machine ranks 1 .. {machines - 1} "
+            "to join (rank 0 is the driver's own launch)"
+        )
+    prefix, cpu = launch_prefix(cfg, machine_rank)
+    cmd = prefix + ["-m", "thinking_seeds.train.trainer_server", "--out-root", str(run.policy_root)]
     return cmd + (["--cpu"] if cpu else [])
 
 
@@ -65,6 +90,7 @@ class PersistentTrainer:
 
     def __init__(self, run: RunDir, cfg: RunConfig):
         self.key = _key(run, cfg)
+        self.machines, self.run_id = cfg.update.num_machines, run.run_id
         self.lock = threading.Lock()
         self.conn: socket.socket | None = None
         self.file = None
@@ -117,7 +143,13 @@ class PersistentTrainer:
                     raise self._died(f"{what}: no answer within {START_TIMEOUT_S:.0f} s")
 
     def _accept(self, listener: socket.socket) -> None:
-        self._wait_readable(listener, time.monotonic() + START_TIMEOUT_S, "did not start")
+        what = "did not start"
+        if self.machines > 1:  # rank 0 waits in the rendezvous until every machine has joined
+            what += (
+                f" (machine ranks 1 .. {self.machines - 1} must join it: "
+                f"`ts trainer-node --run-id {self.run_id} --machine-rank R` on each)"
+            )
+        self._wait_readable(listener, time.monotonic() + START_TIMEOUT_S, what)
         self.conn, _ = listener.accept()
         self.file = self.conn.makefile("rwb")
         hello = self._read("did not start")
@@ -193,10 +225,41 @@ class PersistentTrainer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def join_trainer_group(run: RunDir, machine_rank: int, wait_s: float = 600.0, poll_s: float = 1.0) -> int:
+    """`ts trainer-node`: run this machine's part of the run's trainer group until the group stops; its exit code.
+
+    The launch settings come from the run's config.yaml (the driver writes it when the run starts: waited
+    for up to `wait_s`), so every machine launches what the driver launches, with its own rank.
+    """
+    from thinking_seeds.config import load_saved_config
+
+    deadline = time.monotonic() + wait_s
+    while not run.config_path.exists():
+        if time.monotonic() > deadline:
+            raise ValueError(
+                f"no {run.config_path} after {wait_s:.0f} s: start the run on the driver's machine first, and give "
+                "this machine the same runs folder (a shared filesystem; --runs-dir or TS_RUNS_DIR)"
+            )
+        time.sleep(poll_s)
+    cmd = node_command(run, load_saved_config(run.config_path), machine_rank)
+    print("trainer node: " + " ".join(cmd), flush=True)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("ACCELERATE_DISABLE_RICH", "1")
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+    try:
+        return proc.wait()
+    except BaseException:
+        proc.terminate()  # accelerate's launcher stops its workers on SIGTERM
+        proc.wait()
+        raise
+
+
 def _key(run: RunDir, cfg: RunConfig) -> tuple:
-    """What the launch fixes: the run, and the process count, precision and device of the launch."""
+    """What the launch fixes: the run, and the processes, machines, precision and device of the launch."""
     u = cfg.update
-    return (str(run.root.resolve()), u.num_processes, u.mixed_precision, cfg.device)
+    group = (u.num_processes, u.num_machines, u.main_process_ip, u.main_process_port)
+    return (str(run.root.resolve()), *group, u.mixed_precision, cfg.device)
 
 
 _TRAINERS: dict[tuple, PersistentTrainer] = {}

@@ -26,32 +26,41 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_prefix(cfg: RunConfig) -> tuple[list[str], bool]:
+def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], bool]:
     """`accelerate launch` and its options for the run's update (up to the module to run), and
-    whether the trainer must be told `--cpu`. Shared by the per-update launch and the persistent
-    trainer (pipeline/trainer_client.py)."""
-    n = cfg.update.num_processes
-    precision = cfg.update.mixed_precision  # accelerate's own words: no | bf16
+    whether the trainer must be told `--cpu`. Shared by the per-update launch, the persistent
+    trainer (pipeline/trainer_client.py; machine rank 0, the driver's) and `ts trainer-node`
+    (the other machines of a trainer group: `machine_rank` 1 .. update.num_machines - 1)."""
+    u = cfg.update
+    n, machines = u.num_processes, u.num_machines
+    total = n * machines  # accelerate's --num_processes counts the whole group
+    precision = u.mixed_precision  # accelerate's own words: no | bf16
     cmd = [
         sys.executable,
         "-m",
         "accelerate.commands.launch",
         "--num_processes",
-        str(n),
+        str(total),
         "--num_machines",
-        "1",
+        str(machines),
         "--mixed_precision",
         precision,
         "--dynamo_backend",
         "no",
     ]
     device = resolve_device(cfg.device)  # a device this machine lacks fails here, in one line
-    if device.type == "cuda" and device.index and n == 1:
+    if device.type == "cuda" and device.index and total == 1:
         cmd += ["--gpu_ids", str(device.index)]  # device=cuda:N: the worker sees that GPU as cuda:0
-    if n > 1:
-        # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7). A free rendezvous port
-        # per launch: the default 29500 can still be held by a run killed a moment ago.
-        cmd += ["--multi_gpu", "--main_process_port", str(_free_port())]
+    if total > 1:
+        # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7).
+        cmd += ["--multi_gpu"]
+    if machines > 1:
+        # Every machine runs this with its own rank; they meet at the driver's machine (rank 0).
+        cmd += ["--machine_rank", str(machine_rank), "--main_process_ip", str(u.main_process_ip)]
+        cmd += ["--main_process_port", str(u.main_process_port)]
+    elif total > 1:
+        # A free rendezvous port per launch: the default 29500 can still be held by a run killed a moment ago.
+        cmd += ["--main_process_port", str(_free_port())]
     return cmd, device.type == "cpu"  # --cpu: device=cpu, or auto without a GPU
 
 

@@ -3,6 +3,11 @@
     accelerate launch [--multi_gpu --num_processes N] -m thinking_seeds.train.trainer_server \\
         --socket S --out-root RUN/policy [--cpu]
 
+A group across machines (update.num_machines = M) is one such launch per machine with
+`--num_machines M --machine_rank r --main_process_ip IP --main_process_port P`: the driver's is rank 0
+(its global rank 0 holds the socket); the others (`ts trainer-node`) have no socket and take every
+job from rank 0's broadcast, reading θ_k and the rollouts from the same paths (a shared filesystem).
+
 Launching the trainer per update costs a fresh interpreter, the torch/transformers/accelerate
 imports, a process group and a model load every iteration (~5 s on the tiny preset, 3x the whole
 in-process iteration: BENCHMARKS.md). This process group is started once by the pipeline
@@ -165,12 +170,17 @@ def main() -> None:
     from accelerate import Accelerator, InitProcessGroupKwargs
 
     ap = argparse.ArgumentParser(description="The persistent trainer of a run (started by the pipeline).")
-    ap.add_argument("--socket", required=True, help="the pipeline's Unix socket")
+    ap.add_argument("--socket", help="the pipeline's Unix socket (on rank 0's machine; `ts trainer-node`s have none)")
     ap.add_argument("--out-root", type=Path, required=True, help="the run's policy dir (names the run in ps)")
     ap.add_argument("--cpu", action="store_true", help="force CPU (gloo) even if a GPU is visible")
     a = ap.parse_args()
     die_with_parent()
     acc = Accelerator(cpu=a.cpu, kwargs_handlers=[InitProcessGroupKwargs(timeout=COLLECTIVE_TIMEOUT)])
+    if acc.is_main_process and not a.socket:
+        raise SystemExit(
+            "trainer_server: global rank 0 needs --socket; machine rank 0 is the driver's own launch "
+            "(update.launcher=accelerate), `ts trainer-node` starts ranks 1 .. num_machines - 1 only"
+        )
     serve(acc, a.socket)
     # Leave together: a gloo process that exits with the group alive can abort.
     acc.wait_for_everyone()
