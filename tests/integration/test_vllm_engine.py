@@ -257,3 +257,181 @@ def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
                 with_entropy=False,
             )
         assert torch.allclose(sh.logprobs[0, :n], torch.tensor(r["behaviour_logprobs"][:n]), atol=TOL)
+
+
+# -- LoRA (model.lora): adapters per request (rollout.lora_requests) vs merged weights swapped in -----------
+LORA_SET = ["model.lora.r=4", "model.lora.alpha=8.0", "model.lora.target_modules=[q_proj, v_proj]", "pool.size=3"]
+
+
+@pytest.fixture(scope="module")
+def lora_ckpts(tmp_path_factory):
+    """θ_0 (a full model) and three peft adapter directories on it with random, clearly non-zero B."""
+    from peft import LoraConfig, get_peft_model
+
+    from thinking_seeds.engine.models import load_model as _load
+
+    root = tmp_path_factory.mktemp("vllm-lora")
+    base = _save_tiny(root / "policy" / "step_000000", 5)
+    adapters = []
+    for n in range(1, 4):
+        model, tok = _load(base)
+        pm = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        g = torch.Generator().manual_seed(n)
+        for name, p in pm.named_parameters():
+            if "lora_B" in name:
+                p.data = torch.randn(p.shape, generator=g) * 0.3
+        out = root / "policy" / f"step_{n:06d}"
+        pm.save_pretrained(out)
+        tok.save_pretrained(out)
+        adapters.append(out)
+    return base, adapters
+
+
+def _lora_jobs(base, adapters, tok, params):
+    ctx = _contexts(tok)
+    return [(base, ctx, params, None)] + [
+        (a, ctx[n % 3 :] + ctx[: n % 3], params, None) for n, a in enumerate(adapters)
+    ]
+
+
+def _lora_engine(base, lora_requests):
+    return VLLMEngine(base, load_config("tiny", [f"model.path={base}", *LORA_SET]), lora_requests=lora_requests)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_lora_requests_in_one_call_give_the_weight_swap_samples(engine, lora_ckpts, temperature):
+    """ONE vLLM call with an adapter per request = a merged-weights swap and call per checkpoint (θ_0 included):
+    same tokens, log-probs to TOL; and the same as the LoRA engine's own per-checkpoint calls."""
+    from thinking_seeds.engine.lora import merged_state_dict
+    from thinking_seeds.engine.models import load_model as _load
+
+    engine.close()  # one engine at a time in this process
+    base, adapters = lora_ckpts
+    model, tok = _load(base)
+    params = SamplingParams(temperature=temperature, max_new_tokens=16, seed=3)
+    jobs = _lora_jobs(base, adapters, tok, params)
+
+    swap = _lora_engine(base, lora_requests=False)
+    try:
+        assert not swap.lora_requests
+        swapped = swap.generate_many(jobs)  # load_weights (peft merge, reload) + generate, per checkpoint
+    finally:
+        swap.close()
+
+    eng = _lora_engine(base, lora_requests=True)
+    try:
+        assert eng.lora_requests and eng.adapter_request(base) is None  # θ_0: the base, no adapter
+        batched = eng.generate_many(jobs)
+        per_ckpt = []
+        for ck, ctx, p, mn in jobs:
+            eng.load_weights(ck)
+            per_ckpt.append(eng.generate(ctx, p, mn))
+    finally:
+        eng.close()
+
+    for a, b, c in zip(batched, swapped, per_ckpt, strict=True):
+        assert [g.token_ids for g in a] == [g.token_ids for g in b] == [g.token_ids for g in c]
+        for ga, gb, gc in zip(a, b, c, strict=True):
+            assert max((abs(x - y) for x, y in zip(ga.logprobs, gb.logprobs, strict=True)), default=0.0) <= TOL
+            assert max((abs(x - y) for x, y in zip(ga.logprobs, gc.logprobs, strict=True)), default=0.0) <= TOL
+    # The adapters really act: every checkpoint samples something else from the same contexts.
+    same_ctx = [[g.token_ids for g in out[(-n) % 3 :] + out[: (-n) % 3]] for n, out in enumerate(batched[1:])]
+    assert len({str(x) for x in [[g.token_ids for g in batched[0]], *same_ctx]}) == 4
+    if temperature > 0:  # and the log-probs are the merged model's, as the trainer scores them
+        for (ck, ctx, _, _), gens in zip(jobs[1:], batched[1:], strict=True):
+            model.load_state_dict(merged_state_dict(ck))
+            assert _max_diff(model, tok, ctx, gens, temperature) <= TOL
+
+
+def test_lora_requests_refuse_full_weights_of_another_model(engine, lora_ckpts, ckpts):
+    engine.close()
+    base, adapters = lora_ckpts
+    eng = _lora_engine(base, lora_requests=True)
+    try:
+        with pytest.raises(ValueError, match="not the engine's base"):
+            eng.load_weights(ckpts[1])
+        assert eng.adapter_request(adapters[0]).lora_int_id != eng.adapter_request(adapters[1]).lora_int_id
+    finally:
+        eng.close()
+
+
+def _lora_run(tmp_path, name, lora_requests):
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.run_dir import RunDir
+
+    base = _save_tiny(tmp_path / f"base-{name}", 3)
+    cfg = load_config(
+        "tiny",
+        [
+            "algorithm=thinking_seeds",
+            f"model.path={base}",
+            "rollout.engine=vllm",
+            f"rollout.lora_requests={'true' if lora_requests else 'false'}",
+            "model.lora.r=4",
+            "model.lora.target_modules=[q_proj, v_proj]",
+            "iterations=3",
+            "rollout.prompts_per_iteration=4",
+            "rollout.group_size=4",
+            "rollout.seeds_per_group=2",
+            "rollout.max_new_tokens=24",
+            "data.train_size=40",
+            "data.val_size=8",
+            "data.test_size=8",
+            "eval.prompts=4",
+            "eval.samples=2",
+            "eval.every=3",
+            "pool.snapshot_every=1",
+            "pool.size=2",
+            "update.lr=3e-2",
+        ],
+    )
+    return train(RunDir.for_run(name, tmp_path / "runs"), cfg), cfg
+
+
+def test_short_lora_run_on_vllm(tmp_path, engine):
+    """A LoRA Thinking Seeds run on vLLM completes every stage with adapters per request; iteration 2's seeds
+    come from θ_0 (the base) and θ_1 (an adapter) in one call, with the log-probs each checkpoint gives them;
+    the weight-swap run (rollout.lora_requests=false) writes the same seeds."""
+    from thinking_seeds.engine.lora import merged_state_dict
+    from thinking_seeds.pipeline.session import _ENGINES
+    from thinking_seeds.store.parquet_io import read_table
+
+    engine.close()
+    run, cfg = _lora_run(tmp_path, "lora-requests", True)
+    for k in range(3):
+        for stage in ("snapshot", "seeds", "continuation", "verify", "update"):
+            assert run.read_manifest(k, stage) is not None
+    assert run.read_manifest(2, "evaluate") is not None
+    assert (run.policy(3) / "adapter_model.safetensors").is_file()
+    (eng,) = _ENGINES.values()
+    assert eng.lora_requests and eng._loras  # adapters were served, never merged weights
+    assert {r["source_step"] for r in read_table(run.prefixes(2)).to_pylist()} == {0, 1}
+    rows = [r for r in read_table(run.rollouts(2)).to_pylist() if r["kind"] == "seeded" and r["prefix_len"] > 0]
+    model, tok = load_model(run.policy(0))
+    for step in (0, 1):  # the recorded behaviour log-probs are the source checkpoint's (θ_1: base + adapter merged)
+        if step:
+            model.load_state_dict(merged_state_dict(run.pool_root / f"step_{step:06d}"))
+        mine = [r for r in rows if r["source_step"] == step]
+        assert mine
+        with torch.no_grad():
+            sc = score_responses(
+                model,
+                [r["prompt_token_ids"] for r in mine],
+                [r["token_ids"][: r["prefix_len"]] for r in mine],
+                pad_id=tok.pad_token_id,
+                temperature=cfg.rollout.temperature,
+                with_entropy=False,
+            )
+        for i, r in enumerate(mine):
+            n = r["prefix_len"]
+            assert torch.allclose(sc.logprobs[i, :n], torch.tensor(r["behaviour_logprobs"][:n]), atol=TOL)
+
+    swapped, _ = _lora_run(tmp_path, "weight-swaps", False)
+    (eng,) = _ENGINES.values()
+    assert not eng.lora_requests and eng._merged  # adapters merged into full weights and swapped in
+    for k in range(3):
+        a = read_table(run.prefixes(k)).to_pylist()
+        b = read_table(swapped.prefixes(k)).to_pylist()
+        assert [(r["source_step"], r["prefix_token_ids"]) for r in a] == [
+            (r["source_step"], r["prefix_token_ids"]) for r in b
+        ]

@@ -73,3 +73,14 @@ def test_missing_tracker_package_names_the_extra(monkeypatch):
         load_config("tiny", ["logger=[console, mlflow]"])
     with pytest.raises(ConfigError, match="logger"):
         load_config("tiny", ["logger=[console, neptune]"])
+
+
+def test_lora_requests_is_hashed_only_off_its_default():
+    """rollout.lora_requests (vLLM + model.lora) joined the config after runs existed: at its default the hash
+    is the one those runs recorded; the other choice samples with other float rounding, so it is hashed."""
+    from thinking_seeds.config.sections import LORA_REQUESTS_DEFAULT
+
+    plain = load_config("tiny", [])
+    at_default = load_config("tiny", [f"rollout.lora_requests={str(LORA_REQUESTS_DEFAULT).lower()}"])
+    other = load_config("tiny", [f"rollout.lora_requests={str(not LORA_REQUESTS_DEFAULT).lower()}"])
+    assert plain.config_hash() == at_default.config_hash() != other.config_hash()

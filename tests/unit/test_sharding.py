@@ -8,7 +8,13 @@ import pytest
 
 from thinking_seeds.engine.models import char_tokenizer, tiny_llama
 from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
-from thinking_seeds.engine.sharding import LocalRollout, generate_sharded, make_shards, shard_seed
+from thinking_seeds.engine.sharding import (
+    LocalRollout,
+    generate_sharded,
+    generate_sharded_many,
+    make_shards,
+    shard_seed,
+)
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +122,46 @@ def test_where_work_runs_is_not_hashed_and_workers_need_a_cluster():
     assert RunConfig(cluster="ray").cluster.kind == "ray"  # cluster=ray: short for {kind: ray}
     with pytest.raises(ValueError, match="rollout.workers=2 needs cluster=ray"):
         RunConfig(rollout={"workers": 2})
+
+
+class _Recording:
+    """An engine that records its calls; each token encodes (checkpoint, seed, row): what it was asked for."""
+
+    def __init__(self, batches: bool) -> None:
+        self.lora_requests = batches
+        self.calls: list[tuple] = []
+        self.loaded = None
+
+    def load_weights(self, checkpoint):
+        self.loaded = str(checkpoint)
+        self.calls.append(("swap", str(checkpoint)))
+
+    def _gens(self, ck, contexts, params, max_new):
+        return [Generation([hash((ck, params.seed, i, m)) & 0xFFFF], [0.0], True) for i, m in enumerate(max_new)]
+
+    def generate(self, contexts, params, max_new=None):
+        self.calls.append(("generate", len(contexts)))
+        return self._gens(self.loaded, contexts, params, max_new)
+
+    def generate_many(self, jobs):
+        self.calls.append(("generate_many", len(jobs)))
+        return [self._gens(str(ck), c, p, m) for ck, c, p, m in jobs]
+
+
+def test_many_calls_in_one_engine_call_keep_shards_and_seeds():
+    """generate_sharded_many = generate_sharded per call (same shards, seeds, order), in ONE engine call when
+    the engine serves several checkpoints at once (vLLM with LoRA adapters per request), else call by call."""
+    calls = [
+        ("ck0", [[1]] * 5, SamplingParams(max_new_tokens=4, seed=1), None),
+        ("ck1", [[2]] * 2, SamplingParams(max_new_tokens=4, seed=2), [1, 3]),
+        ("ck2", [], SamplingParams(seed=3), None),
+    ]
+    one, swaps = _Recording(True), _Recording(False)
+    batched = generate_sharded_many(LocalRollout(one), calls, shard_size=2)
+    looped = generate_sharded_many(LocalRollout(swaps), calls, shard_size=2)
+    by_call = [generate_sharded(LocalRollout(_Recording(False)), *c, shard_size=2) for c in calls]
+    assert [[g.token_ids for g in x] for x in batched] == [[g.token_ids for g in x] for x in by_call]
+    assert [[g.token_ids for g in x] for x in looped] == [[g.token_ids for g in x] for x in by_call]
+    assert [len(x) for x in batched] == [5, 2, 0]
+    assert one.calls == [("generate_many", 4)]  # 3 + 1 shards, one engine call
+    assert [c for c in swaps.calls if c[0] == "swap"] == [("swap", "ck0"), ("swap", "ck1")]

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from thinking_seeds.algorithms import AlgorithmName
 from thinking_seeds.config.sections import (
+    LORA_REQUESTS_DEFAULT,
     AdvantageConfig,
     CheckpointConfig,
     ClusterConfig,
@@ -47,6 +48,7 @@ _HASH_OUT_AT_DEFAULT = {
     ("update", "mixed_precision"): "no",
     ("rollout", "tensor_parallel_size"): 1,
     ("update", "num_machines"): 1,  # hashed when set, as num_processes: the group's size orders its sums
+    ("rollout", "lora_requests"): LORA_REQUESTS_DEFAULT,
 }
 
 

@@ -38,6 +38,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
 
 
+# rollout.lora_requests's default, chosen by bench/vllm_lora.py (BENCHMARKS.md); out of the config hash at it.
+LORA_REQUESTS_DEFAULT = True
+
+
 class LoraSettings(_Section):
     r: int = Field(8, ge=1, le=1024, description="LoRA rank.")
     alpha: float = Field(16.0, gt=0.0, description="LoRA scaling numerator (scale = alpha / r).")
@@ -54,7 +58,8 @@ class ModelConfig(_Section):
     lora: LoraSettings | None = Field(
         None,
         description="Train LoRA adapters (peft) instead of all weights: policy steps and pool snapshots then "
-        "hold only the adapter (megabytes); the engine samples from base + adapter merged.",
+        "hold only the adapter (megabytes); the engine samples from base + adapter merged (vLLM: the adapter "
+        "per request on the base, rollout.lora_requests).",
     )
 
 
@@ -235,6 +240,14 @@ class RolloutConfig(_Section):
     )
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="vLLM: GPUs one engine shards its model over (tensor parallelism)."
+    )
+    lora_requests: bool = Field(
+        LORA_REQUESTS_DEFAULT,
+        description="vLLM with model.lora: true serves every checkpoint as its LoRA adapter on θ_0 (vLLM "
+        "enable_lora, one adapter per request), so the seeds stage samples all pool members in ONE engine call; "
+        "false merges each adapter into full weights (peft) and swaps them in, one call per checkpoint. Same "
+        "seeds either way; samples equal up to float rounding. Ignored with rollout.engine=hf or without "
+        "model.lora. Measured: BENCHMARKS.md, 'vLLM: per-request LoRA adapters vs weight swaps'.",
     )
 
     @model_validator(mode="after")

@@ -13,6 +13,11 @@ seeds (the bytes of such runs' later batches differ from runs written before).
 
 `LocalRollout` runs the shards in this process, one after the other: the 1-worker case of the same logic.
 `thinking_seeds.engine.ray_workers.RayRolloutPool` runs them on Ray actors.
+
+`generate_sharded_many` is several such calls, each under its own checkpoint (the seeds stage: one per
+pool member), cut into the same shards with the same seeds; a runner with `run_many` (`LocalRollout` on
+a VLLMEngine serving LoRA adapters per request) samples all of them in one engine call, any other runs
+the calls one after the other (one weight swap each).
 """
 
 from __future__ import annotations
@@ -101,17 +106,56 @@ def generate_sharded(
     return out
 
 
+# One call of generate_sharded_many: (checkpoint, contexts, params, max_new).
+Call = tuple[Path, Sequence[Sequence[int]], SamplingParams, Sequence[int] | None]
+
+
+def generate_sharded_many(
+    runner: ShardRunner, calls: Sequence[Call], shard_size: int = 128, timer: TimerLike = _no_timer
+) -> list[list[Generation]]:
+    """`[generate_sharded(runner, *call, shard_size) for call in calls]`: the same shards and seeds, in one
+    engine call when the runner samples several checkpoints at once (`run_many`), else call after call."""
+    many = getattr(runner, "run_many", None)
+    if many is None or not getattr(runner, "batches_checkpoints", False):
+        return [generate_sharded(runner, ck, ctx, p, mn, shard_size, timer) for ck, ctx, p, mn in calls]
+    plans = [(Path(ck), make_shards(ctx, p, mn, shard_size)) for ck, ctx, p, mn in calls]
+    results = many(plans, timer)
+    out = []
+    for (_, shards), gens_by_shard in zip(plans, results, strict=True):
+        gens: list[Generation] = []
+        for shard, g in zip(shards, gens_by_shard, strict=True):
+            if len(g) != len(shard.contexts):
+                raise RuntimeError(f"shard {shard.index} came back with {len(g)} of {len(shard.contexts)} generations")
+            gens.extend(g)
+        out.append(gens)
+    return out
+
+
 class LocalRollout:
     """The shards, one after the other, on this process's engine (cluster=local)."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
 
+    @property
+    def batches_checkpoints(self) -> bool:
+        """Whether the engine samples several checkpoints in one call (vLLM, LoRA adapters per request)."""
+        return bool(getattr(self.engine, "lora_requests", False)) and hasattr(self.engine, "generate_many")
+
     def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
         with timer("weight_swap"):
             self.engine.load_weights(checkpoint)
         with timer("generation"):
             return [self.engine.generate(s.contexts, s.params, s.max_new) for s in shards]
+
+    def run_many(
+        self, plans: list[tuple[Path, list[Shard]]], timer: TimerLike = _no_timer
+    ) -> list[list[list[Generation]]]:
+        """Every shard of every (checkpoint, shards) in ONE `generate_many` call (one job per shard)."""
+        jobs = [(ck, s.contexts, s.params, s.max_new) for ck, shards in plans for s in shards]
+        with timer("generation"):
+            flat = iter(self.engine.generate_many(jobs))
+        return [[next(flat) for _ in shards] for _, shards in plans]
 
 
 def build_engine(initial_checkpoint: str | Path, cfg):

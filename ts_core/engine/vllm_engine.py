@@ -18,6 +18,12 @@ Same contract as `HFEngine`:
   weights_path=...)` then `reset_prefix_cache()` (cached KV blocks belong to the old weights).
   `model.load_weights` through `apply_model` does not work on the CPU backend (SPEC §7), and on
   CPU the tied lm_head's packed GEMM must be rebuilt after the reload (see `load_weights`).
+- LoRA runs (`model.lora`): policy steps and pool snapshots after θ_0 are peft adapter directories.
+  With `rollout.lora_requests` the engine starts with `enable_lora` on θ_0 and never swaps weights:
+  a checkpoint is a `LoRARequest` for its adapter directory (θ_0, a full model, is the base itself:
+  no request), and `generate_many` samples several checkpoints' requests in ONE vLLM call, one
+  adapter per request. Without it, an adapter step is merged into full weights by peft (cached on
+  disk, a few at a time) and swapped in like any other checkpoint.
 
 vLLM is imported lazily, here only: the project installs and tests without it. The engine runs
 vLLM in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: no engine-core subprocess, 3–8 s start on a
@@ -45,6 +51,16 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 OPTIMIZER_FILE = "optimizer.safetensors"
+ADAPTER_FILE = "adapter_model.safetensors"
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's LoRAConfig.max_lora_rank choices
+
+
+def lora_rank_slot(r: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds adapters of rank `r`."""
+    for slot in VLLM_LORA_RANKS:
+        if slot >= r:
+            return slot
+    raise ValueError(f"model.lora.r={r} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}: lower model.lora.r")
 
 
 def request_seed(seed: int, i: int) -> int:
@@ -96,6 +112,7 @@ class VLLMEngine:
         kv_cache_gib: float | None = None,
         enforce_eager: bool | None = None,
         max_num_seqs: int | None = None,
+        lora_requests: bool | None = None,
     ):
         try:
             import vllm  # noqa: F401
@@ -130,6 +147,22 @@ class VLLMEngine:
             kv_cache_gib = self._default_kv_gib(config, dtype, batch, max_len)
         if enforce_eager is None:
             enforce_eager = os.environ.get("TS_VLLM_EAGER", "1") != "0"
+        # LoRA (model.lora): adapters per request on θ_0 (rollout.lora_requests), or merged weights swapped in.
+        lora = getattr(getattr(cfg, "model", None), "lora", None)
+        if lora_requests is None:
+            lora_requests = bool(getattr(rollout, "lora_requests", False))
+        self.lora_requests = bool(lora_requests and lora is not None)
+        lora_kw: dict = {}
+        if self.lora_requests:
+            # One batch holds θ_k and every pool member: pool.size adapters + θ_k (θ_0 is the base, no slot).
+            slots = int(getattr(getattr(cfg, "pool", None), "size", 1)) + 1
+            self.max_lora_rank = lora_rank_slot(lora.r)
+            lora_kw = dict(enable_lora=True, max_loras=slots, max_cpu_loras=2 * slots, max_lora_rank=self.max_lora_rank)
+        self.base_dir = ckpt
+        self._loras: dict[str, object] = {}  # adapter tag -> its LoRARequest (one int id per adapter contents)
+        self._current = None  # lora_requests: the LoRARequest of the loaded checkpoint (None: the base)
+        self._merged: list[tuple[str, Path]] = []  # swap mode: (adapter tag, merged weights dir), oldest first
+        self._keep_merged = int(getattr(getattr(cfg, "pool", None), "size", 1)) + 2
 
         self._tmp = Path(tempfile.mkdtemp(prefix="ts-vllm-weights-"))
         self.loaded_from: str | None = None
@@ -158,6 +191,7 @@ class VLLMEngine:
                 trust_remote_code=False,
                 # GPUs one engine shards its model over (a Ray rollout worker reserves them: rollout.worker_gpus).
                 **({"tensor_parallel_size": tp} if (tp := getattr(rollout, "tensor_parallel_size", 1)) > 1 else {}),
+                **lora_kw,
             )
         finally:
             torch.set_num_threads = set_threads
@@ -194,17 +228,25 @@ class VLLMEngine:
         return view
 
     def load_weights(self, checkpoint_dir: str | Path) -> None:
-        """Swap in another checkpoint (same architecture) in place; a no-op if it is already loaded."""
+        """Swap in another checkpoint (same architecture) in place; a no-op if it is already loaded.
+
+        With `lora_requests` nothing is swapped: the checkpoint's adapter becomes the LoRARequest of the
+        next `generate` calls (θ_0: the base, none)."""
         checkpoint_dir = Path(checkpoint_dir)
+        if self.lora_requests:
+            self._current = self.adapter_request(checkpoint_dir)
+            self.loaded_from = str(checkpoint_dir)
+            return
         if self.loaded_from == str(checkpoint_dir):
             return
         if not any(f.name != OPTIMIZER_FILE for f in checkpoint_dir.glob("*.safetensors")):
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
         _verify(checkpoint_dir)
-        self.llm.collective_rpc(
-            "reload_weights",
-            kwargs={"weights_path": str(self._weights_dir(checkpoint_dir)), "is_checkpoint_format": True},
-        )
+        if (checkpoint_dir / ADAPTER_FILE).is_file():  # a LoRA step: its base + adapter merged by peft
+            weights = self._merged_dir(checkpoint_dir)
+        else:
+            weights = self._weights_dir(checkpoint_dir)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights), "is_checkpoint_format": True})
         # The CPU backend packs every matmul weight into a oneDNN handle when it loads; the reload
         # repacks the layers it loaded, but a tied lm_head gets no checkpoint tensor of its own and
         # would keep multiplying by the *old* embedding (measured: log-probs off by ~1 nat). Repack.
@@ -213,60 +255,176 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         self.loaded_from = str(checkpoint_dir)
 
+    # -- LoRA ---------------------------------------------------------------------------------
+    @staticmethod
+    def _adapter_tag(ckpt: Path) -> str:
+        st = (ckpt / ADAPTER_FILE).stat()
+        return f"{ckpt.resolve()}|{st.st_mtime_ns}|{st.st_size}"
+
+    def adapter_request(self, ckpt: str | Path):
+        """The `LoRARequest` that serves checkpoint `ckpt` on the base (None: `ckpt` is the base, θ_0).
+
+        Each adapter's contents get their own int id (a rewritten directory is a new adapter: vLLM caches
+        adapters and prefix KV blocks by id); its manifest is verified once."""
+        from vllm.lora.request import LoRARequest
+
+        from thinking_seeds.engine.lora import is_adapter
+
+        if not self.lora_requests:
+            raise ValueError(
+                "adapter_request: this engine serves no LoRA adapters (needs model.lora and rollout.lora_requests)"
+            )
+        ckpt = Path(ckpt)
+        if not is_adapter(ckpt):
+            self._check_is_base(ckpt)
+            return None
+        if not (ckpt / ADAPTER_FILE).is_file():
+            raise FileNotFoundError(
+                f"{ckpt} has adapter_config.json but no {ADAPTER_FILE}: re-save the adapter with peft"
+            )
+        tag = self._adapter_tag(ckpt)
+        req = self._loras.get(tag)
+        if req is None:
+            _verify(ckpt)
+            r = int(_read_json(ckpt / "adapter_config.json").get("r", 0))
+            if r > self.max_lora_rank:
+                raise ValueError(
+                    f"{ckpt}: adapter rank {r} is above the engine's max_lora_rank {self.max_lora_rank} "
+                    "(model.lora.r of this run): the adapter comes from another run"
+                )
+            lid = len(self._loras) + 1
+            req = LoRARequest(lora_name=f"ts-{lid}-{ckpt.name}", lora_int_id=lid, lora_path=str(ckpt))
+            self._loras[tag] = req
+        return req
+
+    def _check_is_base(self, ckpt: Path) -> None:
+        """A full checkpoint in a LoRA run must be θ_0 (the engine's base): the same weight files."""
+        if ckpt.resolve() == self.base_dir.resolve():
+            return
+
+        def digests(d: Path) -> dict:
+            if not (d / "manifest.json").is_file():
+                return {}
+            sha = _read_json(d / "manifest.json").get("sha256", {})
+            return {f: h for f, h in sha.items() if f.endswith(".safetensors") and f != OPTIMIZER_FILE}
+
+        mine = digests(self.base_dir)
+        if not mine or digests(ckpt) != mine:
+            raise ValueError(
+                f"{ckpt} holds full weights that are not the engine's base {self.base_dir}: with model.lora and "
+                "rollout.lora_requests every checkpoint after θ_0 must be a LoRA adapter of that base "
+                "(or set rollout.lora_requests=false to swap weights)"
+            )
+
+    def _merged_dir(self, ckpt: Path) -> Path:
+        """Full weights of an adapter step (peft merge), written once and kept for the last few adapters."""
+        from safetensors.torch import save_file
+
+        from thinking_seeds.engine.lora import base_of, merged_state_dict
+
+        tag = self._adapter_tag(ckpt)
+        for i, (t, d) in enumerate(self._merged):
+            if t == tag:
+                self._merged.append(self._merged.pop(i))
+                return d
+        out = self._tmp / ("merged-" + hashlib.sha1(tag.encode()).hexdigest()[:16])
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        state, seen = {}, set()
+        for k, v in merged_state_dict(ckpt).items():  # tied weights once: safetensors refuses shared storage
+            if v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                state[k] = v.contiguous()
+        save_file(state, str(out / "model.safetensors"))
+        shutil.copy2(base_of(ckpt) / "config.json", out / "config.json")
+        self._merged.append((tag, out))
+        while len(self._merged) > self._keep_merged:
+            shutil.rmtree(self._merged.pop(0)[1], ignore_errors=True)
+        return out
+
     # -- sampling ---------------------------------------------------------------------------
     def generate(
         self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
     ) -> list[Generation]:
+        """One sample per context under the loaded checkpoint (lora_requests: its adapter)."""
+        return self._sample([(self._current, contexts, params, max_new)])[0]
+
+    def generate_many(
+        self, jobs: Sequence[tuple[str | Path, Sequence[Sequence[int]], SamplingParams, Sequence[int] | None]]
+    ) -> list[list[Generation]]:
+        """`[generate(contexts, params, max_new) under checkpoint, for each job]`, in job order.
+
+        With `lora_requests`: ONE vLLM call for every job's requests, each with its checkpoint's
+        LoRARequest; request i of a job keeps the seed it has in a call of its own (request_seed(params.seed,
+        i)), so a job samples what `load_weights(checkpoint); generate(...)` samples (up to float rounding:
+        vLLM batches the requests differently). Without it: that loop, one weight swap per job.
+        """
+        if not self.lora_requests:
+            out = []
+            for ckpt, contexts, params, max_new in jobs:
+                self.load_weights(ckpt)
+                out.append(self.generate(contexts, params, max_new))
+            return out
+        return self._sample([(self.adapter_request(ckpt), c, p, m) for ckpt, c, p, m in jobs])
+
+    def _sample(self, jobs) -> list[list[Generation]]:
+        """jobs: (LoRARequest | None, contexts, params, max_new); one `llm.generate` over all their requests."""
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
-        if params.top_p < 1.0:
-            raise ValueError(
-                f"VLLMEngine records log-probs of the temperature-scaled distribution before top-p; vLLM only "
-                f"returns them after top-p, so rollout.top_p must be 1.0 with rollout.engine=vllm (got {params.top_p})"
-            )
-        limits = (
-            [params.max_new_tokens] * len(contexts)
-            if max_new is None
-            else [min(m, params.max_new_tokens) for m in max_new]
-        )
-        if len(limits) != len(contexts):
-            raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
-        out: list[Generation | None] = [None] * len(contexts)
-        prompts, sps, rows = [], [], []
-        for i, (c, n) in enumerate(zip(contexts, limits, strict=True)):
-            if len(c) == 0:
-                raise ValueError("empty context: every prompt needs at least one token")
-            n = min(n, self.max_model_len - len(c))
-            if n <= 0:
-                out[i] = Generation([], [], False)
-                continue
-            prompts.append(TokensPrompt(prompt_token_ids=[int(x) for x in c]))
-            sps.append(
-                VSamplingParams(
-                    n=1,
-                    temperature=params.temperature,
-                    top_p=1.0,
-                    top_k=0,
-                    min_p=0.0,
-                    max_tokens=int(n),
-                    seed=request_seed(params.seed, i),
-                    logprobs=0,
-                    stop_token_ids=list(self.eos_ids),
-                    ignore_eos=False,
-                    detokenize=False,
-                    skip_special_tokens=False,
+        outs: list[list[Generation | None]] = []
+        prompts, sps, loras, rows = [], [], [], []
+        for j, (lora, contexts, params, max_new) in enumerate(jobs):
+            if params.top_p < 1.0:
+                raise ValueError(
+                    "VLLMEngine records log-probs of the temperature-scaled distribution before top-p; vLLM only "
+                    "returns them after top-p, so rollout.top_p must be 1.0 with rollout.engine=vllm "
+                    f"(got {params.top_p})"
                 )
+            limits = (
+                [params.max_new_tokens] * len(contexts)
+                if max_new is None
+                else [min(m, params.max_new_tokens) for m in max_new]
             )
-            rows.append(i)
+            if len(limits) != len(contexts):
+                raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+            out: list[Generation | None] = [None] * len(contexts)
+            outs.append(out)
+            for i, (c, n) in enumerate(zip(contexts, limits, strict=True)):
+                if len(c) == 0:
+                    raise ValueError("empty context: every prompt needs at least one token")
+                n = min(n, self.max_model_len - len(c))
+                if n <= 0:
+                    out[i] = Generation([], [], False)
+                    continue
+                prompts.append(TokensPrompt(prompt_token_ids=[int(x) for x in c]))
+                sps.append(
+                    VSamplingParams(
+                        n=1,
+                        temperature=params.temperature,
+                        top_p=1.0,
+                        top_k=0,
+                        min_p=0.0,
+                        max_tokens=int(n),
+                        seed=request_seed(params.seed, i),
+                        logprobs=0,
+                        stop_token_ids=list(self.eos_ids),
+                        ignore_eos=False,
+                        detokenize=False,
+                        skip_special_tokens=False,
+                    )
+                )
+                loras.append(lora)
+                rows.append((j, i))
         if prompts:
-            results = self.llm.generate(prompts, sps, use_tqdm=False)
-            for i, res in zip(rows, results, strict=True):
+            kw = {"lora_request": loras} if self.lora_requests else {}
+            results = self.llm.generate(prompts, sps, use_tqdm=False, **kw)
+            for (j, i), res in zip(rows, results, strict=True):
                 o = res.outputs[0]
                 ids = [int(t) for t in o.token_ids]
                 lps = [float(pos[t].logprob) for pos, t in zip(o.logprobs, ids, strict=True)]
-                out[i] = Generation(ids, lps, finished=bool(ids) and ids[-1] in self.eos_ids)
-        return out  # type: ignore[return-value]
+                outs[j][i] = Generation(ids, lps, finished=bool(ids) and ids[-1] in self.eos_ids)
+        return outs  # type: ignore[return-value]
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

@@ -25,7 +25,7 @@ from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS
 from thinking_seeds.data.rewards import Verifier, shared_verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
-from thinking_seeds.engine.sharding import LocalRollout, build_engine, generate_sharded
+from thinking_seeds.engine.sharding import Call, LocalRollout, build_engine, generate_sharded, generate_sharded_many
 from thinking_seeds.store.checkpoints import CheckpointInfo, list_checkpoints
 from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.run_dir import RunDir
@@ -118,17 +118,27 @@ class Session:
                 self.cfg.engine_dtype,
                 self.cfg.device,
                 self.cfg.rollout.batch_size,
+                self.cfg.pool.size if self._lora_requests else None,  # vLLM's LoRA slots
             )
             self._engine = _ENGINES.get(key)
             if self._engine is None:
+                # Keep one: a process moving on to another run frees the last, before the new one starts
+                # (vLLM holds its KV cache until closed, and closing an in-process vLLM engine tears down
+                # the process's distributed state, which a newer engine would be using).
+                for old in _ENGINES.values():
+                    if hasattr(old, "close"):
+                        old.close()
+                _ENGINES.clear()
                 with (timer or Timer())("model_load"):
                     self._engine = self._load_engine()
-                for old in _ENGINES.values():  # keep one: a process moving on to another run frees the last
-                    if hasattr(old, "close"):
-                        old.close()  # vLLM holds its KV cache until closed
-                _ENGINES.clear()
                 _ENGINES[key] = self._engine
         return self._engine
+
+    @property
+    def _lora_requests(self) -> bool:
+        """Whether the engine serves LoRA steps as adapters per request (vLLM; rollout.lora_requests)."""
+        c = self.cfg
+        return c.model.lora is not None and c.rollout.engine == "vllm" and c.rollout.lora_requests
 
     def _load_engine(self):
         return build_engine(self.run.policy(0), self.cfg)
@@ -161,6 +171,16 @@ class Session:
         runner = LocalRollout(self.engine(t))
         return generate_sharded(runner, checkpoint, contexts, params, max_new, self.cfg.rollout.batch_size, t)
 
+    def generate_many(self, calls: list[Call], timer: Timer | None = None) -> list[list[Generation]]:
+        """`[self.generate(*call) for call in calls]`, each call under its own checkpoint, the same shards
+        and seeds; in ONE engine call when the engine serves LoRA adapters per request (rollout.engine=vllm,
+        model.lora, rollout.lora_requests), else one weight swap and call per checkpoint."""
+        t = timer or Timer()
+        if self.cfg.cluster.kind == "ray" or not self._lora_requests:
+            return [self.generate(ck, ctx, p, mn, timer=t) for ck, ctx, p, mn in calls]
+        runner = LocalRollout(self.engine(t))
+        return generate_sharded_many(runner, calls, self.cfg.rollout.batch_size, t)
+
     def rollout_pool(self):
         """This process's Ray rollout workers for this run (cluster=ray), started on first use."""
         from thinking_seeds.data.ray_pool import connect
@@ -170,7 +190,7 @@ class Session:
         ray = connect(c.address)
         key = (str(self.run.root.resolve()), r.engine, self.cfg.engine_dtype, self.cfg.device, r.batch_size, r.workers)
         key += (r.worker_gpus, r.tensor_parallel_size)
-        key += (c.worker_cpus, c.shard_retries, c.weights)
+        key += (c.worker_cpus, c.shard_retries, c.weights, self.cfg.pool.size if self._lora_requests else None)
         return _ray_pool("rollout", key, lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers))
 
     @property

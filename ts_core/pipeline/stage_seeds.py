@@ -76,7 +76,9 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
     for i, (_, _, step, _) in enumerate(plan):
         by_source[step].append(i)
     drafts: dict[int, object] = {}
-    for step, idx in sorted(by_source.items()):
+    order = sorted(by_source.items())
+    calls = []  # one per pool member: (checkpoint, contexts, params with its own seed, max_new)
+    for step, idx in order:
         ctx = [encode_prompt(tok, plan[i][0].chat()) for i in idx]
         params = SamplingParams(
             cfg.rollout.temperature,
@@ -84,8 +86,11 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
             cfg.rollout.max_new_tokens,
             seed=stage_seed(cfg, k, f"seeds/{step}"),
         )
-        # Sharded by rollout.batch_size: this process's engine, or the Ray rollout workers (Session.generate).
-        for i, g in zip(idx, s.generate(sources[step], ctx, params, timer=t), strict=True):
+        calls.append((sources[step], ctx, params, None))
+    # Sharded by rollout.batch_size (Session.generate_many): one weight swap and call per member, on this
+    # process's engine or the Ray rollout workers; or, vLLM serving LoRA adapters per request, ONE call.
+    for (_, idx), gens in zip(order, s.generate_many(calls, timer=t), strict=True):
+        for i, g in zip(idx, gens, strict=True):
             drafts[i] = g
     texts = [tok.decode(drafts[i].token_ids, skip_special_tokens=True) for i in range(len(plan))]
     with t("verification"):
