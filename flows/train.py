@@ -7,6 +7,7 @@
         continuation  θ_k continues every seed; on-policy samples
         verify        rewards, statuses, group advantages     -> rollouts
         update        loss of SPEC §3                         -> θ_{k+1}
+                      (pipeline.overlap: seeds k+1 sampled meanwhile, seeds_ahead task)
         evaluate      held-out accuracy, pass@k of θ_{k+1}    (every eval.every)
 
 Re-running with the same run id resumes: a stage whose manifest is on disk, with the same config,
@@ -29,12 +30,14 @@ from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.data.sources import check_user_data
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
+from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.trainer_client import close_trainers
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
     continuation_task,
     evaluate_task,
     prepare_task,
+    seeds_ahead_task,
     seeds_task,
     snapshot_task,
     update_task,
@@ -132,11 +135,18 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 seeds = stage(seeds_task, k, theta, snap)  # h ~ H writes drafts z; cut at λ·|z|
                 gen = stage(continuation_task, k, theta, seeds)  # θ_k continues every seed
                 rollouts = stage(verify_task, k, gen)  # rewards, group advantages
-                theta = stage(update_task, k, theta, rollouts)  # θ_{k+1}
+                # pipeline.overlap: seeds k+1 sampled in a task-runner thread while θ_{k+1} trains in this one
+                ahead = seeds_ahead_task.submit(str(run.root), k + 1) if overlap_due(cfg, k) else None
+                try:
+                    theta = stage(update_task, k, theta, rollouts)  # θ_{k+1}
+                finally:
+                    if ahead is not None:
+                        ahead.wait()  # the engine is evaluate's again
                 ev = stage(evaluate_task, k, theta)  # held-out accuracy of θ_{k+1}
                 report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
                 bar.iteration_done(k)
     finally:
+        drop_ahead(run)
         close_trainers()  # the run's persistent trainer (update.launcher=accelerate), if one was started
         run.release_lock()
     log.info("run %s done: %s", run.run_id, run.root)

@@ -19,6 +19,7 @@ from thinking_seeds.config.sections import (
     EvalConfig,
     LossConfig,
     ModelConfig,
+    PipelineConfig,
     PoolConfig,
     PrefixConfig,
     RewardConfig,
@@ -36,6 +37,7 @@ DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 # Where generation and verification run (cluster, worker counts) is not what they compute either: the
 # shards and their seeds depend on rollout.batch_size only, so a run resumes on a Ray cluster or off it.
 _HASH_ALWAYS_OUT = (
+    ("pipeline",),  # how stages are scheduled (overlap), not what they compute
     ("device",),
     ("cluster",),
     ("rollout", "workers"),
@@ -47,6 +49,7 @@ _HASH_ALWAYS_OUT = (
 _HASH_OUT_AT_DEFAULT = {
     ("update", "mixed_precision"): "no",
     ("rollout", "tensor_parallel_size"): 1,
+    ("prefix", "ratio_of"): "draft",
     ("update", "num_machines"): 1,  # hashed when set, as num_processes: the group's size orders its sums
     ("rollout", "lora_requests"): LORA_REQUESTS_DEFAULT,
 }
@@ -86,6 +89,9 @@ class RunConfig(_Section):
     update: UpdateConfig = UpdateConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
+    pipeline: PipelineConfig = Field(
+        default_factory=PipelineConfig, description="How the stages are scheduled (not part of the config hash)."
+    )
 
     @field_validator("reward", mode="before")
     @classmethod

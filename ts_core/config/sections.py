@@ -21,6 +21,7 @@ __all__ = [
     "LoraSettings",
     "LossConfig",
     "ModelConfig",
+    "PipelineConfig",
     "PoolConfig",
     "PrefixConfig",
     "ReasoningGymTask",
@@ -192,6 +193,14 @@ class PrefixConfig(_Section):
     reuse: bool = Field(
         False, description="Draw stored seeds for (prompt, checkpoint) from the corpus instead of regenerating."
     )
+    ratio_of: Literal["draft", "budget"] = Field(
+        "draft",
+        description="What λ is a fraction of. draft: the whole draft's length |z| (each draft is generated to its "
+        "end, cut at ⌊λ·|z|⌋, and scored: draft_reward). budget: rollout.max_new_tokens T, so the cut is known "
+        "before sampling and each draft is generated only up to ⌊λ·T⌋ tokens (fewer tokens; a draft that ends "
+        "sooner is cut at ⌊λ·|z|⌋ as with draft); the seeds are then longer for drafts longer than their budget, "
+        "and drafts are not scored (draft_reward empty, so filter=correct_draft is refused).",
+    )
     filter: Literal["none", "correct_draft"] = Field(
         "none",
         description="correct_draft: keep only seeds whose whole draft was correct (PrefixRL's choice); a seed "
@@ -204,6 +213,11 @@ class PrefixConfig(_Section):
     def _ranges(self) -> PrefixConfig:
         if self.ratio_min > self.ratio_max:
             raise ValueError(f"prefix.ratio_min={self.ratio_min} must be <= prefix.ratio_max={self.ratio_max}")
+        if self.ratio_of == "budget" and self.filter == "correct_draft":
+            raise ValueError(
+                "prefix.filter=correct_draft needs each whole draft's reward, and prefix.ratio_of=budget stops "
+                "drafts at their cut: set prefix.ratio_of=draft or prefix.filter=none"
+            )
         return self
 
 
@@ -414,4 +428,17 @@ class EvalConfig(_Section):
         description="At the final evaluation, also sample continuations of historical seeds "
         "(λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) "
         "for the explorable-space pass@k.",
+    )
+
+
+class PipelineConfig(_Section):
+    """How the stages are scheduled, never what they compute: left out of the config hash, so a run
+    resumes with any of these and its stage manifests and outputs are the same."""
+
+    overlap: bool = Field(
+        False,
+        description="Draft iteration k+1's seeds while update k runs (their writers are pool snapshots older "
+        "than θ_{k+1}, already on disk): in a thread of the pipeline's process, beside the in-process update or "
+        "while the accelerate trainer works. The seeds stage k+1 then only writes them: the same prefixes, "
+        "manifests and weights as without it.",
     )

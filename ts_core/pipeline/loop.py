@@ -3,6 +3,9 @@
     for k in 0 .. iterations-1:
         snapshot(k); seeds(k); continuation(k); verify(k); update(k); evaluate(k)
 
+With pipeline.overlap, seeds(k+1) are sampled in a thread while update(k) runs (`update_outcome`);
+the seeds stage k+1 then writes them in its turn (pipeline/seeds_ahead.py).
+
 `stage_outcome` (`run_stage`: its manifest) is the one place that turns a stage function's Manifest
 into files (metrics Parquet, manifest JSON) and skips a stage whose outputs are already complete;
 the Prefect tasks call it too.
@@ -10,13 +13,16 @@ the Prefect tasks call it too.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
+from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import Session, close_trackers
 from thinking_seeds.pipeline.stage_prepare import prepare
+from thinking_seeds.pipeline.stage_seeds import draft_ahead
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
 from thinking_seeds.pipeline.trainer_client import close_trainers
 from thinking_seeds.store.manifest import Manifest
@@ -63,6 +69,23 @@ def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
     return Outcome(m, skipped=False)
 
 
+def update_outcome(s: Session, k: int) -> Outcome:
+    """The update stage k; with pipeline.overlap, seeds k+1 are sampled meanwhile in another thread.
+
+    The update stays in this thread: the persistent trainer it may launch dies with the thread that
+    started it (PR_SET_PDEATHSIG), and it must outlive the iteration. The join comes before the next
+    stage, which needs the engine the drafts are sampled on.
+    """
+    if not overlap_due(s.cfg, k):
+        return stage_outcome(s, "update", k)
+    ahead = threading.Thread(target=draft_ahead, args=(s, k + 1), name=f"seeds-ahead-{k + 1}", daemon=True)
+    ahead.start()
+    try:
+        return stage_outcome(s, "update", k)
+    finally:
+        ahead.join()
+
+
 def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:
     return prepare_outcome(run, cfg).manifest
 
@@ -91,10 +114,11 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
                 on_stage(-1, "evaluate", m)
             for k in range(cfg.iterations):
                 for stage in STAGES:
-                    m = run_stage(s, stage, k)
+                    m = update_outcome(s, k).manifest if stage == "update" else run_stage(s, stage, k)
                     if on_stage:
                         on_stage(k, stage, m)
         finally:
+            drop_ahead(run)
             s.close()
             close_trackers()
             close_trainers()  # the persistent trainer of update.launcher=accelerate, if one was started

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from thinking_seeds.algo.seeding import cut_length, draw_ratio
+from thinking_seeds.algo.seeding import budget_tokens, draw_ratio, seed_length
 from thinking_seeds.data.sources import Prompt
 from thinking_seeds.engine.models import encode_prompt
 from thinking_seeds.engine.rollout import SamplingParams
@@ -92,13 +92,16 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
     for src in sorted({st for _, st, _ in plan}):
         idx = [j for j, (_, st, _) in enumerate(plan) if st == src]
         s.use_weights(next(c.path for c in members if c.step == src), t)
-        params = SamplingParams(
-            cfg.eval.temperature, 1.0, cfg.rollout.max_new_tokens, seed=stage_seed(cfg, step, f"evaluate/seeded/{src}")
-        )
+        T = cfg.rollout.max_new_tokens
+        params = SamplingParams(cfg.eval.temperature, 1.0, T, seed=stage_seed(cfg, step, f"evaluate/seeded/{src}"))
+        # prefix.ratio_of=budget: each draft stops at its cut, as in the seeds stage.
+        caps = [budget_tokens(plan[j][2], T) for j in idx] if cfg.prefix.ratio_of == "budget" else None
         with t("generation"):
-            for j, g in zip(idx, s.engine(t).generate([ctx[plan[j][0]] for j in idx], params), strict=True):
+            gens = s.engine(t).generate([ctx[plan[j][0]] for j in idx], params, max_new=caps)
+            for j, g in zip(idx, gens, strict=True):
                 pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
-                drafts[j] = g.token_ids[: cut_length(g.token_ids, plan[j][2], cfg.prefix.cut, pieces)]
+                L = seed_length(g.token_ids, g.finished, plan[j][2], cfg.prefix.ratio_of, T, cfg.prefix.cut, pieces)
+                drafts[j] = g.token_ids[:L]
     s.use_weights(s.run.policy(step), t)
     with t("generation"):
         res = evaluate_prompts(

@@ -1,19 +1,30 @@
 """seeds k: offline prefix generation (SPEC §2.2). Historical checkpoints write drafts, each cut at
-λ·|z|, into corpus/prefixes/iteration=k/prefixes.parquet; on-policy methods write nothing."""
+λ·|z|, into corpus/prefixes/iteration=k/prefixes.parquet; on-policy methods write nothing.
+
+All the drafts of one pool member are one engine call over every prompt (`Session.generate_many`,
+cut into shards of rollout.batch_size). With prefix.ratio_of=budget a draft is generated only up to its cut
+(algo/seeding.py). With pipeline.overlap the drafts may have been sampled ahead, while update k-1
+ran (`draft_ahead`, pipeline/seeds_ahead.py); the stage then only writes them."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 
-from thinking_seeds.algo.seeding import cut_length, draw_ratio
+from thinking_seeds.algo.seeding import budget_tokens, draw_ratio, seed_length
 from thinking_seeds.data.sources import Prompt
 from thinking_seeds.engine.models import encode_prompt
 from thinking_seeds.engine.rollout import SamplingParams
 from thinking_seeds.pipeline.graph import stage_seed
 from thinking_seeds.pipeline.rows import PrefixRow, write_rows
+from thinking_seeds.pipeline.seeds_ahead import Ahead, fingerprint, put_ahead, take_ahead
 from thinking_seeds.pipeline.session import Session, Timer, mean
+from thinking_seeds.store.checkpoints import CheckpointInfo
+from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.manifest import Manifest
+
+log = logging.getLogger(__name__)
 
 
 def seeds(s: Session, k: int) -> Manifest:
@@ -24,13 +35,17 @@ def seeds(s: Session, k: int) -> Manifest:
     if not cfg.seeded:
         m.seconds = t.seconds
         return m  # on-policy methods have no seeds
-    prompts = s.iteration_prompts(k)
-    # Each draft is continued `continuations_per_seed` times by the continuation stage.
-    n_drafts = cfg.rollout.seeds_per_group // cfg.rollout.continuations_per_seed
+    ahead = None
     if cfg.prefix.source == "dataset":
-        rows = _dataset_seeds(s, k, prompts, n_drafts)
+        rows = _dataset_seeds(s, k, s.iteration_prompts(k), _drafts_per_prompt(s))
     else:
-        rows = _historical_seeds(s, k, prompts, n_drafts, t)
+        pool, members = s.pool_members(k)
+        ahead = take_ahead(s, k, members)
+        if ahead is not None:  # sampled while update k-1 ran: the same rows (pipeline/seeds_ahead.py)
+            rows = ahead.rows
+            t.seconds.update(ahead.seconds)
+        else:
+            rows = historical_rows(s, k, pool, members, t)
     with t("io"):
         path = write_rows(PrefixRow, rows, run.prefixes(k))
     m.record(run, "prefixes", path, rows=len(rows))
@@ -39,8 +54,38 @@ def seeds(s: Session, k: int) -> Manifest:
         "seeds/mean_prefix_len": sum(lens) / max(1, len(lens)),
         "seeds/draft_reward": mean(r.draft_reward for r in rows if r.draft_reward is not None),
     }
+    if ahead is not None:  # its seconds (same names: the same work) were spent beside update k-1
+        m.metrics["perf/seeds_ahead"] = 1.0
     m.seconds = t.seconds
     return m
+
+
+def draft_ahead(s: Session, k: int) -> bool:
+    """Sample seeds k now, while update k-1 may still run, and keep them for the seeds stage in this
+    process (pipeline/seeds_ahead.py); whether it did.
+
+    Skipped when seeds k is on disk already (a resumed run) or no pool member is older than θ_k (θ_k
+    writes its own seeds and does not exist yet). A failure logs one line: the stage samples them.
+    """
+    cfg = s.cfg
+    if not cfg.seeded or cfg.prefix.source != "historical" or s.run.manifest_path(k, "seeds").exists():
+        return False
+    try:
+        pool, members = s.pool_members(k)
+        if not members:
+            return False
+        t = Timer()
+        rows = historical_rows(s, k, pool, members, t)
+        put_ahead(s, k, Ahead(rows, fingerprint(members), t.seconds))
+        return True
+    except Exception as e:  # the stage samples them again and reports its own error
+        log.warning("seeds %d: sampling ahead failed (%s: %s); the seeds stage samples them", k, type(e).__name__, e)
+        return False
+
+
+def _drafts_per_prompt(s: Session) -> int:
+    # Each draft is continued `continuations_per_seed` times by the continuation stage.
+    return s.cfg.rollout.seeds_per_group // s.cfg.rollout.continuations_per_seed
 
 
 def _dataset_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int) -> list[PrefixRow]:
@@ -59,11 +104,16 @@ def _dataset_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int) -> 
     return rows
 
 
-def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, t: Timer) -> list[PrefixRow]:
-    """Pool members write whole drafts (one engine pass per source checkpoint), scored, then cut at λ."""
+def historical_rows(
+    s: Session, k: int, pool: HistoricalPool, members: list[CheckpointInfo], t: Timer
+) -> list[PrefixRow]:
+    """Pool `members` write drafts (one engine call per member over all prompts), scored, then cut at
+    λ; with prefix.ratio_of=budget each draft stops at its cut and is not scored."""
     cfg, run, tok = s.cfg, s.run, s.tokenizer
+    prompts, n_drafts = s.iteration_prompts(k), _drafts_per_prompt(s)
+    budget = cfg.prefix.ratio_of == "budget"
+    T = cfg.rollout.max_new_tokens
     rng = random.Random(stage_seed(cfg, k, "seeds"))
-    pool, members = s.pool_members(k)
     # Before the first snapshot is historical (iteration 0), θ_0 itself writes the seeds:
     # its ratio π_θ/π_h is exactly 1 there, so the group keeps its shape for every method.
     sources = {c.step: c.path for c in members} or {k: run.policy(k)}
@@ -75,35 +125,32 @@ def _historical_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int, 
     by_source: dict[int, list[int]] = defaultdict(list)
     for i, (_, _, step, _) in enumerate(plan):
         by_source[step].append(i)
-    drafts: dict[int, object] = {}
     order = sorted(by_source.items())
     calls = []  # one per pool member: (checkpoint, contexts, params with its own seed, max_new)
     for step, idx in order:
         ctx = [encode_prompt(tok, plan[i][0].chat()) for i in idx]
-        params = SamplingParams(
-            cfg.rollout.temperature,
-            cfg.rollout.top_p,
-            cfg.rollout.max_new_tokens,
-            seed=stage_seed(cfg, k, f"seeds/{step}"),
-        )
-        calls.append((sources[step], ctx, params, None))
+        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=stage_seed(cfg, k, f"seeds/{step}"))
+        # ratio_of=budget: each draft stops at its cut; the tokens before it are the same samples.
+        caps = [budget_tokens(plan[i][3], T) for i in idx] if budget else None
+        calls.append((sources[step], ctx, params, caps))
     # Sharded by rollout.batch_size (Session.generate_many): one weight swap and call per member, on this
     # process's engine or the Ray rollout workers; or, vLLM serving LoRA adapters per request, ONE call.
+    drafts: dict[int, object] = {}
     for (_, idx), gens in zip(order, s.generate_many(calls, timer=t), strict=True):
         for i, g in zip(idx, gens, strict=True):
             drafts[i] = g
-    texts = [tok.decode(drafts[i].token_ids, skip_special_tokens=True) for i in range(len(plan))]
-    with t("verification"):
-        verdicts = s.verifier.score_batch(texts, [p for p, *_ in plan])
+    rewards: list[float | None] = [None] * len(plan)  # ratio_of=budget: no draft has its end
+    if not budget:
+        texts = [tok.decode(drafts[i].token_ids, skip_special_tokens=True) for i in range(len(plan))]
+        with t("verification"):
+            rewards = [v.reward for v in s.verifier.score_batch(texts, [p for p, *_ in plan])]
     rows = []
     for i, (p, j, step, lam) in enumerate(plan):
         g = drafts[i]
         piece_texts = [tok.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
-        L = cut_length(g.token_ids, lam, cfg.prefix.cut, piece_texts)
+        L = seed_length(g.token_ids, g.finished, lam, cfg.prefix.ratio_of, T, cfg.prefix.cut, piece_texts)
         rows.append(
-            _prefix_row(
-                s, k, p, j, step, k - step, lam, g.token_ids[:L], g.logprobs[:L], len(g.token_ids), verdicts[i].reward
-            )
+            _prefix_row(s, k, p, j, step, k - step, lam, g.token_ids[:L], g.logprobs[:L], len(g.token_ids), rewards[i])
         )
     return rows
 

@@ -1,0 +1,23 @@
+"""Prefect task of pipeline.overlap: iteration k's seeds sampled while update k-1 runs in the flow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.stage_seeds import draft_ahead
+from thinking_seeds.store.run_dir import RunDir
+
+
+@task(name="seeds-ahead", task_run_name="seeds-ahead-{k}", cache_policy=NO_CACHE, persist_result=False)
+def seeds_ahead_task(run_dir: str, k: int) -> bool:
+    """Sample the seeds of iteration k now and keep them in this process for the seeds task k, which
+    writes them in its turn (pipeline/seeds_ahead.py); whether it did. Never a stage: no manifest."""
+    s = Session(RunDir(Path(run_dir)))
+    try:
+        return draft_ahead(s, k)
+    finally:
+        s.close()

@@ -1,0 +1,75 @@
+"""pipeline.overlap (seeds k+1 sampled while update k runs: pipeline/seeds_ahead.py) and
+prefix.ratio_of=budget (drafts stopped at their cut), on the tiny run.
+
+- the plain loop with overlap on ends with the same weights, rollouts, prefixes and evaluation as
+  the shared tiny run (overlap off), and its seeds 1 really were sampled ahead;
+- seeds sampled ahead by other pool members than the stage's are not used;
+- the seeds stage with ratio_of=budget keeps the same tokens and log-probs as ratio_of=draft up to
+  the draft mode's cut, never cuts shorter, and samples fewer draft tokens.
+
+Kill -9 and resume with overlap on (plain loop and Prefect, in-process and the persistent
+trainer): e2e/test_overlap.py.
+"""
+
+from __future__ import annotations
+
+from tests.helpers.resume import _assert_same_results
+from tests.helpers.tiny import TINY_RUN_ID, copy_run
+from thinking_seeds.config import load_config
+from thinking_seeds.pipeline.loop import train
+from thinking_seeds.pipeline.rows import PrefixRow, read_rows
+from thinking_seeds.pipeline.seeds_ahead import Ahead, put_ahead, take_ahead
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.stage_seeds import seeds
+from thinking_seeds.store.parquet_io import read_table
+from thinking_seeds.store.run_dir import RunDir
+
+
+def test_overlap_gives_the_same_run(tiny_run, tmp_path):
+    assert not tiny_run.cfg.pipeline.overlap  # the reference samples every seed in its own stage
+    cfg = load_config("tiny", tiny_run.overrides + ["pipeline.overlap=true"])
+    assert cfg.config_hash() == tiny_run.cfg.config_hash()  # scheduling, not what is computed
+    run = train(RunDir.for_run(TINY_RUN_ID, tmp_path), cfg)
+    assert run.read_manifest(1, "seeds").metrics.get("perf/seeds_ahead") == 1.0, "nothing was sampled ahead"
+    assert "perf/seeds_ahead" not in tiny_run.run.read_manifest(1, "seeds").metrics
+    _assert_same_results(run, tiny_run.run, 2)
+    for k in range(2):  # the same seeds' metrics too (the timings aside)
+        got, want = (r.read_manifest(k, "seeds").metrics for r in (run, tiny_run.run))
+        assert {n: v for n, v in got.items() if n != "perf/seeds_ahead"} == want
+
+
+def test_seeds_sampled_ahead_by_other_pool_members_are_not_used(tiny_run, tmp_path):
+    run = copy_run(tiny_run.run, tmp_path)
+    s = Session(run, tiny_run.cfg)
+    _, members = s.pool_members(1)
+    stale = Ahead(rows=[], members=((0, (("model.safetensors", "0" * 64),)),), seconds={})
+    put_ahead(s, 1, stale)
+    assert take_ahead(s, 1, members) is None
+    assert take_ahead(s, 1, members) is None  # taken once
+
+
+def test_budget_seeds_keep_the_draft_tokens_up_to_the_cut(tiny_run, tmp_path):
+    """ratio_of=budget on iteration 1 of a copy of the tiny run: every seed starts with the seed the
+    draft mode cut from the same draft (same tokens, same behaviour log-probs) and is at most
+    ⌊λ·T⌋ long; the drafts stop there, so fewer tokens are sampled, and none is scored."""
+    run = copy_run(tiny_run.run, tmp_path)
+    cfg = load_config("tiny", tiny_run.overrides + ["prefix.ratio_of=budget"])
+    s = Session(run, cfg)
+    try:
+        m = seeds(s, 1)
+    finally:
+        s.close()
+    got = read_rows(PrefixRow, run.root / m.outputs["prefixes"])
+    want = read_rows(PrefixRow, tiny_run.run.prefixes(1))
+    T = cfg.rollout.max_new_tokens
+    assert [r.seed_id for r in got] == [r.seed_id for r in want]
+    longer = 0
+    for b, d in zip(got, want, strict=True):
+        n = len(d.prefix_token_ids)
+        assert b.prefix_token_ids[:n] == d.prefix_token_ids and b.behaviour_logprobs[:n] == d.behaviour_logprobs
+        assert n <= len(b.prefix_token_ids) <= int(b.prefix_ratio * T)
+        assert b.draft_reward is None and b.draft_len <= d.draft_len
+        longer += len(b.prefix_token_ids) > n
+    assert longer, "no draft ran past its budget: the check would be vacuous"
+    assert sum(r.draft_len for r in got) < sum(r.draft_len for r in want)
+    assert read_table(tiny_run.run.prefixes(1)).num_rows == len(got)

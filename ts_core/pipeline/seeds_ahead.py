@@ -1,0 +1,82 @@
+"""Seeds drafted ahead (pipeline.overlap): iteration k+1's drafts while update k runs.
+
+The seeds of iteration k+1 are written by pool members, snapshots strictly older than θ_{k+1}
+(`HistoricalPool.members`): all of them are on disk once snapshot k is done, so they can be drafted
+before update k ends, with the same seeds and weights, hence the same samples. Only iteration 0
+must wait: no snapshot is older than θ_0 there, and θ_0 writes its own seeds.
+
+`stage_seeds.draft_ahead(s, k)` computes the rows of seeds k and keeps them here, in this process
+(`put_ahead`), with a fingerprint of the pool members that wrote them; the seeds stage then takes
+them (`take_ahead`)
+instead of sampling, and writes them and its manifest as always, after update k-1, evaluate and
+snapshot k. Nothing is written ahead, so the manifests stay the only record of what is done: a
+run killed while drafting ahead loses the drafts and samples them again in its seeds stage. The
+plain loop drafts in a thread beside update k (`loop.update_outcome`), the Prefect flow in a
+submitted task (`tasks.seeds_ahead_task`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from thinking_seeds.config import RunConfig
+from thinking_seeds.pipeline.rows import PrefixRow
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.store.checkpoints import CheckpointInfo
+from thinking_seeds.store.run_dir import RunDir
+
+log = logging.getLogger(__name__)
+
+Fingerprint = tuple[tuple[int, tuple[tuple[str, str], ...]], ...]
+
+
+@dataclass
+class Ahead:
+    """Iteration k's seed rows, the pool members that wrote them, the seconds each part took."""
+
+    rows: list[PrefixRow]
+    members: Fingerprint
+    seconds: dict[str, float]
+
+
+_AHEAD: dict[tuple[str, int, str], Ahead] = {}
+_LOCK = threading.Lock()
+
+
+def overlap_due(cfg: RunConfig, k: int) -> bool:
+    """Whether to draft iteration k+1's seeds while update k runs (the pool's check comes later)."""
+    return cfg.pipeline.overlap and cfg.seeded and cfg.prefix.source == "historical" and 0 <= k < cfg.iterations - 1
+
+
+def fingerprint(members: list[CheckpointInfo]) -> Fingerprint:
+    """The pool members by step and file hashes: drafts from other weights are not these seeds."""
+    return tuple((c.step, tuple(sorted(c.sha256.items()))) for c in sorted(members, key=lambda c: c.step))
+
+
+def _key(s: Session, k: int) -> tuple[str, int, str]:
+    return (str(s.run.root.resolve()), k, s.cfg.config_hash())
+
+
+def put_ahead(s: Session, k: int, ahead: Ahead) -> None:
+    with _LOCK:
+        _AHEAD[_key(s, k)] = ahead
+
+
+def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | None:
+    """The drafts of seeds k if they were drafted ahead by exactly these pool members (once)."""
+    with _LOCK:
+        ahead = _AHEAD.pop(_key(s, k), None)
+    if ahead is not None and ahead.members != fingerprint(members):
+        log.warning("seeds %d: the pool changed since its seeds were drafted ahead; sampling them again", k)
+        return None
+    return ahead
+
+
+def drop_ahead(run: RunDir) -> None:
+    """Forget this run's drafts (the run ended, or failed)."""
+    root = str(run.root.resolve())
+    with _LOCK:
+        for key in [key for key in _AHEAD if key[0] == root]:
+            del _AHEAD[key]
