@@ -15,6 +15,14 @@ through `RayRolloutPool` with cluster.weights=path and =object_store, over `--ch
 checkpoints visited twice: the first visit of each pays the object store (the driver's `ray.put`, the
 worker's fetch and write to its own disk), the second loads the worker's copy. Worker-side seconds are
 the `weight_swap` the workers report; the driver's `ray.put` is `weight_ship`.
+
+    python bench/weight_swap.py --ray --nodes 2
+
+puts the worker on a second Ray node (a head with no CPUs, and a node joined with `ray start --address`,
+as tests/integration/test_ray.py's two-node test does): the driver's `ray.put` lands in the head's object
+store and the worker's node pulls it from there, so object_store's first visit pays Ray's node-to-node
+transfer (here over loopback, not a network). `path` still reads this machine's page cache: a shared
+filesystem's read rate is not measured here.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ray", action="store_true")
     ap.add_argument("--checkpoints", type=int, default=3)
+    ap.add_argument("--nodes", type=int, choices=(1, 2), default=1, help="--ray: the worker on a second node")
     a = ap.parse_args()
 
     import torch
@@ -87,11 +96,11 @@ def main() -> None:
         )
     )
     if a.ray:
-        ray_swaps(dirs[: a.checkpoints], size)
+        ray_swaps(dirs[: a.checkpoints], size, a.nodes)
 
 
-def ray_swaps(dirs: list[Path], size: int) -> None:
-    from tests.helpers.ray_cluster import start_local_cluster
+def ray_swaps(dirs: list[Path], size: int, nodes: int = 1) -> None:
+    from tests.helpers.ray_cluster import join_local_node, start_local_cluster
     from thinking_seeds.config import RunConfig
     from thinking_seeds.data.ray_pool import connect
     from thinking_seeds.engine.ray_workers import RayRolloutPool
@@ -101,9 +110,19 @@ def ray_swaps(dirs: list[Path], size: int) -> None:
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
-    cluster = start_local_cluster(env, num_cpus=2)
+    cluster = start_local_cluster(env, num_cpus=2 if nodes == 1 else 0)  # 2 nodes: no worker fits the head
     try:
+        if nodes == 2:
+            join_local_node(cluster, env, num_cpus=2)
         ray = connect(cluster.address)
+        if nodes == 2:  # which node the driver (and so its ray.put) sits on: the head, not the worker's
+            for _ in range(240):
+                if sum(n["Alive"] for n in ray.nodes()) == 2:
+                    break
+                time.sleep(0.5)
+            here = ray.get_runtime_context().get_node_id()
+            cpus = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]}
+            print(json.dumps({"nodes_alive": len(cpus), "driver_node_cpus": cpus.get(here)}), flush=True)
         for mode in ("path", "object_store"):
             cfg = RunConfig(cluster={"kind": "ray", "address": cluster.address, "weights": mode}, device="cpu")
             pool = RayRolloutPool(ray, dirs[0], cfg, 1)
@@ -118,7 +137,7 @@ def ray_swaps(dirs: list[Path], size: int) -> None:
                         {"visit": visit, "worker_swap_s": swap, "driver_ship_s": timer.s.get("weight_ship", 0.0)}
                     )
             pool.close()
-            print(json.dumps({"mode": mode, "bytes": size, "swaps": rows}), flush=True)
+            print(json.dumps({"mode": mode, "nodes": nodes, "bytes": size, "swaps": rows}), flush=True)
     finally:
         import ray as ray_module
 

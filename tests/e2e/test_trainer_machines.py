@@ -6,12 +6,16 @@ Two "machines" on 127.0.0.1: the driver runs the documented `ts train ... --set 
 process runs the documented `ts trainer-node --run-id big --machine-rank 1` (docs/scaling.md, "The trainer
 group"). One process per machine, gloo. The weights must be those of one machine with two processes
 (the same world of 2, whose weights equal the in-process update's: e2e/test_update_processes.py).
+A kill -9 of the driver takes the other machine's ranks down too: `ts trainer-node` exits non-zero.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from safetensors.torch import load_file
 
 from tests.helpers.ray_cluster import free_port
 from tests.helpers.tiny import MOVING
+from tests.helpers.trainer_group import HEAD, RUN_ID, driver_sets, node_args
 from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table
@@ -28,23 +33,10 @@ from thinking_seeds.store.run_dir import RunDir
 pytestmark = pytest.mark.slow
 
 TS = str(Path(sys.executable).parent / "ts")
-RUN_ID = "big"
-HEAD = "127.0.0.1"  # the driver machine's IP: the one word of docs/scaling.md's commands a user changes
-
-
-def driver_sets(head: str, port: int) -> list[str]:
-    """The driver's trainer-group keys of docs/scaling.md (there with the default port 29500)."""
-    return [
-        "update.launcher=accelerate",
-        "update.num_machines=2",
-        f"update.main_process_ip={head}",
-        f"update.main_process_port={port}",
-    ]
 
 
 def node_command(rank: int) -> list[str]:
-    """What docs/scaling.md runs on every other machine."""
-    return [TS, "trainer-node", "--run-id", RUN_ID, "--machine-rank", str(rank)]
+    return [TS, *node_args(rank)]
 
 
 def test_two_machines_train_the_two_process_weights(tmp_path, tiny_overrides, subprocess_env):
@@ -89,3 +81,53 @@ def test_two_machines_train_the_two_process_weights(tmp_path, tiny_overrides, su
                 got[n], want[n], rtol=1e-4, atol=1e-5, msg=lambda m, n=n, step=step: f"θ_{step}/{n}: {m}"
             )
     assert any(not torch.equal(theta0[n], want[n]) for n in want), "the weights never moved: a vacuous check"
+
+
+def _procs_with(text: str) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if text in (p / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(p.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_a_killed_driver_takes_the_other_machines_ranks_down(tmp_path, tiny_overrides, subprocess_env):
+    """kill -9 of the driver while its trainer group waits for the next job: the driver's machine loses its
+    ranks (PR_SET_PDEATHSIG), the other machine's rank sees its peer gone and `ts trainer-node` exits 1,
+    leaving no process behind (a resumed run launches a fresh group, which the nodes join again)."""
+    runs = tmp_path / "runs"
+    env = {**subprocess_env, "TS_RUNS_DIR": str(runs)}
+    log = tmp_path / "node.log"
+    with log.open("wb") as out:
+        node = subprocess.Popen(node_command(1), env=env, stdout=out, stderr=subprocess.STDOUT)
+    sets = tiny_overrides + ["iterations=3"] + driver_sets(HEAD, free_port())
+    cmd = [TS, "train", "--no-prefect", "--preset", "tiny", "--run-id", RUN_ID, *[f"--set={o}" for o in sets]]
+    driver = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = str(runs / RUN_ID / "policy")  # in every trainer process's command line
+    try:
+        deadline = time.monotonic() + 300
+        while not (runs / RUN_ID / "policy" / "step_000001" / "manifest.json").exists():  # the group trained once
+            assert driver.poll() is None and node.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the trainer group never wrote θ_1"
+            time.sleep(0.2)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+        assert node.wait(timeout=120) != 0, log.read_text()[-3000:]  # seconds here; a collective timeout at worst
+        deadline = time.monotonic() + 30
+        while _procs_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _procs_with(marker), "a trainer process outlived the killed driver"
+    finally:
+        for p in (driver, node):
+            if p.poll() is None:
+                p.kill()
+        for pid in _procs_with(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -4,9 +4,13 @@ machine's launch, and `ts trainer-node`'s mistakes (one line, exit 2). The group
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers import REPO
+from tests.helpers.trainer_group import DOC_PORT, RUN_ID, driver_sets, node_args
 from thinking_seeds.config import ConfigError, load_config, save_config
 from thinking_seeds.flows.cli import app
 from thinking_seeds.pipeline.trainer_client import node_command, trainer_command
@@ -101,3 +105,13 @@ def test_trainer_node_mistakes_are_one_line(tmp_path):
     save_config(load_config("tiny", GROUP), two.config_path)
     for rank in ("0", "2"):
         _one_line_error(_ts(tmp_path, "--run-id", "two", "--machine-rank", rank), "has machine ranks 1 .. 1")
+
+
+def test_the_docs_show_the_commands_the_e2e_test_runs():
+    """docs/scaling.md's trainer-group commands are e2e/test_trainer_machines.py's, with HEAD for 127.0.0.1."""
+    doc = re.sub(r"\\\n\s*", "", (REPO / "docs" / "scaling.md").read_text())  # join continued lines
+    driver = " ".join(
+        ["ts train --preset tiny --run-id", RUN_ID, *[f"--set {o}" for o in driver_sets("HEAD", DOC_PORT)]]
+    )
+    assert driver in doc
+    assert "ts " + " ".join(node_args(1)) in doc
