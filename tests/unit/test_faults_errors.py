@@ -254,6 +254,7 @@ def test_vllm_load_weights_refuses_a_damaged_checkpoint(tmp_path, tiny_model_dir
 
     eng = VLLMEngine.__new__(VLLMEngine)
     eng.llm, eng.loaded_from, eng._tmp = FakeLLM(), None, tmp_path / "views"
+    eng.lora_requests = False  # full weights: the swap path (rollout.lora_requests serves adapters instead)
     with pytest.raises(CheckpointError, match="model.safetensors"):
         eng.load_weights(ckpt)
     assert calls == [] and eng.loaded_from is None
