@@ -136,7 +136,10 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 gen = stage(continuation_task, k, theta, seeds)  # θ_k continues every seed
                 rollouts = stage(verify_task, k, gen)  # rewards, group advantages
                 # pipeline.overlap: seeds k+1 sampled in a task-runner thread while θ_{k+1} trains in this one
-                ahead = seeds_ahead_task.submit(str(run.root), k + 1) if overlap_due(cfg, k) else None
+                # (a task run only when they are still to sample: a resumed run shows no idle ones)
+                ahead = None
+                if overlap_due(cfg, k) and not run.manifest_path(k + 1, "seeds").exists():
+                    ahead = seeds_ahead_task.submit(str(run.root), k + 1)
                 try:
                     theta = stage(update_task, k, theta, rollouts)  # θ_{k+1}
                 finally:

@@ -1,12 +1,13 @@
 """Resume after `kill -9` with pipeline.overlap on (seeds k+1 sampled while update k runs), the check
 of tests/helpers/resume.py: the killed run, started again with overlap on, reuses every completed
-stage and ends with the results of the uninterrupted reference run, trained with overlap off
-(the switch is not in the config hash). Killed in update 0 (while seeds 1 are being sampled ahead)
-and in seeds 1 (writing the seeds sampled ahead), with the plain loop and under Prefect (the
-seeds-ahead task), in process and with the persistent accelerate trainer (killed inside it).
+stage and ends with the results of the uninterrupted reference run (the shared tiny run, and a
+persistent-trainer run with overlap off; the switch is not in the config hash). Killed in update 0
+(while seeds 1 are sampled ahead) and in seeds 1 (writing the seeds sampled ahead), with the plain
+loop and under Prefect (the seeds-ahead task), in process and with the persistent accelerate
+trainer (killed inside it).
 
 Slow: two driver processes a case, a temporary Prefect server for the flow, a trainer launch for
-accelerate. The same run with overlap on, uninterrupted: integration/test_overlap.py.
+accelerate. Overlap on and off, uninterrupted: integration/test_overlap.py.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ OVERLAP = ["pipeline.overlap=true"]
 
 
 def _with_overlap(reference: SimpleNamespace) -> SimpleNamespace:
-    """The reference run, with the overrides of the run to kill: the same plus overlap on."""
-    assert not reference.cfg.pipeline.overlap
+    """The reference run, with the overrides of the run to kill: the same plus overlap on (set, so
+    these cases hold whatever the default is)."""
     return SimpleNamespace(run=reference.run, cfg=reference.cfg, overrides=reference.overrides + OVERLAP)
 
 
@@ -53,7 +54,7 @@ def test_kill_9_then_resume_with_overlap(mode, pause, tiny_run, runs_dir, subpro
 @pytest.fixture(scope="module")
 def persistent_run(tmp_path_factory, tiny_overrides) -> SimpleNamespace:
     """The tiny run (MOVING) with the persistent trainer and overlap off, uninterrupted: the reference."""
-    overrides = tiny_overrides + MOVING + ["update.launcher=accelerate"]
+    overrides = tiny_overrides + MOVING + ["update.launcher=accelerate", "pipeline.overlap=false"]
     cfg = load_config("tiny", overrides)
     run = train(RunDir.for_run(TINY_RUN_ID, tmp_path_factory.mktemp("persistent-reference")), cfg)
     return SimpleNamespace(run=run, cfg=cfg, overrides=overrides)

@@ -1,8 +1,8 @@
 """pipeline.overlap (seeds k+1 sampled while update k runs: pipeline/seeds_ahead.py) and
 prefix.ratio_of=budget (drafts stopped at their cut), on the tiny run.
 
-- the plain loop with overlap on ends with the same weights, rollouts, prefixes and evaluation as
-  the shared tiny run (overlap off), and its seeds 1 really were sampled ahead;
+- the plain loop with overlap off ends with the same weights, rollouts, prefixes and evaluation as
+  the shared tiny run (overlap on: the default on the CPU), whose seeds 1 really were sampled ahead;
 - seeds sampled ahead by other pool members than the stage's are not used;
 - the seeds stage with ratio_of=budget keeps the same tokens and log-probs as ratio_of=draft up to
   the draft mode's cut, never cuts shorter, and samples fewer draft tokens.
@@ -18,24 +18,41 @@ from tests.helpers.tiny import TINY_RUN_ID, copy_run
 from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.pipeline.rows import PrefixRow, read_rows
-from thinking_seeds.pipeline.seeds_ahead import Ahead, put_ahead, take_ahead
+from thinking_seeds.pipeline.seeds_ahead import Ahead, overlap_due, overlap_on, put_ahead, take_ahead
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_seeds import seeds
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
 
 
-def test_overlap_gives_the_same_run(tiny_run, tmp_path):
-    assert not tiny_run.cfg.pipeline.overlap  # the reference samples every seed in its own stage
-    cfg = load_config("tiny", tiny_run.overrides + ["pipeline.overlap=true"])
+def test_overlap_on_and_off_give_the_same_run(tiny_run, tmp_path):
+    """The reference tiny run has the default (unset: on, on the CPU); this one has it off."""
+    assert tiny_run.cfg.pipeline.overlap is None and overlap_on(tiny_run.cfg)
+    cfg = load_config("tiny", tiny_run.overrides + ["pipeline.overlap=false"])
     assert cfg.config_hash() == tiny_run.cfg.config_hash()  # scheduling, not what is computed
     run = train(RunDir.for_run(TINY_RUN_ID, tmp_path), cfg)
-    assert run.read_manifest(1, "seeds").metrics.get("perf/seeds_ahead") == 1.0, "nothing was sampled ahead"
-    assert "perf/seeds_ahead" not in tiny_run.run.read_manifest(1, "seeds").metrics
+    ahead = tiny_run.run.read_manifest(1, "seeds").metrics
+    assert ahead.get("perf/seeds_ahead") == 1.0, "the reference sampled nothing ahead"
+    assert "perf/seeds_ahead" not in run.read_manifest(1, "seeds").metrics
     _assert_same_results(run, tiny_run.run, 2)
     for k in range(2):  # the same seeds' metrics too (the timings aside)
         got, want = (r.read_manifest(k, "seeds").metrics for r in (run, tiny_run.run))
-        assert {n: v for n, v in got.items() if n != "perf/seeds_ahead"} == want
+        assert got == {n: v for n, v in want.items() if n != "perf/seeds_ahead"}
+
+
+def test_overlap_is_on_where_it_was_measured_unless_set(tiny_run):
+    cfg = tiny_run.cfg
+    assert overlap_on(cfg.model_copy(update={"device": "cpu"}))
+    vllm = cfg.model_copy(deep=True)
+    vllm.rollout.engine = "vllm"
+    ray = cfg.model_copy(deep=True)
+    ray.cluster.kind = "ray"
+    assert not overlap_on(vllm) and not overlap_on(ray)
+    off = load_config("tiny", ["pipeline.overlap=false"])
+    assert not overlap_on(off) and not overlap_due(off, 0)
+    on = load_config("tiny", ["pipeline.overlap=true", "iterations=3"])
+    assert [overlap_due(on, k) for k in range(3)] == [True, True, False]  # no iteration after the last
+    assert not overlap_due(load_config("tiny", ["algorithm=grpo", "pipeline.overlap=true"]), 0)  # no seeds
 
 
 def test_seeds_sampled_ahead_by_other_pool_members_are_not_used(tiny_run, tmp_path):

@@ -435,10 +435,14 @@ class PipelineConfig(_Section):
     """How the stages are scheduled, never what they compute: left out of the config hash, so a run
     resumes with any of these and its stage manifests and outputs are the same."""
 
-    overlap: bool = Field(
-        False,
-        description="Draft iteration k+1's seeds while update k runs (their writers are pool snapshots older "
-        "than θ_{k+1}, already on disk): in a thread of the pipeline's process, beside the in-process update or "
-        "while the accelerate trainer works. The seeds stage k+1 then only writes them: the same prefixes, "
-        "manifests and weights as without it.",
+    overlap: bool | None = Field(
+        None,
+        description="Sample iteration k+1's seeds while update k runs (their writers are pool snapshots older "
+        "than θ_{k+1}, already on disk), in a thread of the pipeline's process, beside the in-process update or "
+        "while the accelerate trainer works; the seeds stage k+1 then only writes them: the same prefixes, "
+        "manifests and weights either way. It needs a core (or GPU) free for the drafts: on 2 idle CPU cores it "
+        "took 13-18% off an iteration of the tiny preset, under other jobs' load nothing (BENCHMARKS.md). Unset: "
+        "on with the HF engine on the CPU of this process (cluster=local), where that was measured; off on a GPU "
+        "(the drafts' KV cache and the in-process update's activations would be in memory together; not measured "
+        "yet), with vLLM and on Ray.",
     )

@@ -1,18 +1,17 @@
-"""Seeds drafted ahead (pipeline.overlap): iteration k+1's drafts while update k runs.
+"""Seeds sampled ahead (pipeline.overlap): iteration k+1's drafts while update k runs.
 
 The seeds of iteration k+1 are written by pool members, snapshots strictly older than θ_{k+1}
-(`HistoricalPool.members`): all of them are on disk once snapshot k is done, so they can be drafted
+(`HistoricalPool.members`): all of them are on disk once snapshot k is done, so they can be sampled
 before update k ends, with the same seeds and weights, hence the same samples. Only iteration 0
 must wait: no snapshot is older than θ_0 there, and θ_0 writes its own seeds.
 
 `stage_seeds.draft_ahead(s, k)` computes the rows of seeds k and keeps them here, in this process
 (`put_ahead`), with a fingerprint of the pool members that wrote them; the seeds stage then takes
-them (`take_ahead`)
-instead of sampling, and writes them and its manifest as always, after update k-1, evaluate and
-snapshot k. Nothing is written ahead, so the manifests stay the only record of what is done: a
-run killed while drafting ahead loses the drafts and samples them again in its seeds stage. The
-plain loop drafts in a thread beside update k (`loop.update_outcome`), the Prefect flow in a
-submitted task (`tasks.seeds_ahead_task`).
+them (`take_ahead`) instead of sampling, and writes them and its manifest as always, after update
+k-1, evaluate and snapshot k. Nothing is written ahead, so the manifests stay the only record of
+what is done: a run killed while sampling ahead loses the drafts and samples them again in its seeds
+stage. The plain loop samples in a thread beside update k (`loop.update_outcome`), the Prefect flow
+in a submitted task (`tasks.seeds_ahead_task`).
 """
 
 from __future__ import annotations
@@ -45,9 +44,22 @@ _AHEAD: dict[tuple[str, int, str], Ahead] = {}
 _LOCK = threading.Lock()
 
 
+def overlap_on(cfg: RunConfig) -> bool:
+    """pipeline.overlap, or when unset: on with the HF engine on this process's CPU (where it was measured)."""
+    if cfg.pipeline.overlap is not None:
+        return cfg.pipeline.overlap
+    if cfg.rollout.engine != "hf" or cfg.cluster.kind != "local":
+        return False
+    from thinking_seeds.engine.models import resolve_device  # torch: only once a run asks
+
+    return resolve_device(cfg.device).type == "cpu"
+
+
 def overlap_due(cfg: RunConfig, k: int) -> bool:
-    """Whether to draft iteration k+1's seeds while update k runs (the pool's check comes later)."""
-    return cfg.pipeline.overlap and cfg.seeded and cfg.prefix.source == "historical" and 0 <= k < cfg.iterations - 1
+    """Whether to sample iteration k+1's seeds while update k runs (the pool's check comes later)."""
+    if not (cfg.seeded and cfg.prefix.source == "historical" and 0 <= k < cfg.iterations - 1):
+        return False
+    return overlap_on(cfg)
 
 
 def fingerprint(members: list[CheckpointInfo]) -> Fingerprint:

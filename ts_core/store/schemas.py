@@ -83,7 +83,7 @@ PREFIX_SCHEMA = pa.schema(
         pa.field("behaviour_logprobs", pa.list_(pa.float32()), nullable=False),
         # the decoded prefix, for inspection and n-gram diversity queries
         pa.field("prefix_text", pa.string(), nullable=False),
-        # number of tokens in the whole uncut draft
+        # tokens sampled for the draft: the whole uncut draft, or with prefix.ratio_of=budget up to its cut
         pa.field("draft_len", pa.int32(), nullable=False),
         # reward of the whole draft when it was scored; null when it was not
         pa.field("draft_reward", pa.float32()),
