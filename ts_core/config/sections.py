@@ -39,8 +39,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
 
 
-# rollout.lora_requests's default, chosen by bench/vllm_lora.py (BENCHMARKS.md); out of the config hash at it.
-LORA_REQUESTS_DEFAULT = True
+# rollout.lora_requests's default, chosen by bench/vllm_lora.py (BENCHMARKS.md): on the CPU backend vLLM's LoRA
+# kernels are reference torch code and the one call was 2.1x slower than merged weights swapped per checkpoint
+# (SmolLM2, a pool of 4). Out of the config hash at the default.
+LORA_REQUESTS_DEFAULT = False
 
 
 class LoraSettings(_Section):
@@ -261,7 +263,8 @@ class RolloutConfig(_Section):
         "enable_lora, one adapter per request), so the seeds stage samples all pool members in ONE engine call; "
         "false merges each adapter into full weights (peft) and swaps them in, one call per checkpoint. Same "
         "seeds either way; samples equal up to float rounding. Ignored with rollout.engine=hf or without "
-        "model.lora. Measured: BENCHMARKS.md, 'vLLM: per-request LoRA adapters vs weight swaps'.",
+        "model.lora. Default false: on vLLM's CPU backend the swaps were 2.1x faster (BENCHMARKS.md, 'vLLM: "
+        "per-request LoRA adapters vs weight swaps'); on a GPU (punica kernels) measure with bench/vllm_lora.py.",
     )
 
     @model_validator(mode="after")
