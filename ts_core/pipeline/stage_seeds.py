@@ -2,9 +2,11 @@
 λ·|z|, into corpus/prefixes/iteration=k/prefixes.parquet; on-policy methods write nothing.
 
 All the drafts of one pool member are one engine call over every prompt (`Session.generate_many`,
-cut into shards of rollout.batch_size). With prefix.ratio_of=budget a draft is generated only up to its cut
-(algo/seeding.py). With pipeline.overlap the drafts may have been sampled ahead, while update k-1
-ran (`draft_ahead`, pipeline/seeds_ahead.py); the stage then only writes them."""
+cut into shards of rollout.batch_size); with vLLM serving LoRA adapters per request
+(rollout.lora_requests) all members' drafts are ONE call. With prefix.ratio_of=budget a draft is
+generated only up to its cut (algo/seeding.py). With pipeline.overlap the drafts may have been
+sampled ahead, while update k-1 ran (`draft_ahead`, pipeline/seeds_ahead.py); the stage then only
+writes them."""
 
 from __future__ import annotations
 
@@ -107,7 +109,8 @@ def _dataset_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int) -> 
 def historical_rows(
     s: Session, k: int, pool: HistoricalPool, members: list[CheckpointInfo], t: Timer
 ) -> list[PrefixRow]:
-    """Pool `members` write drafts (one engine call per member over all prompts), scored, then cut at
+    """Pool `members` write drafts (one engine call per member over all prompts, or one for all of them
+    with rollout.lora_requests), scored, then cut at
     λ; with prefix.ratio_of=budget each draft stops at its cut and is not scored."""
     cfg, run, tok = s.cfg, s.run, s.tokenizer
     prompts, n_drafts = s.iteration_prompts(k), _drafts_per_prompt(s)
