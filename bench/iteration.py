@@ -8,7 +8,9 @@ in process, the persistent `accelerate launch` trainer (`accelerate`), a fresh `
 per update (`accelerate_per_update`) -- interleaved, the launchers' order turned every round, then
 reads the stage timings each run wrote:
 
-  generation      sampling time of the seeds and continuation stages (model forward passes)
+  generation      sampling time of the seeds and continuation stages (model forward passes); seeds
+                  sampled ahead beside the previous update (pipeline.overlap, on by default on the
+                  CPU) are off the critical path and not counted
   fwd/bwd         the update's forward/backward/optimizer time (thinking_seeds.train.trainer, perf/fwd_bwd_s)
   verification    math-verify time of the verify stage (and of the seeds' draft rewards)
   everything else iteration wall time minus the three above: Prefect task orchestration, process
@@ -41,10 +43,13 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def stage_seconds(run, k: int) -> dict[str, float]:
+    """The work of iteration k on its critical path. Seeds sampled ahead (pipeline.overlap: beside
+    update k-1, `perf/seeds_ahead`) are left out: their time was spent while the update ran, so it
+    is not part of this iteration's wall time."""
     out = {"generation": 0.0, "fwd_bwd": 0.0, "verification": 0.0}
     for stage in ("snapshot", "seeds", "continuation", "verify", "update", "evaluate"):
         m = run.read_manifest(k, stage)
-        if m is None:
+        if m is None or (stage == "seeds" and m.metrics.get("perf/seeds_ahead")):
             continue
         out["generation"] += m.seconds.get("generation", 0.0) if stage in ("seeds", "continuation") else 0.0
         out["verification"] += m.seconds.get("verification", 0.0)
@@ -173,6 +178,20 @@ def main() -> None:
                 ]
                 print(
                     f"{m}: {launcher} {ac - ip:+.2f} s per iteration, ratio {ac / ip:.3f}x of in-process "
+                    f"(per round: {', '.join(f'{x:.3f}' for x in per_round)})"
+                )
+    # Thinking Seeds against our GRPO, launcher by launcher (issue #12 goal: <= 1.1x), from the same rounds.
+    if "grpo" in methods:
+        for m in methods:
+            for launcher in launchers:
+                if m == "grpo" or (m, launcher) not in results or ("grpo", launcher) not in results:
+                    continue
+                per_round = [
+                    median(x["iteration_wall"]) / median(y["iteration_wall"])
+                    for x, y in zip(runs[(m, launcher)], runs[("grpo", launcher)], strict=True)
+                ]
+                print(
+                    f"{m}/grpo with {launcher}: ratio {median(per_round):.3f}x, median of per-round ratios "
                     f"(per round: {', '.join(f'{x:.3f}' for x in per_round)})"
                 )
     startups = ", ".join(f"{m}/{launcher} {median(r['startup']):.1f}" for (m, launcher), r in results.items())
