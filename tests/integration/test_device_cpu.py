@@ -41,12 +41,15 @@ import thinking_seeds
 names = [m.name for m in pkgutil.walk_packages(thinking_seeds.__path__, "thinking_seeds.")]
 for n in names:
     importlib.import_module(n)
+import sys, thinking_seeds.flows.train, thinking_seeds.tasks  # the Prefect layers too
 assert not calls, f"CUDA touched at import by thinking_seeds: {calls}"
+# cluster=local never needs Ray: no module imports it at import time (only inside functions, issue #14).
+assert "ray" not in sys.modules, "importing thinking_seeds imported ray"
 print(len(names))
 """
 
 
-def test_no_module_touches_cuda_at_import():
+def test_no_module_touches_cuda_or_imports_ray_at_import():
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     r = subprocess.run(
         [sys.executable, "-c", _IMPORT_ALL], cwd=REPO, env=env, capture_output=True, text=True, timeout=300

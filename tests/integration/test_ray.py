@@ -10,7 +10,8 @@ this module starts (`ray start --head --num-cpus 2 --port <free>`, tests/helpers
 - a user's mistake (no Ray, no address, nothing listening) is one ClusterError line, exit 2 in `ts`.
 
 Every test that starts the cluster is marked slow (CI's second step, `make test-slow`); the default
-suite keeps the ones that need no cluster.
+suite keeps the ones that need no cluster. That importing the pipeline never imports Ray is checked
+with every module's import in tests/integration/test_device_cpu.py (one interpreter for both checks).
 
 The tiny run of tests/helpers/tiny with rollout.batch_size=8: the continuation stage's 32 requests are
 4 shards, so 2 workers really share a stage. With 2 rollout and 2 verifier actors on 2 CPUs, each
@@ -259,13 +260,3 @@ def test_unreachable_cluster_exits_2_in_one_line(runs_dir, subprocess_env, tiny_
     assert p.returncode == 2, p.stderr[-3000:]
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "no Ray cluster answers at 127.0.0.1:1" in lines[0], p.stderr
-
-
-def test_the_local_pipeline_never_imports_ray(subprocess_env):
-    code = (
-        "import sys\n"
-        "import thinking_seeds.pipeline.loop, thinking_seeds.pipeline.stages, thinking_seeds.pipeline.session\n"
-        "import thinking_seeds.flows.train\n"
-        "assert 'ray' not in sys.modules, 'importing the pipeline imported ray'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], env=subprocess_env, check=True, timeout=300)
