@@ -22,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.helpers.procs import procs_with
 from tests.helpers.ray_cluster import free_port
 from tests.helpers.tiny import MOVING
 from tests.helpers.trainer_group import HEAD, RUN_ID, driver_sets, node_args
@@ -83,18 +84,6 @@ def test_two_machines_train_the_two_process_weights(tmp_path, tiny_overrides, su
     assert any(not torch.equal(theta0[n], want[n]) for n in want), "the weights never moved: a vacuous check"
 
 
-def _procs_with(text: str) -> list[int]:
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if text in (p / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(p.name))
-            except OSError:
-                pass
-    return pids
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
 def test_a_killed_driver_takes_the_other_machines_ranks_down(tmp_path, tiny_overrides, subprocess_env):
     """kill -9 of the driver while its trainer group waits for the next job: the driver's machine loses its
@@ -119,14 +108,14 @@ def test_a_killed_driver_takes_the_other_machines_ranks_down(tmp_path, tiny_over
         driver.wait(timeout=30)
         assert node.wait(timeout=120) != 0, log.read_text()[-3000:]  # seconds here; a collective timeout at worst
         deadline = time.monotonic() + 30
-        while _procs_with(marker) and time.monotonic() < deadline:
+        while procs_with(marker) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _procs_with(marker), "a trainer process outlived the killed driver"
+        assert not procs_with(marker), "a trainer process outlived the killed driver"
     finally:
         for p in (driver, node):
             if p.poll() is None:
                 p.kill()
-        for pid in _procs_with(marker):
+        for pid in procs_with(marker):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

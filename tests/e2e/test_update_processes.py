@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import RESUME_DRIVER
+from tests.helpers.procs import procs_with
 from tests.helpers.update_run import DEVICE_UPDATE, update_copy, verified_session
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
@@ -82,18 +83,6 @@ def test_bf16_under_accelerate_launch_on_cpu(tmp_path, tiny_overrides, launcher)
     assert {t.dtype for t in load_file(str(run.policy(1) / "model.safetensors")).values()} == {torch.float32}
 
 
-def _procs_with(text: str) -> list[int]:
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if text in (p / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(p.name))
-            except OSError:
-                pass
-    return pids
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
 def test_kill_9_of_the_run_stops_its_accelerate_update(tmp_path, tiny_overrides, subprocess_env):
     """The launcher dies with its parent (PR_SET_PDEATHSIG): no orphan update races a resumed run."""
@@ -114,18 +103,18 @@ def test_kill_9_of_the_run_stops_its_accelerate_update(tmp_path, tiny_overrides,
     marker = str(tmp_path / "runs" / "orphan" / "policy")  # in the trainer's command line
     try:
         deadline = time.monotonic() + 300
-        while len(_procs_with("thinking_seeds.train.trainer")) == 0 or not _procs_with(marker):
+        while len(procs_with("thinking_seeds.train.trainer")) == 0 or not procs_with(marker):
             assert proc.poll() is None, "the run ended before its update could be caught"
             assert time.monotonic() < deadline, "no accelerate update started"
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)  # the run only, as a user's `kill -9 <pid>` would
         proc.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while _procs_with(marker) and time.monotonic() < deadline:
+        while procs_with(marker) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _procs_with(marker), "the accelerate update outlived the killed run"
+        assert not procs_with(marker), "the accelerate update outlived the killed run"
     finally:
-        for pid in [proc.pid, *_procs_with(marker)]:  # torch's workers run in their own sessions
+        for pid in [proc.pid, *procs_with(marker)]:  # torch's workers run in their own sessions
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

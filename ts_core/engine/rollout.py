@@ -50,6 +50,17 @@ class Engine(Protocol):
         ...
 
 
+def token_limits(contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None) -> list[int]:
+    """Each request's cap on new tokens: its own `max_new` (e.g. a draft stopped at its cut,
+    prefix.ratio_of=budget) never above params.max_new_tokens; every engine reads caps the same way."""
+    if max_new is None:
+        return [params.max_new_tokens] * len(contexts)
+    limits = [min(m, params.max_new_tokens) for m in max_new]
+    if len(limits) != len(contexts):
+        raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+    return limits
+
+
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Zero the tail of each row outside the smallest set with mass >= top_p (renormalised later)."""
     if top_p >= 1.0:
@@ -120,13 +131,7 @@ class HFEngine:
     def generate(
         self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
     ) -> list[Generation]:
-        limits = (
-            [params.max_new_tokens] * len(contexts)
-            if max_new is None
-            else [min(m, params.max_new_tokens) for m in max_new]
-        )
-        if len(limits) != len(contexts):
-            raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+        limits = token_limits(contexts, params, max_new)
         # One generator per call: the same (contexts, params.seed) give the same samples.
         gen = torch.Generator(device=self.device).manual_seed(params.seed)
         out: list[Generation] = []

@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from thinking_seeds.engine.rollout import Generation, SamplingParams
+from thinking_seeds.engine.rollout import Generation, SamplingParams, token_limits
 
 # Before vllm is imported anywhere: the engine core stays in this process.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -381,13 +381,7 @@ class VLLMEngine:
                     "returns them after top-p, so rollout.top_p must be 1.0 with rollout.engine=vllm "
                     f"(got {params.top_p})"
                 )
-            limits = (
-                [params.max_new_tokens] * len(contexts)
-                if max_new is None
-                else [min(m, params.max_new_tokens) for m in max_new]
-            )
-            if len(limits) != len(contexts):
-                raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+            limits = token_limits(contexts, params, max_new)
             out: list[Generation | None] = [None] * len(contexts)
             outs.append(out)
             for i, (c, n) in enumerate(zip(contexts, limits, strict=True)):
