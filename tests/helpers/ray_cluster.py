@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +137,23 @@ def start_local_cluster(env: dict[str, str], num_cpus: int = 2) -> LocalCluster:
         cluster.stop()
         raise
     return cluster
+
+
+@contextmanager
+def running_cluster(env: dict[str, str], num_cpus: int = 2) -> Iterator[LocalCluster]:
+    """A local cluster for a test module; on the way out the run's Ray pools, this process's Ray
+    client and the cluster's processes are closed, in that order."""
+    cluster = start_local_cluster(env, num_cpus=num_cpus)
+    try:
+        yield cluster
+    finally:
+        from thinking_seeds.pipeline.session import close_ray_pools
+
+        close_ray_pools()
+        import ray
+
+        ray.shutdown()
+        cluster.stop()
 
 
 def join_local_node(cluster: LocalCluster, env: dict[str, str], num_cpus: int = 2) -> subprocess.Popen:

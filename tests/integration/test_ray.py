@@ -32,7 +32,7 @@ import pytest
 pytest.importorskip("ray")
 
 from tests.helpers import REPO  # noqa: E402
-from tests.helpers.ray_cluster import DRIVER_SETS, join_local_node, start_local_cluster, stop_node  # noqa: E402
+from tests.helpers.ray_cluster import DRIVER_SETS, join_local_node, running_cluster, stop_node  # noqa: E402
 from tests.helpers.resume import _assert_same_results, kill_and_resume  # noqa: E402
 from tests.helpers.tiny import MOVING, TINY_RUN_ID  # noqa: E402
 
@@ -57,17 +57,8 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    cluster = start_local_cluster(_env(), num_cpus=2)
-    try:
+    with running_cluster(_env(), num_cpus=2) as cluster:
         yield cluster
-    finally:
-        from thinking_seeds.pipeline.session import close_ray_pools
-
-        close_ray_pools()
-        import ray
-
-        ray.shutdown()
-        cluster.stop()
 
 
 @pytest.fixture(autouse=True)

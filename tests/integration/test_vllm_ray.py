@@ -30,7 +30,7 @@ pytest.importorskip("vllm")
 pytest.importorskip("ray")
 
 from tests.helpers import REPO  # noqa: E402
-from tests.helpers.ray_cluster import start_local_cluster  # noqa: E402
+from tests.helpers.ray_cluster import running_cluster  # noqa: E402
 from tests.helpers.resume import _assert_same_results  # noqa: E402
 
 RUN_ID = "vllm-ray"  # a run's rows carry its id: both runs use the same one
@@ -103,17 +103,8 @@ def reference(tmp_path_factory):
 def ray_cluster():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    cluster = start_local_cluster(env, num_cpus=2)
-    try:
+    with running_cluster(env, num_cpus=2) as cluster:
         yield cluster
-    finally:
-        from thinking_seeds.pipeline.session import close_ray_pools
-
-        close_ray_pools()
-        import ray
-
-        ray.shutdown()
-        cluster.stop()
 
 
 @pytest.mark.parametrize("workers", [1, 2])
