@@ -24,9 +24,9 @@ vllm = pytest.importorskip("vllm")
 
 torch.set_num_threads(1)
 
+from tests.helpers.vllm_runs import save_tiny, small_run  # noqa: E402
 from thinking_seeds.config import load_config  # noqa: E402
-from thinking_seeds.data.chain_sum import CHARSET  # noqa: E402
-from thinking_seeds.engine.models import char_tokenizer, load_model, tiny_llama  # noqa: E402
+from thinking_seeds.engine.models import load_model  # noqa: E402
 from thinking_seeds.engine.rollout import SamplingParams  # noqa: E402
 from thinking_seeds.engine.scoring import score_responses  # noqa: E402
 from thinking_seeds.engine.vllm_engine import VLLMEngine  # noqa: E402
@@ -34,20 +34,10 @@ from thinking_seeds.engine.vllm_engine import VLLMEngine  # noqa: E402
 TOL = 1e-4  # float32 on both sides
 
 
-def _save_tiny(path, seed):
-    tok = char_tokenizer(CHARSET)
-    model = tiny_llama(
-        len(tok), tok.pad_token_id, tok.eos_token_id, hidden=64, layers=2, heads=2, intermediate=96, seed=seed
-    )
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
     base = tmp_path_factory.mktemp("vllm-ckpts")
-    return _save_tiny(base / "a", 0), _save_tiny(base / "b", 1)
+    return save_tiny(base / "a", 0), save_tiny(base / "b", 1)
 
 
 @pytest.fixture(scope="module")
@@ -200,28 +190,8 @@ def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
     from thinking_seeds.store.run_dir import RunDir
 
     engine.close()  # one engine at a time in this process (each holds its own KV cache)
-    base = _save_tiny(tmp_path / "base", 3)
-    cfg = load_config(
-        "tiny",
-        [
-            "algorithm=thinking_seeds",
-            f"model.path={base}",
-            "rollout.engine=vllm",
-            "iterations=2",
-            "rollout.prompts_per_iteration=4",
-            "rollout.group_size=4",
-            "rollout.seeds_per_group=2",
-            "rollout.max_new_tokens=24",
-            "data.train_size=40",
-            "data.val_size=8",
-            "data.test_size=8",
-            "eval.prompts=4",
-            "eval.samples=2",
-            "eval.every=2",
-            "pool.snapshot_every=1",
-            "update.lr=1e-3",
-        ],
-    )
+    base = save_tiny(tmp_path / "base", 3)
+    cfg = load_config("tiny", small_run(base, "iterations=2", "eval.every=2", "update.lr=1e-3"))
     run = train(RunDir.for_run("vllm-ts", tmp_path / "runs"), cfg)
     for k in range(2):
         for stage in ("seeds", "continuation", "verify", "update"):
@@ -271,7 +241,7 @@ def lora_ckpts(tmp_path_factory):
     from thinking_seeds.engine.models import load_model as _load
 
     root = tmp_path_factory.mktemp("vllm-lora")
-    base = _save_tiny(root / "policy" / "step_000000", 5)
+    base = save_tiny(root / "policy" / "step_000000", 5)
     adapters = []
     for n in range(1, 4):
         model, tok = _load(base)
@@ -359,31 +329,19 @@ def _lora_run(tmp_path, name, lora_requests):
     from thinking_seeds.pipeline.loop import train
     from thinking_seeds.store.run_dir import RunDir
 
-    base = _save_tiny(tmp_path / f"base-{name}", 3)
+    base = save_tiny(tmp_path / f"base-{name}", 3)
     cfg = load_config(
         "tiny",
-        [
-            "algorithm=thinking_seeds",
-            f"model.path={base}",
-            "rollout.engine=vllm",
+        small_run(
+            base,
             f"rollout.lora_requests={'true' if lora_requests else 'false'}",
             "model.lora.r=4",
             "model.lora.target_modules=[q_proj, v_proj]",
             "iterations=3",
-            "rollout.prompts_per_iteration=4",
-            "rollout.group_size=4",
-            "rollout.seeds_per_group=2",
-            "rollout.max_new_tokens=24",
-            "data.train_size=40",
-            "data.val_size=8",
-            "data.test_size=8",
-            "eval.prompts=4",
-            "eval.samples=2",
             "eval.every=3",
-            "pool.snapshot_every=1",
             "pool.size=2",
             "update.lr=3e-2",
-        ],
+        ),
     )
     return train(RunDir.for_run(name, tmp_path / "runs"), cfg), cfg
 

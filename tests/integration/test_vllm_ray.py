@@ -32,44 +32,20 @@ pytest.importorskip("ray")
 from tests.helpers import REPO  # noqa: E402
 from tests.helpers.ray_cluster import running_cluster  # noqa: E402
 from tests.helpers.resume import _assert_same_results  # noqa: E402
+from tests.helpers.vllm_runs import save_tiny, small_run  # noqa: E402
 
 RUN_ID = "vllm-ray"  # a run's rows carry its id: both runs use the same one
 
 
-def _save_tiny(path, seed=3):
-    from thinking_seeds.data.chain_sum import CHARSET
-    from thinking_seeds.engine.models import char_tokenizer, tiny_llama
-
-    tok = char_tokenizer(CHARSET)
-    model = tiny_llama(
-        len(tok), tok.pad_token_id, tok.eos_token_id, hidden=64, layers=2, heads=2, intermediate=96, seed=seed
-    )
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 def _overrides(base) -> list[str]:
-    return [
-        "algorithm=thinking_seeds",
-        f"model.path={base}",
-        "rollout.engine=vllm",
+    return small_run(
+        base,
         "iterations=2",
-        "rollout.prompts_per_iteration=4",
-        "rollout.group_size=4",
-        "rollout.seeds_per_group=2",
-        "rollout.max_new_tokens=24",
         "rollout.batch_size=8",  # 16 continuation requests: 2 shards
-        "data.train_size=40",
-        "data.val_size=8",
-        "data.test_size=8",
-        "eval.prompts=4",
-        "eval.samples=2",
         "eval.every=2",
-        "pool.snapshot_every=1",
         "loss.entropy_coeff=0.01",  # the weights move even if every advantage is zero
         "update.lr=1e-3",
-    ]
+    )
 
 
 def _train(root, overrides):
@@ -93,7 +69,7 @@ def _close_engines() -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The single-process run (cluster=local): the driver's own vLLM engine."""
-    base = _save_tiny(tmp_path_factory.mktemp("vllm-ray-model") / "base")
+    base = save_tiny(tmp_path_factory.mktemp("vllm-ray-model") / "base")
     run = _train(tmp_path_factory.mktemp("vllm-local"), _overrides(base))
     _close_engines()
     return run, _overrides(base)
