@@ -9,9 +9,9 @@ this module starts (`ray start --head --num-cpus 2 --port <free>`, tests/helpers
 - the driver killed (kill -9) in the seeds stage, under Prefect: the rerun resumes with the same results;
 - a user's mistake (no Ray, no address, nothing listening) is one ClusterError line, exit 2 in `ts`.
 
-Every test that starts the cluster is marked slow (CI's second step, `make test-slow`); the default
-suite keeps the ones that need no cluster. That importing the pipeline never imports Ray is checked
-with every module's import in tests/integration/test_device_cpu.py (one interpreter for both checks).
+Every test that starts the cluster, or a `ts` process, is marked slow (CI's second step, `make
+test-slow`); the default suite keeps the ones that need neither. That importing the pipeline never
+imports Ray is checked with every module's import in tests/integration/test_device_cpu.py.
 
 The tiny run of tests/helpers/tiny with rollout.batch_size=8: the continuation stage's 32 requests are
 4 shards, so 2 workers really share a stage. With 2 rollout and 2 verifier actors on 2 CPUs, each
@@ -238,6 +238,7 @@ def test_cluster_mistakes_are_one_clear_line(monkeypatch):
         ray_pool.ray_module()
 
 
+@pytest.mark.slow  # a whole `ts train` process (~8 s); the error itself: test_cluster_mistakes_are_one_clear_line
 def test_unreachable_cluster_exits_2_in_one_line(runs_dir, subprocess_env, tiny_overrides):
     env = {**subprocess_env, "RAY_ADDRESS": "127.0.0.1:1"}
     sets = [f"--set={o}" for o in tiny_overrides + ["cluster=ray"]]
