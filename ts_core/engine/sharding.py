@@ -97,7 +97,11 @@ def generate_sharded(
     if not contexts:
         return []
     shards = make_shards(contexts, params, max_new, shard_size)
-    results = runner.run(Path(checkpoint), shards, timer)
+    return _joined(shards, runner.run(Path(checkpoint), shards, timer))
+
+
+def _joined(shards: Sequence[Shard], results: Sequence[list[Generation]]) -> list[Generation]:
+    """The shards' generations in request order; a shard that lost or gained one is an error, not a shift."""
     out: list[Generation] = []
     for shard, gens in zip(shards, results, strict=True):
         if len(gens) != len(shard.contexts):
@@ -119,16 +123,7 @@ def generate_sharded_many(
     if many is None or not getattr(runner, "batches_checkpoints", False):
         return [generate_sharded(runner, ck, ctx, p, mn, shard_size, timer) for ck, ctx, p, mn in calls]
     plans = [(Path(ck), make_shards(ctx, p, mn, shard_size)) for ck, ctx, p, mn in calls]
-    results = many(plans, timer)
-    out = []
-    for (_, shards), gens_by_shard in zip(plans, results, strict=True):
-        gens: list[Generation] = []
-        for shard, g in zip(shards, gens_by_shard, strict=True):
-            if len(g) != len(shard.contexts):
-                raise RuntimeError(f"shard {shard.index} came back with {len(g)} of {len(shard.contexts)} generations")
-            gens.extend(g)
-        out.append(gens)
-    return out
+    return [_joined(shards, gens) for (_, shards), gens in zip(plans, many(plans, timer), strict=True)]
 
 
 class LocalRollout:

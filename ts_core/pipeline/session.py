@@ -176,10 +176,10 @@ class Session:
         and seeds; in ONE engine call when the engine serves LoRA adapters per request (rollout.engine=vllm,
         model.lora, rollout.lora_requests), else one weight swap and call per checkpoint."""
         t = timer or Timer()
-        if self.cfg.cluster.kind == "ray" or not self._lora_requests:
+        if self.cfg.cluster.kind == "ray":
             return [self.generate(ck, ctx, p, mn, timer=t) for ck, ctx, p, mn in calls]
-        runner = LocalRollout(self.engine(t))
-        return generate_sharded_many(runner, calls, self.cfg.rollout.batch_size, t)
+        # The local runner knows whether its engine batches checkpoints (LocalRollout.batches_checkpoints).
+        return generate_sharded_many(LocalRollout(self.engine(t)), calls, self.cfg.rollout.batch_size, t)
 
     def rollout_pool(self):
         """This process's Ray rollout workers for this run (cluster=ray), started on first use."""
