@@ -46,3 +46,53 @@ def test_errors_say_what_to_do(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelError, match="no .safetensors weights"):
         load_model(str(tmp_path))
+
+
+def test_loads_in_two_threads_keep_the_tied_head(monkeypatch):
+    """transformers' from_pretrained swaps PreTrainedModel.tie_weights out while it loads; two loads
+    at once in two threads (overlap's seeds-ahead thread next to the update) could leave it swapped
+    out for good, and every later load had lm_head on the meta device (CI, kill -9 resume with
+    overlap). Loads are one at a time: the wrapper below holds each load open long enough that two
+    unlocked ones would overlap."""
+    import threading
+    import time
+
+    from transformers import AutoModelForCausalLM
+
+    original = AutoModelForCausalLM.from_pretrained
+    active, most = [0], [0]
+    guard = threading.Lock()
+
+    def slow_load(*args, **kwargs):
+        with guard:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            time.sleep(0.2)
+            return original(*args, **kwargs)
+        finally:
+            with guard:
+                active[0] -= 1
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", slow_load)
+    start, models, errors = threading.Barrier(2), [], []
+
+    def load_twice():
+        start.wait()
+        for _ in range(2):
+            try:
+                models.append(load_model("builtin:tiny", device="cpu")[0])
+            except Exception as e:  # noqa: BLE001 - collected and asserted below
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=load_twice) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and most[0] == 1
+    monkeypatch.undo()
+    models.append(load_model("builtin:tiny")[0])  # a load after them still ties the head
+    for m in models:
+        assert m.lm_head.weight.device.type == "cpu"
+        assert m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
+
 __all__ = ["ADAPTER_CONFIG", "add_adapters", "base_of", "is_adapter", "load_policy", "merged_state_dict"]
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -69,7 +71,8 @@ def load_policy(policy_dir: Path, dtype, lora=None):
     from peft import PeftModel
 
     model, tok = load_model(base_of(policy_dir), dtype)
-    return PeftModel.from_pretrained(model, str(policy_dir), is_trainable=True), tok
+    with MODEL_LOAD_LOCK:
+        return PeftModel.from_pretrained(model, str(policy_dir), is_trainable=True), tok
 
 
 def merged_state_dict(ckpt_dir: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
@@ -79,5 +82,6 @@ def merged_state_dict(ckpt_dir: Path, device: str = "cpu") -> dict[str, torch.Te
     from thinking_seeds.engine.models import load_model
 
     base, _ = load_model(base_of(ckpt_dir))
-    merged = PeftModel.from_pretrained(base, str(ckpt_dir)).merge_and_unload()
+    with MODEL_LOAD_LOCK:
+        merged = PeftModel.from_pretrained(base, str(ckpt_dir)).merge_and_unload()
     return {k: v.to(device) for k, v in merged.state_dict().items()}

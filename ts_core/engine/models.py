@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers.utils import logging as hf_logging
 
 from thinking_seeds.assets import model_path
+from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
 
 # Per-file "Loading weights" bars on every checkpoint swap drown our own progress display.
 hf_logging.disable_progress_bar()
@@ -166,13 +167,15 @@ def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32, devic
             f"{p} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save the tokenizer beside the "
             "weights (tokenizer.save_pretrained(dir))"
         )
-    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    with MODEL_LOAD_LOCK:
+        tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
     if tok.chat_template is None:
         raise ModelError(
             f"{p}: the tokenizer has no chat template; set one (tokenizer.chat_template = ...; "
             "save_pretrained) so prompts are rendered the way the model was trained"
         )
-    model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, use_safetensors=True)
+    with MODEL_LOAD_LOCK:
+        model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, use_safetensors=True)
     if device is not None:
         model.to(resolve_device(device))
     model.eval()

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from thinking_seeds.engine.lora import base_of, is_adapter
-from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
+from thinking_seeds.store.checkpoints import MANIFEST_NAME, MODEL_LOAD_LOCK, OPTIMIZER_NAME, verified
 from thinking_seeds.store.parquet_io import shareable
 from thinking_seeds.store.run_dir import RunDir
 
@@ -90,7 +90,9 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
         from thinking_seeds.engine.models import load_model
 
         base, tok = load_model(base_of(src))
-        PeftModel.from_pretrained(base, str(src)).merge_and_unload().save_pretrained(tmp)
+        with MODEL_LOAD_LOCK:
+            merged = PeftModel.from_pretrained(base, str(src)).merge_and_unload()
+        merged.save_pretrained(tmp)
         tok.save_pretrained(tmp)
     else:
         for f in sorted(src.iterdir()):

@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "MODEL_LOAD_LOCK",
     # re-exported from store.checkpoint_format: the checkpoint directory's names and reading
     "MANIFEST_NAME",
     "OPTIMIZER_NAME",
@@ -293,14 +295,24 @@ def verified(path: Path) -> CheckpointInfo:
     return info
 
 
+# One model load at a time per process. transformers' from_pretrained swaps class attributes of
+# PreTrainedModel while it loads (transformers/initialization.py: no_tie_weights, no_init_weights):
+# two loads in two threads (pipeline.overlap's seeds-ahead thread, Prefect's task threads) can each
+# restore the other's swap and leave tie_weights a no-op for the rest of the process, after which
+# every load of a model with tied embeddings has lm_head on the meta device ("Cannot copy out of
+# meta tensor"). Every from_pretrained of ours (models, adapters) runs under this lock.
+MODEL_LOAD_LOCK = threading.RLock()
+
+
 def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Verify, then load (model, tokenizer) from a checkpoint: safetensors only, no network, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
     verified(path)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, use_safetensors=True, local_files_only=True, trust_remote_code=False
-    )
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    with MODEL_LOAD_LOCK:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, use_safetensors=True, local_files_only=True, trust_remote_code=False
+        )
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     return model, tokenizer
