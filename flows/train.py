@@ -31,7 +31,7 @@ from thinking_seeds.data.sources import check_user_data
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
-from thinking_seeds.pipeline.trainer_client import close_trainers
+from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
     continuation_task,
@@ -128,6 +128,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 return m
 
             theta = stage(prepare_task, 0, config=cfg.model_dump(mode="json"))  # θ_0
+            prelaunch_trainer(run, cfg)  # update.launcher=accelerate: it starts beside θ_0's evaluation
             ev = stage(evaluate_task, -1, theta)  # the curves' starting point
             report_iteration(run, -1, [ev])
             for k in range(cfg.iterations):

@@ -76,7 +76,7 @@ def _copy(run: RunDir, cfg, dst, **update) -> tuple[RunDir, object]:
 def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
     run, cfg = verified_run
     slow, c = _copy(run, cfg, tmp_path / "slow", launcher="accelerate", epochs=1000)  # minutes, unless killed
-    trainer = trainer_for(slow, c)
+    trainer = trainer_for(slow, c).ready()
     caught: list[BaseException] = []
 
     def stage():
@@ -150,7 +150,7 @@ def test_idle_ranks_outlast_the_collective_timeout(verified_run, tmp_path, monke
     run, cfg = verified_run
     idle, c = _copy(run, cfg, tmp_path / "idle", launcher="accelerate", num_processes=2)
     try:
-        trainer = trainer_for(idle, c)
+        trainer = trainer_for(idle, c).ready()
         time.sleep(10.0)
         assert trainer.proc.poll() is None, trainer.tail()
         m = update(Session(idle, c), 0)

@@ -22,6 +22,9 @@ TINY_OVERRIDES = [
     "eval.prompts=4",
     "eval.samples=4",
     "pool.snapshot_every=1",
+    # In process: a run of seconds would pay a second interpreter's start (the default, accelerate, is
+    # tested where it is the subject: e2e/test_persistent_trainer.py, test_update_processes.py, the wheel).
+    "update.launcher=in_process",
 ]
 MOVING = ["loss.entropy_coeff=0.01", "update.lr=1e-3"]
 # The run id of the shared trained run (the `tiny_run` fixture); a run's rows carry its id, so a

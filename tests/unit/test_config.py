@@ -84,3 +84,35 @@ def test_lora_requests_is_hashed_only_off_its_default():
     at_default = load_config("tiny", [f"rollout.lora_requests={str(LORA_REQUESTS_DEFAULT).lower()}"])
     other = load_config("tiny", [f"rollout.lora_requests={str(not LORA_REQUESTS_DEFAULT).lower()}"])
     assert plain.config_hash() == at_default.config_hash() != other.config_hash()
+
+
+def test_the_launcher_of_one_training_process_is_not_hashed():
+    """The persistent trainer is the default; with one process it computes θ_{k+1} bit for bit as in
+    process does (e2e/test_update_processes.py), so the two share a hash (a run resumes under either,
+    and runs from before the default changed keep theirs); a group of two is hashed apart."""
+    default = load_config("tiny")
+    assert default.update.launcher == "accelerate"
+    in_process = load_config("tiny", ["update.launcher=in_process"])
+    assert default.config_hash() == in_process.config_hash()
+    assert load_config("tiny", ["update.launcher=accelerate_per_update"]).config_hash() == default.config_hash()
+    two = ["update.num_processes=2"]
+    assert (
+        load_config("tiny", two).config_hash()
+        != load_config("tiny", [*two, "update.launcher=accelerate_per_update"]).config_hash()
+    )
+
+
+def test_the_trainer_reads_a_config_without_importing_what_it_names_outside_us(tmp_path):
+    """The trainer process trains on scored rollouts: a reward module that only the driver can import
+    (on its sys.path, not the trainer's) is no error there, and still one in the driver."""
+    import yaml
+
+    path = tmp_path / "config.yaml"
+    cfg = load_config("tiny")
+    data = cfg.model_dump(mode="json") | {"reward": {"backend": "custom", "fn": "nowhere_to_be_found:score"}}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="does not import"):
+        load_saved_config(path)
+    assert load_saved_config(path, check_outside=False).reward.fn == "nowhere_to_be_found:score"
+    save_config(cfg, path)  # and a plain config reads the same either way
+    assert load_saved_config(path, check_outside=False) == load_saved_config(path)

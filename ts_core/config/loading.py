@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from thinking_seeds.algorithms import ALGORITHMS
 from thinking_seeds.assets import PRESETS_DIR  # package data: data/presets in a checkout
 from thinking_seeds.config.run_config import RunConfig
+from thinking_seeds.config.sections import CHECK_OUTSIDE
 
 __all__ = [
     "ConfigError",
@@ -181,10 +182,14 @@ def load_config(preset: str = "tiny", overrides: list[str] | None = None) -> Run
         raise _explain(e, f"preset {path}, algorithm overlay {algorithm}, overrides {overrides or []}") from None
 
 
-def config_from_dict(data: dict[str, Any], origin: str = "dict") -> RunConfig:
-    """Validate a full config (e.g. a run directory's config.yaml) with the same error messages."""
+def config_from_dict(data: dict[str, Any], origin: str = "dict", check_outside: bool = True) -> RunConfig:
+    """Validate a full config (e.g. a run directory's config.yaml) with the same error messages.
+
+    check_outside=False skips importing what it names outside us (reward fn, trackers, reasoning-gym
+    names): for the trainer process, which uses none of them.
+    """
     try:
-        return RunConfig.model_validate(data)
+        return RunConfig.model_validate(data, context={CHECK_OUTSIDE: check_outside})
     except ValidationError as e:
         raise _explain(e, origin) from None
 
@@ -193,5 +198,5 @@ def save_config(cfg: RunConfig, path: Path) -> None:
     path.write_text(yaml.dump(cfg.model_dump(mode="json"), Dumper=_YamlDumper, sort_keys=False))
 
 
-def load_saved_config(path: Path) -> RunConfig:
-    return config_from_dict(_read_yaml(path), origin=str(path))
+def load_saved_config(path: Path, check_outside: bool = True) -> RunConfig:
+    return config_from_dict(_read_yaml(path), origin=str(path), check_outside=check_outside)

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from thinking_seeds.algorithms import AlgorithmName
 from thinking_seeds.config.sections import (
@@ -26,6 +26,7 @@ from thinking_seeds.config.sections import (
     RolloutConfig,
     UpdateConfig,
     _Section,
+    checks_outside,
 )
 
 __all__ = ["DEVICE_RE", "RunConfig"]
@@ -175,7 +176,7 @@ class RunConfig(_Section):
         )
 
     @model_validator(mode="after")
-    def _algorithm_consistent(self) -> RunConfig:
+    def _algorithm_consistent(self, info: ValidationInfo) -> RunConfig:
         # The presets set these; an override that contradicts the method would silently run
         # another method under this one's name.
         seeds = self.rollout.seeds_per_group
@@ -202,7 +203,8 @@ class RunConfig(_Section):
             check_loggers,
         )  # a tracker whose package is missing fails here, before any work
 
-        check_loggers(self.logger)
+        if checks_outside(info):
+            check_loggers(self.logger)
         if self.data.source in ("reasoning_gym", "countdown") and self.reward.backend == "math_verify":
             raise ValueError(
                 f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
@@ -225,6 +227,11 @@ class RunConfig(_Section):
     def config_hash(self) -> str:
         """Stable hash of every setting that changes what is computed: part of each stage's cache key."""
         data = self.model_dump(mode="json")
+        if self.update.num_processes * self.update.num_machines == 1:
+            # One training process computes the same weights, bit for bit, wherever it runs
+            # (tests/e2e/test_update_processes.py): a run may resume under another launcher, and runs
+            # hashed before the default became accelerate keep their hashes.
+            data["update"]["launcher"] = "in_process"
         for path in _HASH_ALWAYS_OUT:
             _drop(data, path)
         for path, default in _HASH_OUT_AT_DEFAULT.items():

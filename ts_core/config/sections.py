@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 __all__ = [
     "AdvantageConfig",
@@ -29,6 +29,16 @@ __all__ = [
     "RolloutConfig",
     "UpdateConfig",
 ]
+
+
+# The validation context's switch for the checks of what a config names outside us (a reward fn's module,
+# reasoning-gym names, tracker packages): off in the trainer process, which trains on rollouts that are
+# already scored and imports none of them (a reward module on the driver's sys.path only is no error there).
+CHECK_OUTSIDE = "check_outside"
+
+
+def checks_outside(info: ValidationInfo) -> bool:
+    return (info.context or {}).get(CHECK_OUTSIDE, True)
 
 
 class _Section(BaseModel):
@@ -99,7 +109,7 @@ class RewardConfig(_Section):
         return data
 
     @model_validator(mode="after")
-    def _fn(self) -> RewardConfig:
+    def _fn(self, info: ValidationInfo) -> RewardConfig:
         if self.backend == "custom":
             if not self.fn:
                 raise ValueError("reward.backend=custom needs reward.fn=package.module:function")
@@ -107,7 +117,8 @@ class RewardConfig(_Section):
                 load_reward_fn,
             )  # imports the user's module: a typo fails here, before any work
 
-            load_reward_fn(self.fn)
+            if checks_outside(info):
+                load_reward_fn(self.fn)
         elif self.fn:
             raise ValueError(f"reward.fn is for reward.backend=custom, not {self.backend}")
         return self
@@ -143,7 +154,7 @@ class DataConfig(_Section):
     seed: int = Field(1234, description="Seed of the data set generator (fixed: splits are reproducible).")
 
     @model_validator(mode="after")
-    def _ranges(self) -> DataConfig:
+    def _ranges(self, info: ValidationInfo) -> DataConfig:
         if self.min_terms > self.max_terms:
             raise ValueError(f"data.min_terms={self.min_terms} must be <= data.max_terms={self.max_terms}")
         if self.min_digits > self.max_digits:
@@ -161,7 +172,8 @@ class DataConfig(_Section):
             names = [t.name for t in self.tasks]
             if len(set(names)) != len(names):
                 raise ValueError(f"data.tasks names a data set twice: {names}")
-            check_task_names(names)
+            if checks_outside(info):
+                check_task_names(names)
         elif self.tasks:
             raise ValueError(f"data.tasks is for data.source=reasoning_gym, not {self.source}")
         return self
@@ -360,11 +372,12 @@ class UpdateConfig(_Section):
         "false is refused then. Set true for vLLM in float32 if its parity matters to you.",
     )
     launcher: Literal["in_process", "accelerate", "accelerate_per_update"] = Field(
-        "in_process",
-        description="Where the update runs. in_process: in the pipeline's process. accelerate: a persistent "
-        "trainer started once per run by `accelerate launch` (num_processes processes: gloo DDP on CPU, NCCL on "
-        "GPUs) that keeps model and optimizer in memory between updates and reloads from disk whenever its base "
-        "checkpoint is not the one it holds (same weights, bit for bit, as a fresh launch). "
+        "accelerate",
+        description="Where the update runs. accelerate (default): a persistent trainer started once per run by "
+        "`accelerate launch` (num_processes processes: gloo DDP on CPU, NCCL on GPUs), launched when the run starts "
+        "and kept with model and optimizer in memory between updates; it reloads from disk whenever its base "
+        "checkpoint is not the one it holds (same weights, bit for bit, as a fresh launch; with one process the "
+        "same as in_process). in_process: in the pipeline's process, no second process (one model copy). "
         "accelerate_per_update: a fresh `accelerate launch` for every update (seconds of start-up per iteration).",
     )
     num_processes: int = Field(

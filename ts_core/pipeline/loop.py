@@ -24,7 +24,7 @@ from thinking_seeds.pipeline.session import Session, close_trackers
 from thinking_seeds.pipeline.stage_prepare import prepare
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
-from thinking_seeds.pipeline.trainer_client import close_trainers
+from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
 
@@ -107,6 +107,7 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
     run.acquire_lock()
     try:
         run_prepare(run, cfg)
+        prelaunch_trainer(run, cfg)  # update.launcher=accelerate: it starts beside θ_0's evaluation
         s = Session(run, cfg)
         try:
             m = run_stage(s, "evaluate", -1)  # θ_0, the curves' starting point

@@ -1,8 +1,10 @@
 """The pipeline's end of the persistent trainer (train/trainer_server.py): launch, jobs, teardown.
 
-`update.launcher=accelerate` starts `accelerate launch -m thinking_seeds.train.trainer_server` the
-first time an update stage of the run needs it, in this process, and sends it every later update
-of the run as one JSON line over a Unix socket; the answer is one JSON line with the metrics. The
+`update.launcher=accelerate` (the default) starts `accelerate launch -m
+thinking_seeds.train.trainer_server` when the run starts (`prelaunch_trainer`, right after prepare:
+it starts while θ_0 is evaluated and iteration 0 samples; else the first update stage of the run
+launches it), in this process, and sends it every update of the run as one JSON line over a Unix
+socket; the answer is one JSON line with the metrics. The
 stage itself is unchanged: the trainer writes θ_{k+1} to `policy/step_<k+1>/`, the update stage
 verifies it and writes the manifest, so resume works as with the other launchers.
 
@@ -97,11 +99,13 @@ class PersistentTrainer:
         self.dir = Path(tempfile.mkdtemp(prefix="ts-trainer-"))
         self.log_path = self.dir / "trainer.log"
         self.sock_path = self.dir / "sock"
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Launched here, connected at its first job (`_ready`): the launch (interpreter, imports, process
+        # group: seconds) runs beside whatever the pipeline does until then (prelaunch_trainer).
+        self.listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.cmd = trainer_command(run, cfg, self.sock_path)  # a device this machine lacks: ValueError
-            listener.bind(str(self.sock_path))
-            listener.listen(1)
+            self.listener.bind(str(self.sock_path))
+            self.listener.listen(1)
             env = dict(os.environ)
             env.setdefault("OMP_NUM_THREADS", "1")
             env.setdefault("ACCELERATE_DISABLE_RICH", "1")
@@ -110,16 +114,10 @@ class PersistentTrainer:
                     self.cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
                 )
         except BaseException:
-            listener.close()
+            self.listener.close()
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
-        try:
-            self._accept(listener)
-        except BaseException:
-            self.close(at_once=True)
-            raise
-        finally:
-            listener.close()
+        self.deadline = time.monotonic() + START_TIMEOUT_S
 
     # -- liveness --------------------------------------------------------------------------
     def tail(self, n: int = 3000) -> str:
@@ -142,15 +140,20 @@ class PersistentTrainer:
                 if deadline is not None and time.monotonic() > deadline:
                     raise self._died(f"{what}: no answer within {START_TIMEOUT_S:.0f} s")
 
-    def _accept(self, listener: socket.socket) -> None:
+    def _ready(self) -> None:
+        """Wait (once) until the launched trainer has connected and said hello."""
+        if self.conn is not None:
+            return
         what = "did not start"
         if self.machines > 1:  # rank 0 waits in the rendezvous until every machine has joined
             what += (
                 f" (machine ranks 1 .. {self.machines - 1} must join it: "
                 f"`ts trainer-node --run-id {self.run_id} --machine-rank R` on each)"
             )
-        self._wait_readable(listener, time.monotonic() + START_TIMEOUT_S, what)
-        self.conn, _ = listener.accept()
+        self._wait_readable(self.listener, self.deadline, what)
+        self.conn, _ = self.listener.accept()
+        self.listener.close()
+        self.listener = None
         self.file = self.conn.makefile("rwb")
         hello = self._read("did not start")
         if hello.get("op") != "hello":
@@ -166,7 +169,14 @@ class PersistentTrainer:
 
     # -- jobs ------------------------------------------------------------------------------
     def alive(self) -> bool:
-        return self.proc.poll() is None and self.conn is not None
+        """Running, and connected or still starting."""
+        return self.proc.poll() is None and (self.conn is not None or self.listener is not None)
+
+    def ready(self) -> PersistentTrainer:
+        """Connected: wait for a trainer that is still starting (TrainerDied if it does not)."""
+        with self.lock:
+            self._ready()
+        return self
 
     def update(self, run: RunDir, k: int, ref: Path | None) -> dict:
         """θ_k + rollouts_k -> θ_{k+1} in the trainer; its metrics. TrainerDied / ValueError on failure."""
@@ -180,6 +190,7 @@ class PersistentTrainer:
             "ref": str(ref) if ref is not None else None,
         }
         with self.lock:
+            self._ready()
             try:
                 self.file.write(json.dumps(job).encode() + b"\n")
                 self.file.flush()
@@ -215,13 +226,13 @@ class PersistentTrainer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for f in (self.file, self.conn):
+        for f in (self.file, self.conn, self.listener):
             if f is not None:
                 try:
                     f.close()
                 except OSError:
                     pass
-        self.file = self.conn = None
+        self.file = self.conn = self.listener = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -281,6 +292,14 @@ def trainer_for(run: RunDir, cfg: RunConfig) -> PersistentTrainer:
             _ATEXIT = True
         t = _TRAINERS[key] = PersistentTrainer(run, cfg)
         return t
+
+
+def prelaunch_trainer(run: RunDir, cfg: RunConfig) -> None:
+    """Launch the run's persistent trainer now, without waiting for it, when the run has an update
+    left: its start (an interpreter importing torch, the process group) then runs beside the θ_0
+    evaluation and iteration 0's sampling instead of before update 0."""
+    if cfg.update.launcher == "accelerate" and not run.manifest_path(cfg.iterations - 1, "update").exists():
+        trainer_for(run, cfg)
 
 
 def drop_trainer(t: PersistentTrainer, at_once: bool = True) -> None:

@@ -441,7 +441,7 @@ def main() -> None:
     ap.add_argument("--metrics-out", type=Path, required=True)
     ap.add_argument("--cpu", action="store_true", help="force CPU (gloo) even if a GPU is visible")
     a = ap.parse_args()
-    cfg = load_saved_config(a.config)
+    cfg = load_saved_config(a.config, check_outside=False)  # the trainer never imports a reward fn
     # Mixed precision comes from the launcher (--mixed_precision bf16, see update_launcher.accelerate_command);
     # the forward's explicit autocast (trainer.autocast) is the same bf16 autocast, so both agree.
     acc = Accelerator(cpu=a.cpu or cfg.device == "cpu")
