@@ -31,6 +31,7 @@ from thinking_seeds.data.sources import check_user_data
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
+from thinking_seeds.pipeline.session import drop_session
 from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
@@ -151,6 +152,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 bar.iteration_done(k)
     finally:
         drop_ahead(run)
+        drop_session(run)  # the stage tasks' shared Session
         close_trainers()  # the run's persistent trainer (update.launcher=accelerate), if one was started
         run.release_lock()
     log.info("run %s done: %s", run.run_id, run.root)

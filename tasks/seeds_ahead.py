@@ -7,7 +7,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.session import session_for
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
 from thinking_seeds.store.run_dir import RunDir
 
@@ -16,8 +16,4 @@ from thinking_seeds.store.run_dir import RunDir
 def seeds_ahead_task(run_dir: str, k: int) -> bool:
     """Sample the seeds of iteration k now and keep them in this process for the seeds task k, which
     writes them in its turn (pipeline/seeds_ahead.py); whether it did. Never a stage: no manifest."""
-    s = Session(RunDir(Path(run_dir)))
-    try:
-        return draft_ahead(s, k)
-    finally:
-        s.close()
+    return draft_ahead(session_for(RunDir(Path(run_dir))), k)

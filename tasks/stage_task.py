@@ -1,6 +1,7 @@
 """One Prefect task per stage of SPEC §2, all made by `stage_task(name)`.
 
-A stage task builds a Session over the run directory and asks `thinking_seeds.pipeline.loop` to run
+A stage task takes this process's Session over the run directory (`session_for`: one per run, as
+in the plain loop) and asks `thinking_seeds.pipeline.loop` to run
 the stage or skip it; the run directory's manifests are the only record of what is done (the plain
 loop reads the same ones). Prefect keeps no cache and persists no results: it shows what happened.
 A skipped stage's task run ends in a Completed-type state named "Skipped" whose message says
@@ -23,7 +24,7 @@ from prefect.states import Completed
 from thinking_seeds.config import config_from_dict
 from thinking_seeds.pipeline.graph import upstream_of
 from thinking_seeds.pipeline.loop import Outcome, prepare_outcome, stage_outcome
-from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.session import session_for
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
 
@@ -45,22 +46,19 @@ def _outcome(stage: str, run_dir: str, k: int, config_hash: str, upstream: Upstr
     run = RunDir(Path(run_dir))
     if stage == "prepare":  # writes config.yaml, so the config comes from the flow
         return prepare_outcome(run, config_from_dict(config, origin="prepare task"))
-    s = Session(run)
-    try:
-        if s.cfg.config_hash() != config_hash:
-            raise ValueError(
-                f"{run.config_path} has config hash {s.cfg.config_hash()}, the flow expected {config_hash}: "
-                "the run directory was changed under the flow; re-run with the run's own preset and overrides"
-            )
-        expected, on_disk = upstream_digests(upstream), run.upstream_digests(upstream_of(stage, k))
-        if expected != on_disk:
-            raise RuntimeError(
-                f"{stage} {k}: the upstream manifests passed by the flow {expected} differ from the ones in "
-                f"{run.root} {on_disk}; another process is writing this run (see {run.root / '.lock'})"
-            )
-        return stage_outcome(s, stage, k)
-    finally:
-        s.close()
+    s = session_for(run)
+    if s.cfg.config_hash() != config_hash:
+        raise ValueError(
+            f"{run.config_path} has config hash {s.cfg.config_hash()}, the flow expected {config_hash}: "
+            "the run directory was changed under the flow; re-run with the run's own preset and overrides"
+        )
+    expected, on_disk = upstream_digests(upstream), run.upstream_digests(upstream_of(stage, k))
+    if expected != on_disk:
+        raise RuntimeError(
+            f"{stage} {k}: the upstream manifests passed by the flow {expected} differ from the ones in "
+            f"{run.root} {on_disk}; another process is writing this run (see {run.root / '.lock'})"
+        )
+    return stage_outcome(s, stage, k)
 
 
 def stage_task(stage: str) -> Task:
