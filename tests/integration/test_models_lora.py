@@ -52,7 +52,8 @@ def reward_module(tmp_path_factory):
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_any_local_hf_model_trains_with_its_own_chat_template(arch, tmp_path, reward_module):
     path = build(tmp_path / arch, arch)
-    cfg = load_config("tiny", SMALL + [f"model.path={path}", "iterations=1"])
+    # In process: the trainer's own start would double this short run (lora_run trains through it).
+    cfg = load_config("tiny", SMALL + [f"model.path={path}", "iterations=1", "update.launcher=in_process"])
     run = train(RunDir.for_run(arch, tmp_path / "runs"), cfg)
     rows = read_table(run.rollouts(0)).to_pylist()
     from transformers import AutoTokenizer
