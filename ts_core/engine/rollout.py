@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 from safetensors.torch import load_file
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from thinking_seeds.engine.lora import is_adapter, merged_state_dict
 
@@ -72,11 +73,109 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
 
 
+class _GrowingLayer(DynamicLayer):
+    """A KV-cache layer with room for the whole generation from its first update: each decode step
+    writes its position in place, where transformers' DynamicLayer `torch.cat`s the whole cache every
+    step (a fresh batch x heads x positions x head_dim tensor per layer per step, so a step costs more
+    the longer the contexts: on the CPU most of what Thinking Seeds' longer contexts cost; BENCHMARKS.md,
+    issue #12 goal 4). It hands attention views of the filled part: the same values with the same inner
+    strides, so attention computes the same numbers, and the samples are the same bytes."""
+
+    def __init__(self, capacity: int, batch: int):
+        super().__init__()
+        self.capacity, self.batch = capacity, batch
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        # Zeros, not empty: positions a grouped prefill leaves as padding are read, masked, by
+        # attention, and 0 * NaN from uninitialised memory would not be 0.
+        k, v = key_states, value_states
+        self._k = k.new_zeros((self.batch, k.shape[1], self.capacity, k.shape[-1]))
+        self._v = v.new_zeros((self.batch, v.shape[1], self.capacity, v.shape[-1]))
+        self._n = 0
+        self.is_initialized = True
+
+    def put(self, rows: torch.Tensor, start: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """A prefill group's keys and values: rows `rows`, positions [start, start + its width)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        w = key_states.shape[-2]
+        self._k[rows, :, start : start + w] = key_states
+        self._v[rows, :, start : start + w] = value_states
+
+    def filled(self, n: int) -> None:
+        """Positions [0, n) hold the prefill of every row (its padding masked)."""
+        self._n = n
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, m = self._n, key_states.shape[-2]
+        if n + m > self.capacity:
+            raise RuntimeError(f"KV cache full: {n} + {m} positions > capacity {self.capacity}")
+        self._k[:, :, n : n + m].copy_(key_states)
+        self._v[:, :, n : n + m].copy_(value_states)
+        self._n = n + m
+        self.keys, self.values = self._k[:, :, : n + m], self._v[:, :, : n + m]
+        return self.keys, self.values
+
+
+def _kv_cache(model, capacity: int, batch: int):
+    """A cache of `_GrowingLayer`s when every layer is plain full attention (DynamicLayer), else None:
+    the model builds its own (sliding windows and other layer types keep transformers' handling)."""
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception:  # a config transformers cannot read layer types from: keep the default
+        return None
+    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        return None
+    cache.layers = [_GrowingLayer(capacity, batch) for _ in cache.layers]
+    return cache
+
+
+# What one more prefill call costs, in positions computed (rows x width): a batch's rows are only
+# split into another prefill group where that saves more padding than this.
+PREFILL_CALL_POSITIONS = 256
+# A prefill group is padded so that its rows sit a multiple of this many positions off where one
+# prefill of the whole batch, left-padded, would put them. Torch's CPU attention takes queries in blocks
+# of 32 (batches under 192 positions wide; 64 or 256 beyond): aligned so, each row meets the same blocks
+# and SIMD lanes, and its K/V and logits are bit for bit those of one padded prefill (tests/unit/
+# test_rollout.py). Wider batches and other kernels (GPU) differ by float rounding: 2e-7 in a log-prob
+# at 215 positions, 6e-6 unaligned, the same tokens in every case measured (BENCHMARKS.md).
+PREFILL_ALIGN = 32
+
+
+def group_width(width: int, batch_width: int, align: int = PREFILL_ALIGN) -> int:
+    """The width a prefill group with contexts up to `width` is padded to in a batch `batch_width` wide."""
+    return batch_width - (batch_width - width) // align * align
+
+
+def prefill_groups(
+    lengths: Sequence[int], call_cost: int = PREFILL_CALL_POSITIONS, align: int = PREFILL_ALIGN
+) -> list[list[int]]:
+    """Row indices in prefill groups of similar context length, shortest first: the split of the rows,
+    sorted by length, into runs that minimises the positions computed, sum(rows x group_width) plus
+    call_cost per group (dynamic programming over the sorted lengths; 128 rows: ~8k steps)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n, top = len(order), max(lengths, default=0)
+    best, cut = [0] + [0] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        w = group_width(lengths[order[j - 1]], top, align)
+        best[j], cut[j] = min((best[i] + (j - i) * w + call_cost, i) for i in range(j))
+    groups, j = [], n
+    while j > 0:
+        groups.append(sorted(order[cut[j] : j]))
+        j = cut[j]
+    return groups[::-1]
+
+
 class HFEngine:
     """Batched sampling with a transformers causal LM on CPU or GPU.
 
-    Contexts are left-padded into one batch so all rows decode in lock-step with one KV cache;
-    rows that hit EOS keep running masked (cheaper than re-batching on a tiny model).
+    Contexts are left-padded into one batch so all rows decode in lock-step with one KV cache,
+    allocated once for the widest context plus the longest cap (`_GrowingLayer`: no copy of the
+    cache per step); rows that hit EOS keep running masked (cheaper than re-batching on a tiny model).
     Everything runs on the model's device: the batch, the KV cache, the sampling generator and the
     per-step tensors; only the finished tokens and log-probs come back to the CPU, once per batch.
     Log-probs are taken from float32 logits whatever the weights' dtype (bf16 weights: bf16 matmuls).
@@ -140,6 +239,39 @@ class HFEngine:
             out.extend(self._generate_batch(contexts[start:end], limits[start:end], params, gen))
         return out
 
+    def _left_padded(self, contexts, width: int):
+        """Ids, attention mask and positions of `contexts` left-padded to `width`, on the model's device
+        (built on the CPU and moved once: one host-to-device copy, not one per row)."""
+        ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(contexts), width), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c) :] = torch.tensor(list(c), dtype=torch.long)
+            attn[i, width - len(c) :] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        return ids, attn, (attn.cumsum(-1) - 1).clamp(min=0)
+
+    def _grouped_prefill(self, contexts, L: int, cache) -> torch.Tensor:
+        """Prefill the batch in groups of similar context length (`prefill_groups`), each padded only
+        to its own widest context, into `cache` at the positions the whole batch left-padded to L
+        would give them; the logits of each row's last context token. A batch mixing prompts with
+        prompt + prefix contexts (the continuation stage) computes no padding wider than its group."""
+        B = len(contexts)
+        logits = None
+        for rows in prefill_groups([len(c) for c in contexts]):
+            w = group_width(max(len(contexts[i]) for i in rows), L)
+            ids, attn, pos = self._left_padded([contexts[i] for i in rows], w)
+            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+            idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+            for layer, part in zip(cache.layers, res.past_key_values.layers, strict=True):
+                layer.put(idx, L - w, part.keys, part.values)
+            last = res.logits[:, -1, :]
+            if logits is None:
+                logits = last.new_empty((B, last.shape[-1]))
+            logits[idx] = last
+        for layer in cache.layers:
+            layer.filled(L)
+        return logits
+
     def _generate_batch(
         self, contexts, limits: list[int], params: SamplingParams, gen: torch.Generator
     ) -> list[Generation]:
@@ -151,16 +283,13 @@ class HFEngine:
         L = max(len(c) for c in contexts)
         if min(len(c) for c in contexts) == 0:
             raise ValueError("empty context: every prompt needs at least one token")
-        # Built on the CPU and moved once (one host-to-device copy, not one per row).
-        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids[i, L - len(c) :] = torch.tensor(list(c), dtype=torch.long)
-            attn[i, L - len(c) :] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
-        past, logits = res.past_key_values, res.logits[:, -1, :]
+        ids, attn, pos = self._left_padded(contexts, L)  # the whole batch's mask and positions: every step's
+        past = _kv_cache(self.model, L + steps, B)
+        if past is None:  # the model's own cache: one prefill of the whole padded batch
+            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+            past, logits = res.past_key_values, res.logits[:, -1, :]
+        else:
+            logits = self._grouped_prefill(contexts, L, past)
         next_pos = pos[:, -1] + 1
 
         tokens = torch.full((B, steps), self.pad_id, dtype=torch.long, device=dev)
