@@ -87,21 +87,22 @@ class _GrowingLayer(DynamicLayer):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
-        # Zeros, not empty: positions a grouped prefill leaves as padding are read, masked, by
-        # attention, and 0 * NaN from uninitialised memory would not be 0.
         k, v = key_states, value_states
-        self._k = k.new_zeros((self.batch, k.shape[1], self.capacity, k.shape[-1]))
-        self._v = v.new_zeros((self.batch, v.shape[1], self.capacity, v.shape[-1]))
+        self._k = k.new_empty((self.batch, k.shape[1], self.capacity, k.shape[-1]))
+        self._v = v.new_empty((self.batch, v.shape[1], self.capacity, v.shape[-1]))
         self._n = 0
         self.is_initialized = True
 
     def put(self, rows: torch.Tensor, start: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """A prefill group's keys and values: rows `rows`, positions [start, start + its width)."""
+        """A prefill group's keys and values: rows `rows`, positions [start, start + its width); zeros
+        before `start` (padding: attention reads it masked, and 0 * NaN from uninitialised memory is not 0)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         w = key_states.shape[-2]
-        self._k[rows, :, start : start + w] = key_states
-        self._v[rows, :, start : start + w] = value_states
+        for cache, states in ((self._k, key_states), (self._v, value_states)):
+            if start:
+                cache[rows, :, :start] = 0.0
+            cache[rows, :, start : start + w] = states
 
     def filled(self, n: int) -> None:
         """Positions [0, n) hold the prefill of every row (its padding masked)."""
