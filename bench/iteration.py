@@ -67,12 +67,9 @@ def iteration_walls(run, n: int) -> list[float]:
     return [b - a for a, b in itertools.pairwise(ends)]
 
 
-def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path, tag: str) -> dict:
-    """One run; per-iteration lists for iterations 1..n-1, and the one-off costs."""
-    from thinking_seeds.config import load_config
-    from thinking_seeds.store.run_dir import RunDir
-
-    overrides = [
+def bench_overrides(method: str, launcher: str, iterations: int) -> list[str]:
+    """The tiny preset as the benches run it: `method`, `launcher`, evaluation off but a 1-sample check."""
+    return [
         f"algorithm={method}",
         f"iterations={iterations}",
         f"update.launcher={launcher}",
@@ -81,6 +78,14 @@ def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path
         "eval.samples=1",
         "eval.seeded=false",
     ]
+
+
+def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path, tag: str) -> dict:
+    """One run; per-iteration lists for iterations 1..n-1, and the one-off costs."""
+    from thinking_seeds.config import load_config
+    from thinking_seeds.store.run_dir import RunDir
+
+    overrides = bench_overrides(method, launcher, iterations)
     run_id = f"bench-{method}-{launcher}-{tag}"
     os.environ["TS_RUNS_DIR"] = str(base)
     t0 = time.perf_counter()

@@ -41,7 +41,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from iteration import iteration_walls, stage_seconds  # noqa: E402  (bench/iteration.py)
+from iteration import bench_overrides, iteration_walls, stage_seconds  # noqa: E402  (bench/iteration.py)
 
 # (end time, seconds) events of this process, summed per iteration window afterwards
 FSYNCS: list[tuple[float, float]] = []  # every os.fsync
@@ -102,15 +102,7 @@ def bench(method: str, prefect: bool, iterations: int, base: Path, tag: str) -> 
     from thinking_seeds.config import load_config
     from thinking_seeds.store.run_dir import RunDir
 
-    overrides = [
-        f"algorithm={method}",
-        f"iterations={iterations}",
-        "update.launcher=in_process",
-        f"eval.every={iterations + 1}",
-        "eval.prompts=1",
-        "eval.samples=1",
-        "eval.seeded=false",
-    ]
+    overrides = bench_overrides(method, "in_process", iterations)
     run_id = f"orch-{method}-{'flow' if prefect else 'loop'}-{tag}"
     os.environ["TS_RUNS_DIR"] = str(base)
     for events in (FSYNCS, SAVES, PREFECT):

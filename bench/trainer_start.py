@@ -19,11 +19,15 @@ import importlib
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from iteration import bench_overrides  # noqa: E402  (bench/iteration.py)
 
 WAYS = ("in_process", "at_first_update", "prelaunched")
 
@@ -36,9 +40,7 @@ def one_run(way: str) -> tuple[float, float]:
     real = loop.prelaunch_trainer
     if way == "at_first_update":
         loop.prelaunch_trainer = lambda run, cfg: None
-    launcher = "in_process" if way == "in_process" else "accelerate"
-    overrides = ["algorithm=grpo", "iterations=2", f"update.launcher={launcher}"]
-    overrides += ["eval.every=3", "eval.prompts=1", "eval.samples=1", "eval.seeded=false"]
+    overrides = bench_overrides("grpo", "in_process" if way == "in_process" else "accelerate", 2)
     base = Path(tempfile.mkdtemp(prefix="ts-start-"))
     try:
         t0 = time.time()
