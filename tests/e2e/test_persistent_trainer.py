@@ -34,7 +34,13 @@ from thinking_seeds.config import load_config, save_config
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
-from thinking_seeds.pipeline.trainer_client import _TRAINERS, TrainerDied, close_trainers, trainer_for
+from thinking_seeds.pipeline.trainer_client import (
+    _TRAINERS,
+    TrainerDied,
+    close_trainers,
+    prelaunch_trainer,
+    trainer_for,
+)
 from thinking_seeds.store.run_dir import RunDir
 
 pytestmark = pytest.mark.slow
@@ -179,3 +185,18 @@ def test_a_mistake_in_the_trainer_is_one_value_error(verified_run, tmp_path):
         assert not _TRAINERS
     finally:
         close_trainers()
+
+
+def test_a_trainer_that_never_got_a_job_stops_at_once(verified_run, tmp_path):
+    """A run that ends before its first update (an error in θ_0's evaluation, Ctrl-C) closes a
+    prelaunched trainer that cannot read a stop: terminated at once, not after STOP_TIMEOUT_S."""
+    run, cfg = verified_run
+    early, c = _copy(run, cfg, tmp_path / "early", launcher="accelerate")
+    for wait in (0.2, 8.0):  # still importing; connected (its hello unread) and waiting for a job
+        prelaunch_trainer(early, c)
+        (trainer,) = _TRAINERS.values()
+        time.sleep(wait)
+        t0 = time.monotonic()
+        close_trainers()
+        assert time.monotonic() - t0 < 5.0
+        assert trainer.proc.poll() is not None and not _TRAINERS

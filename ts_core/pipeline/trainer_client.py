@@ -208,8 +208,11 @@ class PersistentTrainer:
         """Ask the trainer to stop, wait for it (then terminate, then kill), remove the socket's folder.
 
         at_once: terminate it now (an interrupted update: it would finish the update before reading a stop).
+        A trainer that never got its first job (a run that ended before update 0) is terminated at once
+        too: it cannot read a stop, and waiting would add STOP_TIMEOUT_S to that run's end.
         """
-        if self.file is not None and not at_once:
+        at_once = at_once or self.file is None
+        if not at_once:
             try:
                 self.file.write(b'{"op": "stop"}\n')
                 self.file.flush()
