@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -123,6 +125,7 @@ def build_tiny_model(
     data_cfg: DataConfig | None = None,
     init: Path | None = None,
     until_plateau: float | None = None,
+    command: str | None = None,
 ) -> dict:
     """Warm a fresh tiny Llama up on `task`'s worked solutions and save the chosen candidate.
 
@@ -134,6 +137,9 @@ def build_tiny_model(
     (step 0): a second phase at a low constant lr when the first one ended still improving. With
     `until_plateau`, training stops at the first evaluation after which the last three pass@1 lie
     within that spread (e.g. 0.02 = ±1 point); its report nests the report of `init`.
+
+    `command`: the command line that ran this build; the report's `rebuild` is then the chain that
+    rebuilds the model from nothing (the init's own `rebuild`, then this command).
     """
     t0 = time.time()
     torch.manual_seed(seed)
@@ -250,7 +256,7 @@ def build_tiny_model(
             "max_new_tokens": max_new_tokens,
         },
         "torch_threads": torch.get_num_threads(),
-        "rebuild": REBUILD[task] if task in REBUILD else "python -m thinking_seeds.train.warmup",
+        "rebuild": rebuild_chain(task, init_report, command),
     }
     (tmp_out / "warmup_report.json").write_text(json.dumps(report, indent=2))
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -269,6 +275,20 @@ REBUILD = {
     "data/models/tiny-countdown --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 "
     "--eval-from 400 --eval-prompts 128 --max-new-tokens 80 --until-plateau 0.02 --threads 1",
 }
+
+
+def rebuild_chain(task: str, init_report: dict | None, command: str | None) -> str:
+    """The shell command that rebuilds this model from nothing.
+
+    A fresh build is its own command (or the task's bundled REBUILD when none is given); a continued
+    one (`--init`) appends its command to the init model's chain, so a model built in phases says
+    every phase. The bundled constant alone would name only the first phases of a model built later.
+    """
+    if init_report is None:
+        return command or REBUILD.get(task, "python -m thinking_seeds.train.warmup")
+    if command is None:
+        raise ValueError("a continued warm-up (init) needs its own command line to write a rebuild chain")
+    return f"{init_report.get('rebuild', '<unknown: the init model has no warmup_report.json>')} && {command}"
 
 
 def main() -> None:
@@ -294,6 +314,12 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-from", type=int, default=500)
     ap.add_argument("--eval-prompts", type=int, default=64)
+    ap.add_argument(
+        "--eval-samples",
+        type=int,
+        default=16,
+        help="samples per prompt in each evaluation (pass@1 is their mean; more samples, less noise)",
+    )
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup-steps", type=int, default=75, help="linear learning-rate ramp, then the schedule")
@@ -321,12 +347,14 @@ def main() -> None:
         eval_every=a.eval_every,
         eval_from=min(a.eval_from, a.steps),
         eval_prompts=a.eval_prompts,
+        eval_samples=a.eval_samples,
         max_new_tokens=a.max_new_tokens,
         seed=a.seed,
         warmup_steps=a.warmup_steps,
         target=None if a.select == "last" else (0.15, 0.30),
         init=a.init,
         until_plateau=a.until_plateau,
+        command=shlex.join(["python", "-m", "thinking_seeds.train.warmup", *sys.argv[1:]]),
     )
     print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
     chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
