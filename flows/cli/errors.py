@@ -6,12 +6,20 @@ ModelError / QueryError and any other ValueError (pydantic's ValidationError amo
 RunLockedError, DuckDB errors, a comparison whose runs failed (CompareError: the line, then the
 failed runs' log tails), and click's usage errors (a missing or bad option). Ctrl-C is one line
 and the shell's 130. TS_DEBUG=1 shows the traceback instead.
+
+Ctrl-C is remembered as well as raised: a library that computes in C (DuckDB, pyarrow) may turn the
+KeyboardInterrupt into its own error, which a caller then reads as a damaged file or an unparsable
+query and goes on -- so a Ctrl-C during `ts sql`'s setup could exit 2 with a DuckDB message, or be
+lost and leave a never-ending query running. Any error after a Ctrl-C is reported as the Ctrl-C,
+and a command can ask `raise_if_interrupted()` at a point where a swallowed one must stop it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +31,29 @@ from thinking_seeds.flows.cli.output import detail_lines, error_line
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+
+_interrupted = threading.Event()
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C came during this command, even if something swallowed it."""
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+def _remember_ctrl_c() -> None:
+    """Install the remembering SIGINT handler (main thread, and only over Python's default one)."""
+    _interrupted.clear()
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) in (
+        signal.default_int_handler,
+        _on_sigint,
+    ):
+        signal.signal(signal.SIGINT, _on_sigint)
 
 
 def _loaded_class(module: str, name: str) -> type | None:
@@ -68,6 +99,7 @@ def _usage_line(e: Any) -> str:
 @contextmanager
 def handled() -> Iterator[None]:
     """Turn a user's mistake into one line and exit code 2 (Ctrl-C: one line, 130)."""
+    _remember_ctrl_c()
     try:
         yield
     except KeyboardInterrupt as e:  # a command may say what was interrupted: raise KeyboardInterrupt(msg)
@@ -82,6 +114,9 @@ def handled() -> Iterator[None]:
         if isinstance(e, exc.UsageError) and not isinstance(e, exc.NoArgsIsHelpError):
             error_line(_usage_line(e))
             raise typer.Exit(EXIT_USER_ERROR) from None
+        if _interrupted.is_set() and not isinstance(e, typer.Exit):  # a Ctrl-C that a library wrapped
+            error_line("interrupted (Ctrl-C)")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         if not is_user_error(e):
             raise  # a bug (or typer.Exit, click's help): as it is
         head, _, details = (str(e) or type(e).__name__).partition("\n\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from thinking_seeds.flows.cli.errors import raise_if_interrupted
 from thinking_seeds.flows.cli.output import OutputFormat, cell, console, emit, warn
 
 
@@ -91,6 +92,7 @@ def sql(
     con = connect(run_id, damaged=damaged, views=views)
     warn(damaged)
     try:
+        raise_if_interrupted()  # a Ctrl-C while the views were set up may have been read as a damaged file
         res = run_named(con, name, timeout or None) if name is not None else query(con, text or "", timeout or None)
     except KeyboardInterrupt:
         raise KeyboardInterrupt("query interrupted (Ctrl-C); nothing was changed") from None

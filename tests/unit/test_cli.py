@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import typer
@@ -206,3 +207,39 @@ def test_command_line_shows_what_the_user_typed_not_defaults_or_environment(monk
     assert seen["line"] == "ts compare --preset countdown"
     CliRunner().invoke(app, ["--runs-dir", "/r x", "compare", "--seeds", "0,1,2"])
     assert seen["line"] == "ts --runs-dir '/r x' compare --seeds 0,1,2"
+
+
+def test_a_ctrl_c_that_a_library_wraps_or_swallows_still_ends_the_command_as_ctrl_c():
+    """DuckDB turns a KeyboardInterrupt raised while it reads Arrow data into an InvalidInputException
+    ("... failed: KeyboardInterrupt"), and a caller reading it as a damaged file went on: `ts sql`
+    exited 2 with DuckDB's message, or lost the Ctrl-C and ran its never-ending query (the flaky
+    test_cli_timeout_and_ctrl_c_come_back_in_one_line under load). A real SIGINT here, both ways."""
+    import os
+    import signal
+
+    import duckdb
+
+    from thinking_seeds.flows.cli.errors import handled, raise_if_interrupted
+
+    def wrapped() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here
+        except KeyboardInterrupt:
+            raise duckdb.InvalidInputException("reading the schema failed: KeyboardInterrupt") from None
+
+    def swallowed() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # "a damaged file": skipped
+        raise_if_interrupted()
+
+    for body in (wrapped, swallowed):
+        with pytest.raises(typer.Exit) as e, handled():
+            body()
+        assert e.value.exit_code == 130, body.__name__
+    with handled():  # the next command starts with a clean slate
+        raise_if_interrupted()
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
