@@ -1,7 +1,9 @@
-"""Wall time of one training iteration on the tiny preset, split into the work and the overhead.
+"""Wall time of one training iteration on a preset (default tiny), split into the work and the overhead.
 
     python bench/iteration.py [--iterations 5] [--rounds 3] [--methods grpo,thinking_seeds]
-        [--launchers in_process,accelerate,accelerate_per_update] [--no-prefect]
+        [--launchers in_process,accelerate,accelerate_per_update] [--no-prefect] [--preset tiny]
+
+    .venv-vllm/bin/python bench/iteration.py --preset smollm2 --launchers accelerate   # vLLM, SmolLM2
 
 For each round and method it runs `train_flow` (Prefect, no server) once per update launcher --
 in process, the persistent `accelerate launch` trainer (`accelerate`), a fresh `accelerate launch`
@@ -80,7 +82,9 @@ def bench_overrides(method: str, launcher: str, iterations: int) -> list[str]:
     ]
 
 
-def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path, tag: str) -> dict:
+def bench(
+    method: str, launcher: str, iterations: int, prefect: bool, base: Path, tag: str, preset: str = "tiny"
+) -> dict:
     """One run; per-iteration lists for iterations 1..n-1, and the one-off costs."""
     from thinking_seeds.config import load_config
     from thinking_seeds.store.run_dir import RunDir
@@ -93,11 +97,11 @@ def bench(method: str, launcher: str, iterations: int, prefect: bool, base: Path
     if prefect:
         from thinking_seeds.flows.train import train_flow
 
-        train_flow(preset="tiny", run_id=run_id, overrides=overrides)
+        train_flow(preset=preset, run_id=run_id, overrides=overrides)
     else:
         from thinking_seeds.pipeline.loop import train
 
-        train(RunDir.for_run(run_id, base), load_config("tiny", overrides))
+        train(RunDir.for_run(run_id, base), load_config(preset, overrides))
     total = time.perf_counter() - t0
     run = RunDir.for_run(run_id, base)
     walls = iteration_walls(run, iterations)
@@ -130,6 +134,9 @@ def main() -> None:
     ap.add_argument("--launchers", default="in_process,accelerate,accelerate_per_update")
     ap.add_argument("--no-prefect", action="store_true", help="plain loop instead of the Prefect flow")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--preset", default="tiny", help="tiny (HF engine), or smollm2 (vLLM: run with .venv-vllm; `make smollm2`)"
+    )
     a = ap.parse_args()
     methods, launchers = a.methods.split(","), a.launchers.split(",")
     base = Path(tempfile.mkdtemp(prefix="ts-bench-"))
@@ -141,7 +148,7 @@ def main() -> None:
                 # warm cache) spreads over every launcher instead of landing on one.
                 order = launchers[r % len(launchers) :] + launchers[: r % len(launchers)]
                 for launcher in order:
-                    row = bench(method, launcher, a.iterations, not a.no_prefect, base, f"r{r}")
+                    row = bench(method, launcher, a.iterations, not a.no_prefect, base, f"r{r}", a.preset)
                     runs.setdefault((method, launcher), []).append(row)
                     print(
                         f"round {r} {method} {launcher}: iteration median {median(row['iteration_wall']):.2f} s",
@@ -154,7 +161,7 @@ def main() -> None:
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
         f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
-        f"{'plain loop' if a.no_prefect else 'Prefect flow (no server)'}"
+        f"{'plain loop' if a.no_prefect else 'Prefect flow (no server)'}, preset {a.preset}"
     )
     n_it = a.rounds * (a.iterations - 1)
     print(f"per-iteration wall time, median of {n_it} iterations (1..{a.iterations - 1} of {a.rounds} rounds), s")
