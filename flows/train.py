@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from thinking_seeds.config import RunConfig, load_config
-from thinking_seeds.data.sources import check_user_data
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import drop_session
+from thinking_seeds.pipeline.stage_prepare import check_inputs
 from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
@@ -117,7 +117,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
     cfg = load_config(preset, overrides or [])
     h = cfg.config_hash()
     run = RunDir.for_run(run_id)
-    check_user_data(cfg.data)  # before the lock creates the run directory
+    check_inputs(run, cfg)  # the data files and the model directory, before the lock creates the run directory
     run.acquire_lock()
     try:
         log.info("run %s (%s, config %s): %d iterations", run.root, cfg.algorithm, h, cfg.iterations)

@@ -27,9 +27,9 @@ def train(
 
     cfg = load_config(preset, set_)  # fail fast on a bad preset / key, before Prefect or torch start
     run = RunDir.for_run(run_id)
-    from thinking_seeds.data.sources import check_user_data
+    from thinking_seeds.pipeline.stage_prepare import check_inputs
 
-    check_user_data(cfg.data)  # a user's data sets: refuse a bad file before anything is written
+    check_inputs(run, cfg)  # a user's data sets and model directory: refuse a bad one before anything is written
     con = console()
     if not no_prefect:
         from thinking_seeds.flows.train import train_flow

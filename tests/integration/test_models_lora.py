@@ -49,11 +49,17 @@ def reward_module(tmp_path_factory):
     sys.path.remove(str(d))
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_any_local_hf_model_trains_with_its_own_chat_template(arch, tmp_path, reward_module):
+@pytest.mark.parametrize(
+    ("arch", "dtype"),
+    [("llama", "float32"), ("qwen2", "float32"), ("smollm2", "bfloat16")],  # SmolLM2 in bf16, as it ships
+)
+def test_any_local_hf_model_trains_with_its_own_chat_template(arch, dtype, tmp_path, reward_module):
     path = build(tmp_path / arch, arch)
     # In process: the trainer's own start would double this short run (lora_run trains through it).
-    cfg = load_config("tiny", SMALL + [f"model.path={path}", "iterations=1", "update.launcher=in_process"])
+    cfg = load_config(
+        "tiny",
+        SMALL + [f"model.path={path}", f"model.dtype={dtype}", "iterations=1", "update.launcher=in_process"],
+    )
     run = train(RunDir.for_run(arch, tmp_path / "runs"), cfg)
     rows = read_table(run.rollouts(0)).to_pylist()
     from transformers import AutoTokenizer
@@ -61,8 +67,11 @@ def test_any_local_hf_model_trains_with_its_own_chat_template(arch, tmp_path, re
     tok = AutoTokenizer.from_pretrained(path)
     start = tok.convert_tokens_to_ids("<|im_start|>")
     assert all(r["prompt_token_ids"][0] == start for r in rows)  # the model's own ChatML template
+    system = "named SmolLM" in tok.decode(rows[0]["prompt_token_ids"])
+    assert system == (arch == "smollm2")  # SmolLM2's template adds its default system turn
     assert {r["kind"] for r in rows} == {"on_policy", "seeded"}
     w0, w1 = load_file(run.policy(0) / "model.safetensors"), load_file(run.policy(1) / "model.safetensors")
+    assert {w.dtype for w in w1.values()} == {getattr(torch, dtype)}  # trained and saved in model.dtype
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)
 
 
@@ -110,14 +119,10 @@ def test_lora_export_is_a_plain_model(lora_run, tmp_path):
 
 def test_lora_target_that_does_not_exist(tmp_path, reward_module):
     path = build(tmp_path / "llama", "llama")
-    cfg = load_config(
-        "tiny",
-        SMALL
-        + [f"model.path={path}", "iterations=1", "model.lora.target_modules=[c_attn]"]
-        + ["update.launcher=in_process"],  # the error is the subject, not the trainer (lora_run trains through it)
-    )
-    with pytest.raises(ValueError, match=r"model.lora.target_modules: \['c_attn'\] are not modules of this model"):
+    cfg = load_config("tiny", SMALL + [f"model.path={path}", "iterations=1", "model.lora.target_modules=[c_attn]"])
+    with pytest.raises(ValueError, match=r"model.lora.target_modules: \['c_attn'\] are not modules of .*q_proj"):
         train(RunDir.for_run("bad", tmp_path / "runs"), cfg)
+    assert not (tmp_path / "runs" / "bad").exists()  # refused before the run directory was made
     with pytest.raises(ConfigError, match="model.lora.r"):
         load_config("tiny", ["model.lora.r=0"])
 
@@ -142,3 +147,52 @@ def test_model_directory_without_weights_tokenizer_or_template(tmp_path):
         (path / f).unlink(missing_ok=True)
     with pytest.raises(ModelError, match="has no tokenizer"):
         load_model(path)
+
+
+def _no_tokenizer(path):
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        (path / f).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("case", "sets", "needle"),
+    [
+        (
+            "rg-name",
+            ["data.source=reasoning_gym", "reward=reasoning_gym", "data.tasks=[{name: cuntdown}]"],
+            "unknown reasoning-gym data set 'cuntdown'; did you mean countdown",
+        ),
+        ("no-weights", [], "model.path={model}: has no .safetensors weights; convert it"),
+        ("no-tokenizer", [], "model.path={model}: has no tokenizer"),
+        (
+            "lora-target",
+            ["model.lora.target_modules=[c_attn]"],
+            "model.lora.target_modules: ['c_attn'] are not modules of {model}; its linear layers are",
+        ),
+        ("tracker", ["logger=[console, mlflow]"], "pip install 'thinking-seeds[mlflow]'"),
+    ],
+)
+def test_ts_train_refuses_bad_input_in_one_line_exit_2(case, sets, needle, tmp_path, runs_dir, monkeypatch):
+    """Issue #13's bad inputs through the command line: one line naming the key or file and the fix, exit 2,
+    no run directory written."""
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from tests.helpers.verl_data import one_line
+    from thinking_seeds.flows.cli import app
+
+    model = build(tmp_path / "m", "llama")
+    if case == "no-weights":
+        (model / "model.safetensors").unlink()
+    if case == "no-tokenizer":
+        _no_tokenizer(model)
+    if case == "tracker":  # as if the mlflow extra were not installed
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "mlflow" else real(n, *a))
+    args = ["train", "--no-prefect", "--run-id", "bad", "--set", f"model.path={model}"]
+    r = CliRunner().invoke(app, args + [x for s in sets for x in ("--set", s)])
+    assert r.exit_code == 2, r.output
+    line = one_line(r.stderr.strip())
+    assert line.startswith("error: ") and needle.format(model=model) in line, line
+    assert list(runs_dir.iterdir()) == []

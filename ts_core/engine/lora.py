@@ -17,7 +17,16 @@ import torch
 
 from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
 
-__all__ = ["ADAPTER_CONFIG", "add_adapters", "base_of", "is_adapter", "load_policy", "merged_state_dict"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "add_adapters",
+    "base_of",
+    "check_targets",
+    "check_targets_of",
+    "is_adapter",
+    "load_policy",
+    "merged_state_dict",
+]
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -36,17 +45,35 @@ def base_of(ckpt_dir: str | Path) -> Path:
     raise FileNotFoundError(f"{ckpt_dir} is a LoRA adapter, but its run's base model (policy/step_000000) is missing")
 
 
+def check_targets(model, lora, where: str = "this model") -> None:
+    """ValueError in one line when a `model.lora.target_modules` name is no module of `model`."""
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [t for t in lora.target_modules if t not in present]
+    if missing:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise ValueError(
+            f"model.lora.target_modules: {missing} are not modules of {where}; its linear layers are {linear} "
+            "(set model.lora.target_modules to some of them)"
+        )
+
+
+def check_targets_of(model_dir: Path, lora) -> None:
+    """check_targets on the model at `model_dir` without reading its weights: its architecture is built
+    from config.json on the meta device (no memory, well under a second), so a typo is refused before a run
+    writes anything."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    check_targets(model, lora, where=str(model_dir))
+
+
 def add_adapters(model, lora) -> torch.nn.Module:
     """Wrap a base model with fresh trainable adapters (`lora`: config.LoraSettings); the base is frozen."""
     from peft import LoraConfig, get_peft_model
 
-    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = [t for t in lora.target_modules if t not in present]
-    if missing:
-        raise ValueError(
-            f"model.lora.target_modules: {missing} are not modules of this model; it has e.g. "
-            f"{sorted(n for n in present if n and not n.isdigit())[:12]}"
-        )
+    check_targets(model, lora)
     cfg = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,

@@ -142,6 +142,19 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     raise DeviceError(f"device must be auto, cpu, cuda or cuda:N, got {spec!r}")
 
 
+def check_model_files(p: Path, key: str | None = None) -> None:
+    """ModelError in one line when the directory has no safetensors weights or no tokenizer files
+    (`key`, e.g. "model.path", is named in the message when given)."""
+    where = f"{key}={p}:" if key else str(p)
+    if not list(p.glob("*.safetensors")):
+        raise ModelError(f"{where} has no .safetensors weights; convert it (pickled .bin/.pt weights are never loaded)")
+    if not any((p / f).is_file() for f in TOKENIZER_FILES):
+        raise ModelError(
+            f"{where} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save the tokenizer beside the "
+            "weights (tokenizer.save_pretrained(dir))"
+        )
+
+
 def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32, device: str | torch.device | None = None):
     """Load a local HF causal LM and its tokenizer (safetensors only, no hub).
 
@@ -159,14 +172,7 @@ def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32, devic
         from thinking_seeds.store.checkpoints import verified
 
         verified(p)
-    weights = list(p.glob("*.safetensors"))
-    if not weights:
-        raise ModelError(f"{p} has no .safetensors weights; convert it (pickled .bin/.pt weights are never loaded)")
-    if not any((p / f).is_file() for f in TOKENIZER_FILES):
-        raise ModelError(
-            f"{p} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save the tokenizer beside the "
-            "weights (tokenizer.save_pretrained(dir))"
-        )
+    check_model_files(p)
     with MODEL_LOAD_LOCK:
         tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
     if tok.chat_template is None:

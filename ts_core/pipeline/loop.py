@@ -21,7 +21,7 @@ from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import Session, close_trackers
-from thinking_seeds.pipeline.stage_prepare import prepare
+from thinking_seeds.pipeline.stage_prepare import check_inputs, prepare
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
 from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
@@ -104,6 +104,7 @@ def summary(metrics: dict[str, float]) -> str:
 
 def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], None] | None = None) -> RunDir:
     """Run (or resume) all iterations of `cfg` in `run`, in this process."""
+    check_inputs(run, cfg)  # before the lock makes the run directory
     run.acquire_lock()
     try:
         run_prepare(run, cfg)

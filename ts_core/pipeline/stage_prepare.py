@@ -8,7 +8,8 @@ from thinking_seeds.config import RunConfig, load_saved_config, save_config
 from thinking_seeds.data.builtin_tasks import build_splits
 from thinking_seeds.data.rewards import check_reward_fn
 from thinking_seeds.data.sources import check_user_data, load_dataset
-from thinking_seeds.engine.models import load_model, resolve_model_path
+from thinking_seeds.engine.lora import check_targets_of
+from thinking_seeds.engine.models import check_model_files, load_model, resolve_model_path
 from thinking_seeds.pipeline.session import Timer
 from thinking_seeds.store.atomic import atomic_path
 from thinking_seeds.store.checkpoints import save_checkpoint, verify_checkpoint
@@ -16,9 +17,23 @@ from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
 
 
+def check_inputs(run: RunDir, cfg: RunConfig) -> None:
+    """Refuse, in one line and before anything is written, what the user gave that this run cannot use:
+    a bad data file (check_user_data) and, until θ_0 is copied, a model directory without weights or
+    tokenizer or a `model.lora.target_modules` name that is not a module of the model (its architecture
+    on the meta device: no weights read). The CLI, the flow and the loop call it before the run's lock
+    makes the run directory."""
+    check_user_data(cfg.data)
+    if not (run.policy(0) / "manifest.json").exists():
+        base = resolve_model_path(cfg.model.path)
+        check_model_files(base, key="model.path")
+        if cfg.model.lora is not None:
+            check_targets_of(base, cfg.model.lora)
+
+
 def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
     """Write config.yaml, the data splits and θ_0 (a verified copy of the base model)."""
-    check_user_data(cfg.data)  # a user's bad Parquet is refused before anything is written
+    check_inputs(run, cfg)
     run.root.mkdir(parents=True, exist_ok=True)
     if run.config_path.exists():
         old = load_saved_config(run.config_path)
