@@ -86,3 +86,40 @@ def test_export_refuses_pruned_steps_and_non_empty_folders(runs, tmp_path):
         res = CliRunner().invoke(app, ["--runs-dir", str(base), "export", *args])
         assert res.exit_code == 2 and msg in res.output, res.output
     assert not (tmp_path / "a").exists()
+
+
+def test_keep_last_keeps_what_the_pool_and_resume_need(tmp_path, tiny_model_dir):
+    """A Thinking Seeds run with LoRA whose pool reaches back further than checkpoint.keep_last: the policy
+    steps outside the window go, the pool's snapshots (adapters on θ_0) still write the seeds, and a resume
+    redoes nothing."""
+    from thinking_seeds.engine.lora import merged_state_dict
+    from thinking_seeds.store.checkpoints import verify_checkpoint
+    from thinking_seeds.store.parquet_io import read_table
+
+    overrides = SMALL[:-2] + [
+        "algorithm=thinking_seeds",
+        "rollout.seeds_per_group=4",
+        "pool.size=3",
+        "pool.snapshot_every=1",
+        "model.lora.r=4",
+        "model.lora.target_modules=[q_proj, v_proj]",
+        "update.launcher=in_process",
+        "iterations=4",
+        f"model.path={tiny_model_dir}",
+        "checkpoint.keep_last=1",
+    ]
+    cfg = load_config("tiny", overrides)
+    run = train(RunDir.for_run("pool", tmp_path), cfg)
+    steps = sorted(int(p.name[5:]) for p in run.policy_root.glob("step_*") if p.is_dir())
+    assert steps == [0, 3, 4]  # θ_0 (the adapters' base), the last one, the one the last update started from
+    pool = sorted(int(p.name[5:]) for p in run.pool_root.glob("step_*") if p.is_dir())
+    assert pool == [0, 1, 2, 3]
+    for k in (1, 2):  # pruned from policy/, whole in the pool: verified, and its adapters merge onto θ_0
+        assert not run.policy(k).exists() and (run.pool_root / f"step_{k:06d}" / "adapter_model.safetensors").is_file()
+        verify_checkpoint(run.pool_root / f"step_{k:06d}")
+        assert merged_state_dict(run.pool_root / f"step_{k:06d}")
+    sources = {r["source_step"] for r in read_table(run.prefixes(3)).to_pylist()}
+    assert sources <= {0, 1, 2} and sources & {1, 2}  # seeds of iteration 3 from pruned policy steps
+    before = {p: p.stat().st_mtime_ns for p in (run.root / "manifests").rglob("*.json")}
+    train(run, cfg)
+    assert {p: p.stat().st_mtime_ns for p in (run.root / "manifests").rglob("*.json")} == before
