@@ -393,3 +393,50 @@ def test_short_lora_run_on_vllm(tmp_path, engine):
         assert [(r["source_step"], r["prefix_token_ids"]) for r in a] == [
             (r["source_step"], r["prefix_token_ids"]) for r in b
         ]
+
+
+def test_export_loads_in_vllm_as_is(tmp_path, engine):
+    """`ts export` of a LoRA step (adapters merged by peft) is a directory vLLM's own `LLM(DIR)` loads as is,
+    tokenizer included; the log-probs it gives its samples are the exported weights' (transformers)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from typer.testing import CliRunner
+
+    from thinking_seeds.flows.cli import app
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.run_dir import RunDir
+
+    engine.close()  # one engine at a time in this process
+    base = save_tiny(tmp_path / "base", 3)
+    lora = ["model.lora.r=4", "model.lora.target_modules=[q_proj, v_proj]", "update.lr=3e-2"]
+    cfg = load_config("tiny", small_run(base, *lora, "rollout.engine=hf", "iterations=1", "update.launcher=in_process"))
+    train(RunDir.for_run("exp", tmp_path / "runs"), cfg)
+    out = tmp_path / "exported"
+    args = ["--runs-dir", str(tmp_path / "runs"), "export", "exp", "--step", "1", "--out", str(out)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+
+    llm = vllm.LLM(
+        model=str(out),  # weights, config and tokenizer all from the exported directory
+        dtype="float32",
+        max_model_len=256,
+        enforce_eager=True,
+        kv_cache_memory_bytes=64 << 20,
+        seed=0,
+    )
+    try:
+        prompts = ["Compute 1+2. Answer in \\boxed{}.\n", "Compute 38-57+10. Answer in \\boxed{}.\n"]
+        outs = llm.generate(prompts, vllm.SamplingParams(temperature=1.0, max_tokens=16, logprobs=0, seed=5))
+    finally:
+        del llm
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    contexts = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    assert [list(o.prompt_token_ids) for o in outs] == contexts  # vLLM tokenized with the exported tokenizer
+    gens = [o.outputs[0] for o in outs]
+    assert all(g.token_ids for g in gens)
+    with torch.no_grad():
+        responses = [list(g.token_ids) for g in gens]
+        sc = score_responses(model, contexts, responses, pad_id=tok.pad_token_id, temperature=1.0, with_entropy=False)
+    for i, g in enumerate(gens):
+        theirs = torch.tensor([lp[t].logprob for lp, t in zip(g.logprobs, g.token_ids, strict=True)])
+        assert torch.allclose(sc.logprobs[i, : len(g.token_ids)], theirs, atol=TOL)
