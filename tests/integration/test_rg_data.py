@@ -1,7 +1,9 @@
 """reasoning-gym data sets by name and weighted mixtures (`data.source: reasoning_gym`), scored by
 reasoning-gym's own checkers through the verifier (real library, no mocks)."""
 
+import json
 from collections import Counter
+from itertools import permutations, product
 
 import pytest
 
@@ -35,6 +37,25 @@ def test_mixture_splits_weights_and_checker(tmp_path):
         wrong = v.score_batch(["\\boxed{-123456}"] * len(prompts), prompts)
     assert all(x.reward == 1.0 and x.status == "ok" for x in right)
     assert all(x.reward == 0.0 for x in wrong)
+    # The task's own checker, not the reference string: another valid countdown expression scores 1.
+    others = [(p, _other_solution(p)) for p in prompts if p.data_source == "countdown"]
+    others = [(p, a) for p, a in others if a is not None]
+    assert len(others) >= 5
+    with Verifier(backend="reasoning_gym", partial_credit=False) as v:
+        verdicts = v.score_batch([f"\\boxed{{{a}}}" for _, a in others], [p for p, _ in others])
+    assert all(x.reward == 1.0 and x.status == "ok" for x in verdicts)
+
+
+def _other_solution(prompt):
+    """An expression over the prompt's numbers (each once) that reaches its target but is not its reference."""
+    md = json.loads(prompt.rg_entry)["metadata"]
+    reference = json.loads(prompt.rg_entry)["answer"].replace(" ", "")
+    for a, b, c in permutations(md["numbers"]):
+        for o1, o2 in product("+-*", repeat=2):
+            expr = f"{a}{o1}{b}{o2}{c}"
+            if expr != reference and eval(expr) == md["target"]:  # noqa: S307 - digits and +-* only
+                return expr
+    return None
 
 
 def test_bad_mixtures_are_refused_with_the_key():
