@@ -53,6 +53,9 @@ def test_tensorboard(tracked):
     for name in ("reward/mean", "actor/entropy/all", "eval/accuracy", "time/update/update_total"):
         got = {e.step: e.value for e in acc.Scalars(name)}
         assert got == pytest.approx(_truth(truth, name)), name
+    assert {n for _, n, _ in truth} <= set(acc.Tags()["scalars"])  # every metric of the run
+    (config,) = acc.Tensors("config/text_summary")  # and the config, as text
+    assert "algorithm: thinking_seeds" in config.tensor_proto.string_val[0].decode()
 
 
 def test_mlflow(tracked):
@@ -64,6 +67,8 @@ def test_mlflow(tracked):
     (r,) = client.search_runs([exp.experiment_id])
     assert r.info.run_name == "trk" and r.data.params["algorithm"] == "thinking_seeds"
     assert r.data.params["rollout.prompts_per_iteration"] == "4"
+    logged = set(r.data.metrics)
+    assert {n.replace("@", "_at_").replace("=", "_") for _, n, _ in truth} <= logged  # every metric of the run
     for name, key in (("reward/mean", "reward/mean"), ("eval/pass@2", "eval/pass_at_2")):
         got = {m.step: m.value for m in client.get_metric_history(r.info.run_id, key)}
         assert got == pytest.approx(_truth(truth, name)), name
@@ -102,6 +107,7 @@ def test_wandb_offline(tracked):
             history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
         elif kind == "run":  # the run record carries the config given to wandb.init
             config.update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
+    assert {n for _, n, _ in truth} <= {k for h in history for k in h}  # every metric of the run
     for name in ("reward/mean", "eval/accuracy"):
         got = {h["_step"]: h[name] for h in history if name in h}
         assert got == pytest.approx(_truth(truth, name)), name
