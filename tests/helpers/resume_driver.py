@@ -43,6 +43,9 @@ def main() -> None:
     ap.add_argument("--marker", type=Path, default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     a = ap.parse_args()
+    if not {"cluster=ray", "cluster.kind=ray"} & set(a.overrides):
+        # cluster=local needs no Ray (issue #14 item 1): here a local run could not even import it
+        sys.modules["ray"] = None
 
     from thinking_seeds.config import load_config
     from thinking_seeds.store.run_dir import RunDir
