@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,10 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
         proc.wait(timeout=20)
 
 
-def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
+@contextmanager
+def _deployed(tmp_path: Path, worker_env: dict[str, str] | None = None):
+    """A Prefect server, prefect.yaml's deployments and a process worker (its environment plus
+    `worker_env`); yields `run(*prefect args)` and the logs folder; stops worker and server."""
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = dict(
@@ -94,11 +98,11 @@ def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
         )
         return p.stdout
 
-    def start(name: str, *args: str) -> subprocess.Popen:
+    def start(name: str, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         return subprocess.Popen(
             [PREFECT, *args],
             cwd=cwd,
-            env=env,
+            env={**env, **(extra_env or {})},
             stdout=(logs / f"{name}.log").open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -125,34 +129,63 @@ def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
         out = run("--no-prompt", "deploy", "--all")
         for name in ("train/train", "evaluate/nightly", "report/corpus-report"):
             assert f"Deployment '{name}' successfully created" in out, out
-
-        nightly = json.loads(run("deployment", "inspect", "evaluate/nightly", "--output", "json"))
-        assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 3 * * *"]
-        report = json.loads(run("deployment", "inspect", "report/corpus-report", "--output", "json"))
-        assert [s["schedule"]["interval"] for s in report["schedules"]] == [21600.0]
-        assert report["work_pool_name"] == nightly["work_pool_name"] == "ts-process"
-
-        worker = start("worker", "worker", "start", "--pool", "ts-process")
-        out = run(
-            "deployment",
-            "run",
-            "train/train",
-            "--param",
-            "run_id=deployed",
-            "--param",
-            "overrides=" + json.dumps(tiny_overrides),
-            "--watch",
-            "--watch-timeout",
-            "500",
-            timeout=560,
-        )
-        assert "Completed" in out, out[-3000:] + (logs / "worker.log").read_text()[-3000:]
+        worker = start("worker", "worker", "start", "--pool", "ts-process", extra_env=worker_env)
+        yield run, logs
     finally:
         if worker is not None:
             _stop(worker, signal.SIGINT)
         _stop(server, signal.SIGTERM)
 
+
+def _run_training(run, logs: Path, run_id: str, overrides: list[str]) -> None:
+    out = run(
+        "deployment",
+        "run",
+        "train/train",
+        "--param",
+        f"run_id={run_id}",
+        "--param",
+        "overrides=" + json.dumps(overrides),
+        "--watch",
+        "--watch-timeout",
+        "800",
+        timeout=860,
+    )
+    assert "Completed" in out, out[-3000:] + (logs / "worker.log").read_text()[-3000:]
+
+
+def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
+    with _deployed(tmp_path) as (run, logs):
+        nightly = json.loads(run("deployment", "inspect", "evaluate/nightly", "--output", "json"))
+        assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 3 * * *"]
+        report = json.loads(run("deployment", "inspect", "report/corpus-report", "--output", "json"))
+        assert [s["schedule"]["interval"] for s in report["schedules"]] == [21600.0]
+        assert report["work_pool_name"] == nightly["work_pool_name"] == "ts-process"
+        _run_training(run, logs, "deployed", tiny_overrides)
+
     run_dir = RunDir(tmp_path / "runs" / "deployed")
     assert run_dir.read_manifest(1, "evaluate") is not None, (logs / "worker.log").read_text()[-3000:]
     assert (run_dir.policy(2) / "manifest.json").is_file()
     assert not (run_dir.root / ".prefect-results").exists()  # resume reads the manifests only
+
+
+def test_the_train_deployment_runs_on_a_ray_cluster(tmp_path, tiny_overrides):
+    """docs/scaling.md, "Scheduled deployments against a Ray cluster": the process worker has RAY_ADDRESS
+    in its environment, the run's overrides the cluster keys (DEPLOYMENT_SETS, which
+    unit/test_scaling_docs.py finds in the docs); a local cluster started here stands for the real one."""
+    pytest.importorskip("ray")
+    from tests.helpers.ray_cluster import DEPLOYMENT_RUN_ID, DEPLOYMENT_SETS, running_cluster
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    with running_cluster(env, num_cpus=2) as cluster:
+        with _deployed(tmp_path, {"RAY_ADDRESS": cluster.address}) as (run, logs):
+            # the docs' keys, then the tiny run's and half a CPU per actor (4 actors on the 2-CPU head)
+            _run_training(run, logs, DEPLOYMENT_RUN_ID, DEPLOYMENT_SETS + tiny_overrides + ["cluster.worker_cpus=0.5"])
+
+    run_dir = RunDir(tmp_path / "runs" / DEPLOYMENT_RUN_ID)
+    assert (run_dir.policy(2) / "manifest.json").is_file(), (logs / "worker.log").read_text()[-3000:]
+    for k in (0, 1):
+        m = run_dir.read_manifest(k, "continuation")
+        assert m.seconds.get("workers_generation", 0) > 0  # generated on the Ray workers, not in the flow
+        assert run_dir.read_manifest(k, "verify") is not None

@@ -54,6 +54,21 @@ def join_command(address: str, num_cpus: int = 2) -> list[str]:
 # The driver's cluster keys of docs/scaling.md (`ts train ... --set cluster.kind=ray --set rollout.workers=2
 # --set reward.workers=2`, RAY_ADDRESS in the environment).
 DRIVER_SETS = ["cluster.kind=ray", "rollout.workers=2", "reward.workers=2"]
+# Its run id: a run's rows carry their id, so the tests' single-process reference run has the same one.
+DRIVER_RUN_ID = "tiny"
+DOC_PORT = 6379  # the docs' port; the tests take a free one (two clusters on one host must not collide)
+
+
+# docs/scaling.md's deployment run against the cluster (`prefect deployment run train/train --param run_id=big
+# --param 'overrides=[...]' --watch`, the process worker with RAY_ADDRESS): e2e/test_deployment.py.
+DEPLOYMENT_RUN_ID = "big"
+DEPLOYMENT_SETS = list(DRIVER_SETS)
+
+
+def driver_args(extra_sets: list[str] = ()) -> list[str]:
+    """What follows `ts` in docs/scaling.md's driver line; the tests append the tiny run's overrides."""
+    sets = [*DRIVER_SETS, *extra_sets]
+    return ["train", "--preset", "tiny", "--run-id", DRIVER_RUN_ID, *[a for o in sets for a in ("--set", o)]]
 
 
 def _own_ports() -> list[str]:

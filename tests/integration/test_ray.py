@@ -32,7 +32,13 @@ import pytest
 pytest.importorskip("ray")
 
 from tests.helpers import REPO  # noqa: E402
-from tests.helpers.ray_cluster import DRIVER_SETS, join_local_node, running_cluster, stop_node  # noqa: E402
+from tests.helpers.ray_cluster import (  # noqa: E402
+    DRIVER_RUN_ID,
+    driver_args,
+    join_local_node,
+    running_cluster,
+    stop_node,
+)
 from tests.helpers.resume import _assert_same_results, kill_and_resume  # noqa: E402
 from tests.helpers.tiny import MOVING, TINY_RUN_ID  # noqa: E402
 
@@ -209,17 +215,20 @@ def test_driver_killed_in_seeds_resumes_under_prefect(
 
 @pytest.mark.slow
 def test_the_documented_driver_command(ray_cluster, sharded_reference, runs_dir, subprocess_env):
-    """docs/scaling.md's driver line, `RAY_ADDRESS=HEAD:PORT ts train --preset tiny --run-id ... --set
-    cluster.kind=ray --set rollout.workers=2 --set reward.workers=2` (a Prefect flow), plus the tiny run's
-    overrides and half a CPU per actor: the single-process run's results."""
+    """docs/scaling.md's driver line, `RAY_ADDRESS=HEAD:PORT ts train --preset tiny --run-id tiny --set
+    cluster.kind=ray --set rollout.workers=2 --set reward.workers=2` (a Prefect flow; the words are
+    tests/helpers/ray_cluster.driver_args, which tests/unit/test_scaling_docs.py finds in the docs), plus
+    the tiny run's overrides and half a CPU per actor: the single-process run's results."""
     from thinking_seeds.store.run_dir import RunDir
 
     env = {**subprocess_env, "RAY_ADDRESS": ray_cluster.address}
-    sets = sharded_reference.overrides + DRIVER_SETS + ["cluster.worker_cpus=0.5"]
-    cmd = [str(Path(sys.executable).parent / "ts"), "train", "--preset", "tiny", "--run-id", TINY_RUN_ID]
-    p = subprocess.run(cmd + [f"--set={o}" for o in sets], env=env, capture_output=True, text=True, timeout=900)
+    args = driver_args(sharded_reference.overrides + ["cluster.worker_cpus=0.5"])  # the docs' line, then ours
+    p = subprocess.run(
+        [str(Path(sys.executable).parent / "ts"), *args], env=env, capture_output=True, text=True, timeout=900
+    )
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    _assert_same_results(RunDir.for_run(TINY_RUN_ID, runs_dir), sharded_reference.run, 2)
+    assert sharded_reference.run.run_id == DRIVER_RUN_ID  # rows carry the run id
+    _assert_same_results(RunDir.for_run(DRIVER_RUN_ID, runs_dir), sharded_reference.run, 2)
 
 
 # ------------------------------------------------------------------ a user's mistakes: one line, exit 2

@@ -5,6 +5,8 @@ machine's launch, and `ts trainer-node`'s mistakes (one line, exit 2). The group
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -119,3 +121,8 @@ def test_the_docs_show_the_commands_the_e2e_test_runs():
     )
     assert driver in doc
     assert "ts " + " ".join(node_args(1)) in doc
+    # and the launch `ts trainer-node` prints on a CPU machine (docs: "on a CPU machine ... it is")
+    cfg = load_config("tiny", driver_sets("HEAD", DOC_PORT) + ["device=cpu"])
+    cmd = node_command(RunDir.for_run(RUN_ID, Path("/shared/runs")), cfg, 1)
+    assert cmd[0] == sys.executable
+    assert " ".join(["python", *cmd[1:]]) in doc
