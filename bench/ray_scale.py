@@ -1,7 +1,7 @@
 """cluster=ray on this machine (issue #14 item 5): one iteration's wall time with the single-process path,
 1 and 2 Ray rollout workers, and the per-component rates docs/scaling.md reports.
 
-    python bench/ray_scale.py [--iterations 3] [--batch-sizes 128,32] [--json out.json]
+    python bench/ray_scale.py [--iterations 3] [--batch-sizes 128,32] [--json out.json] [--set KEY=VALUE ...]
 
 Starts a local Ray cluster exactly as the tests do (`ray start --head --num-cpus 2 --port <free>`,
 tests/helpers/ray_cluster.py), trains the tiny preset (builtin:tiny) with the plain loop in this
@@ -107,6 +107,13 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="128,32")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--reverse", action="store_true", help="run the paths in the reverse order (ray-2 first)")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        help="a config override for every path (e.g. update.launcher=in_process, pipeline.overlap=false)",
+    )
     a = ap.parse_args()
 
     from tests.helpers.ray_cluster import start_local_cluster
@@ -121,6 +128,7 @@ def main() -> None:
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "cluster_start_s": startup,
+        "sets": a.sets,
         "runs": [],
     }
     base = Path(tempfile.mkdtemp(prefix="ts-ray-bench-"))
@@ -132,6 +140,7 @@ def main() -> None:
                 "eval.every=1000",
                 "eval.prompts=4",
                 "eval.samples=1",
+                *a.sets,
             ]
             paths = [("local", [])]
             for w in (1, 2):
