@@ -138,6 +138,17 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own SIGINT handler (KeyboardInterrupt) for a test that sends itself a Ctrl-C, whatever
+    an earlier test's library left installed; restored afterwards."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_prefect_temporary_server():
     """Stop the temporary Prefect server (if a test started one) while pytest's streams are open;

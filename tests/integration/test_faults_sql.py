@@ -157,6 +157,28 @@ def test_a_query_that_never_ends_times_out(sealed):
     assert query(con, "SELECT 42").rows == [(42,)]  # the connection is usable again
 
 
+def test_a_ctrl_c_while_the_views_are_set_up_comes_after_them(sealed, monkeypatch, python_ctrl_c):
+    """A Ctrl-C during view registration used to be raised inside DuckDB's Python callback and come
+    back as DuckDB's "reading the schema ... failed: KeyboardInterrupt" (exit 2, "damaged"); it is
+    now held until the views are registered and arrives as a plain KeyboardInterrupt."""
+    import thinking_seeds.store.sql as sql_mod
+
+    real, seen = sql_mod.register_views, []
+
+    def ctrl_c_first(*args, **kw):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # without the deferral the KeyboardInterrupt is raised here, before any view
+        real(*args, **kw)
+        seen.append("registered")
+
+    monkeypatch.setattr(sql_mod, "register_views", ctrl_c_first)
+    with pytest.raises(KeyboardInterrupt):
+        connect("syn", sealed)
+    assert seen == ["registered"]
+    monkeypatch.setattr(sql_mod, "register_views", real)
+    assert query(connect("syn", sealed), "SELECT 42").rows == [(42,)]  # nothing left blocked
+
+
 def _ts(args: list[str], runs: Path, **kw) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), TS_RUNS_DIR=str(runs))
     return subprocess.Popen(

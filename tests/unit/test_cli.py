@@ -209,7 +209,7 @@ def test_command_line_shows_what_the_user_typed_not_defaults_or_environment(monk
     assert seen["line"] == "ts --runs-dir '/r x' compare --seeds 0,1,2"
 
 
-def test_a_ctrl_c_that_a_library_wraps_or_swallows_still_ends_the_command_as_ctrl_c():
+def test_a_ctrl_c_that_a_library_wraps_or_swallows_still_ends_the_command_as_ctrl_c(python_ctrl_c):
     """DuckDB turns a KeyboardInterrupt raised while it reads Arrow data into an InvalidInputException
     ("... failed: KeyboardInterrupt"), and a caller reading it as a damaged file went on: `ts sql`
     exited 2 with DuckDB's message, or lost the Ctrl-C and ran its never-ending query (the flaky
@@ -242,4 +242,3 @@ def test_a_ctrl_c_that_a_library_wraps_or_swallows_still_ends_the_command_as_ctr
         assert e.value.exit_code == 130, body.__name__
     with handled():  # the next command starts with a clean slate
         raise_if_interrupted()
-    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN

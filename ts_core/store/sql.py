@@ -50,10 +50,12 @@ This module never imports prefect.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,8 +149,9 @@ def connect(
     notes: list[str] = []
     con = duckdb.connect(":memory:")
     try:
-        register_views(con, runs, notes, views)
-        _seal(con)
+        with _ctrl_c_deferred():
+            register_views(con, runs, notes, views)
+            _seal(con)
     except BaseException:
         con.close()
         raise
@@ -159,6 +162,29 @@ def connect(
         for note in notes:
             warnings.warn(note, DamagedFileWarning, stacklevel=2)
     return con
+
+
+@contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back until the views are registered, then deliver it to the handler in place.
+
+    DuckDB reads a registered Arrow object's schema through Python; a KeyboardInterrupt raised in
+    that callback comes back as its own error ("reading the schema ... failed: KeyboardInterrupt"),
+    which reads like a damaged file, and leaves the connection half set up. For these few tenths of
+    a second the Python handler only notes the signal. (Not a blocked signal mask: in a process with
+    other threads -- DuckDB's own -- the kernel hands a process-wide SIGINT to one of them instead.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python runs signal handlers in the main thread only
+        return
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            signal.raise_signal(signal.SIGINT)
 
 
 _READS_SOMETHING = frozenset({"from", "show", "describe", "summarize", "pragma", "table", "pivot", "unpivot"})
