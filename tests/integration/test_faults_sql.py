@@ -179,6 +179,12 @@ def test_a_ctrl_c_while_the_views_are_set_up_comes_after_them(sealed, monkeypatc
     assert query(connect("syn", sealed), "SELECT 42").rows == [(42,)]  # nothing left blocked
 
 
+def _default_ctrl_c() -> None:
+    # A shell starts a background job (`pytest ... &`) with SIGINT ignored, and a child inherits
+    # that across exec: Python then keeps it ignored and a Ctrl-C sent to `ts` would do nothing.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _ts(args: list[str], runs: Path, **kw) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), TS_RUNS_DIR=str(runs))
     return subprocess.Popen(
@@ -188,6 +194,7 @@ def _ts(args: list[str], runs: Path, **kw) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_ctrl_c,
         **kw,
     )
 
