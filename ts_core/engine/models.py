@@ -27,6 +27,9 @@ BUILTIN_MODELS = {
     "tiny": "tiny-chainsum",
     # The multi-solution testbed's base model, trained to its supervised plateau (issue #9).
     "tiny-countdown": "tiny-countdown",
+    # The same base warmed up further and cosine-decayed (v2 + decay): the last three validation
+    # evaluations within 1.5 points (issue #9's plateau bar); docs/results/countdown-base-v3-check.md.
+    "tiny-countdown-v3": "tiny-countdown-v3",
     "smollm2": "smollm2-135m",  # built here: python -m thinking_seeds.train.smollm2
     "smollm2-chainsum": "smollm2-135m-chainsum",  # ... --warmup
 }
@@ -59,6 +62,7 @@ def resolve_model_path(path: str) -> Path:
             hint = {
                 "tiny": "python -m thinking_seeds.train.warmup",
                 "tiny-countdown": "python -m thinking_seeds.train.warmup --task countdown (see its warmup_report.json)",
+                "tiny-countdown-v3": "the chain in data/models/tiny-countdown-v3/warmup_report.json (rebuild)",
                 "smollm2": "python -m thinking_seeds.train.smollm2",
                 "smollm2-chainsum": "python -m thinking_seeds.train.smollm2 --warmup",
             }.get(name, "python -m thinking_seeds.train.smollm2")
