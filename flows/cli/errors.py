@@ -16,6 +16,7 @@ and a command can ask `raise_if_interrupted()` at a point where a swallowed one 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -75,6 +76,29 @@ def is_user_error(e: BaseException) -> bool:
         if cls is not None and isinstance(e, cls):
             return True
     return False
+
+
+class _MessageOnlyForUserErrors(logging.Filter):
+    """Prefect logs a failed task's and flow's exception with its whole traceback (~100 lines for one
+    bad reward function); for a user's mistake `ts` ends with the one line that says it, so Prefect's
+    records keep their one-line message and lose the stack. Bugs keep theirs; TS_DEBUG=1 keeps all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and is_user_error(exc) and not os.environ.get("TS_DEBUG"):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+PREFECT_RUN_LOGGERS = ("prefect.task_runs", "prefect.flow_runs")
+
+
+def quiet_user_error_tracebacks() -> None:
+    """Install `_MessageOnlyForUserErrors` on Prefect's task- and flow-run loggers (once)."""
+    for name in PREFECT_RUN_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _MessageOnlyForUserErrors) for f in log.filters):
+            log.addFilter(_MessageOnlyForUserErrors())
 
 
 def _click_exceptions() -> Any:

@@ -32,8 +32,10 @@ def train(
     check_inputs(run, cfg)  # a user's data sets and model directory: refuse a bad one before anything is written
     con = console()
     if not no_prefect:
+        from thinking_seeds.flows.cli.errors import quiet_user_error_tracebacks
         from thinking_seeds.flows.train import train_flow
 
+        quiet_user_error_tracebacks()
         result = train_flow(preset=preset, run_id=run_id, overrides=list(set_) or None)
         con.print(f"[green]run finished:[/] {result}")
         con.print(f"report: ts report {run_id}")

@@ -242,3 +242,34 @@ def test_a_ctrl_c_that_a_library_wraps_or_swallows_still_ends_the_command_as_ctr
         assert e.value.exit_code == 130, body.__name__
     with handled():  # the next command starts with a clean slate
         raise_if_interrupted()
+
+
+def test_prefect_run_logs_keep_one_line_for_a_user_error_and_the_stack_for_a_bug(monkeypatch):
+    """`ts train` through Prefect printed ~100 lines of Prefect's tracebacks above its one error line
+    for a bad reward function; the task/flow-run records of a user error now keep their message only."""
+    import io
+    import logging
+
+    from thinking_seeds.flows.cli.errors import PREFECT_RUN_LOGGERS, quiet_user_error_tracebacks
+
+    monkeypatch.delenv("TS_DEBUG", raising=False)
+    quiet_user_error_tracebacks()
+    quiet_user_error_tracebacks()  # installed once
+    for name in PREFECT_RUN_LOGGERS:
+        log = logging.getLogger(name)
+        assert len(log.filters) == len({type(f) for f in log.filters})
+        out = io.StringIO()
+        handler = logging.StreamHandler(out)
+        log.addHandler(handler)
+        try:
+            for exc in (ValueError("reward.fn='m:f' returned 'yes'"), RuntimeError("a bug")):
+                try:
+                    raise exc
+                except Exception:
+                    log.error("Task run failed with exception: %r", exc, exc_info=True)
+        finally:
+            log.removeHandler(handler)
+        text = out.getvalue()
+        user, bug = text.split("Task run failed with exception: RuntimeError")
+        assert "Traceback" not in user and "returned 'yes'" in user
+        assert "Traceback" in bug
