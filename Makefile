@@ -27,9 +27,11 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The default suite: tests/unit then tests/integration (tests/e2e is marked slow and deselected).
+# The default suite: tests/unit and tests/integration (tests/e2e is marked slow and deselected), on two
+# workers (pytest-xdist; CI has 2 cores), each test file on one worker so a module's trained runs are
+# built once. One worker: `pytest -q -p no:xdist`.
 test: install
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
 
 # The end-to-end tests of tests/e2e (marked slow), each listed with its result.
 test-slow: install

@@ -28,6 +28,8 @@ SMALL = [
     "eval.prompts=4",
     "eval.samples=4",
     "pool.snapshot_every=1",
+    # The loop's own checks; the default (persistent accelerate) trainer has its tests (e2e, LoRA, custom reward).
+    "update.launcher=in_process",
 ]
 
 
