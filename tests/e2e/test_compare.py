@@ -52,6 +52,19 @@ def _training(stage: str) -> bool:
     return not stage.startswith("evaluate") and stage != FINAL_TEST_STAGE
 
 
+def _train_seconds(rows: list[dict]) -> float:
+    """Training wall time the way the budget counts it: time/* of the training stages, minus the seeds
+    parts sampled beside the update (iterations with perf/seeds_ahead = 1; the stage's io stays)."""
+    ahead = {r["iteration"] for r in rows if r["name"] == "perf/seeds_ahead" and r["value"] == 1}
+    return sum(
+        r["value"]
+        for r in rows
+        if r["name"].startswith("time/")
+        and _training(r["stage"])
+        and not (r["stage"] == "seeds" and r["iteration"] in ahead and r["name"] != "time/seeds/io")
+    )
+
+
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory, tiny_model_dir):
     base = tmp_path_factory.mktemp("compare")
@@ -146,7 +159,7 @@ def test_e2e_report_numbers_equal_the_metrics(e2e):
         for name in ("eval/accuracy", "eval/pass@1", "eval/pass@4", "eval/strategy_b", "eval_seeded/pass@4"):
             (want,) = [r["value"] for r in ev if r["iteration"] == final and r["name"] == name]
             assert got[name] == pytest.approx(want, abs=1e-12), (rid, name)
-        secs = sum(r["value"] for r in rows if r["name"].startswith("time/") and _training(r["stage"]))
+        secs = _train_seconds(rows)
         assert got["budget/train_seconds"] == pytest.approx(secs)
         # the run's row of the Markdown "Runs" table shows the same numbers
         (line,) = [ln for ln in md.splitlines() if ln.startswith(f"| {rid} |")]
@@ -177,14 +190,7 @@ def test_e2e_sft_control(e2e):
     ctl = runs / f"{CMP}-sft_control-s0"
     state = json.loads((ctl / "control.json").read_text())
     # budget = mean training time of the RL runs, measured from their time/* metrics
-    rl = [
-        sum(
-            r["value"]
-            for r in _metrics(runs / f"{CMP}-{m}-s0")
-            if r["name"].startswith("time/") and _training(r["stage"])
-        )
-        for m in METHODS
-    ]
+    rl = [_train_seconds(_metrics(runs / f"{CMP}-{m}-s0")) for m in METHODS]
     assert state["budget_seconds"] == pytest.approx(statistics.fmean(rl), abs=1e-3)
     assert state["done"] and state["evaluated"] and state["steps"] > 0
     assert state["trained_seconds"] >= state["budget_seconds"]

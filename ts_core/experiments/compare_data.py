@@ -31,8 +31,8 @@ from thinking_seeds.experiments.members import compare_members, reference_member
 from thinking_seeds.experiments.spec import (
     CONTROL_METHOD,
     DEFAULT_METHODS,
-    TRAINING_TIME_SQL,
     spec_of,
+    training_seconds_sql,
 )
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 from thinking_seeds.store.parquet_io import DataError
@@ -123,8 +123,7 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
                       WHERE name = 'rollout/generated_tokens' GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/seed_draft_tokens', sum(draft_len) FROM prefixes
                       WHERE run_id IN ({ids}) AND source_step >= 0 GROUP BY run_id
-            UNION ALL SELECT run_id, 'budget/train_seconds', sum(value) FROM m
-                      WHERE {TRAINING_TIME_SQL} GROUP BY run_id
+            UNION ALL SELECT run_id, 'budget/train_seconds', seconds FROM ({training_seconds_sql("m")})
             UNION ALL SELECT run_id, 'budget/sft_tokens', max(value) FROM m WHERE name = 'sft/tokens' GROUP BY run_id
             UNION ALL SELECT run_id, 'budget/sft_steps', max(value) FROM m WHERE name = 'sft/steps' GROUP BY run_id
             UNION ALL SELECT m.run_id, 'test/' || substr(m.name, 6), m.value FROM m

@@ -272,8 +272,9 @@ def budget_section(res: Results) -> list[str]:
         "## Budget",
         "",
         "Generated tokens are summed over the whole run: the continuation stage (on-policy samples and the "
-        "continuations of seeds) and the historical drafts the seeds were cut from. Train seconds sum the "
-        "stages' `time/*` metrics (evaluation excluded); the SFT control trains for their mean.",
+        "continuations of seeds) and the historical drafts the seeds were cut from. Train seconds are the "
+        "training stages' wall time (their `time/*` metrics; evaluation excluded, and seeds sampled in a thread "
+        "beside the update not counted twice); the SFT control trains for their mean.",
         "",
     ]
     rows = [

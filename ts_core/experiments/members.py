@@ -24,11 +24,11 @@ from thinking_seeds.experiments.comparison_args import value_text
 from thinking_seeds.experiments.spec import (
     CONTROL_METHOD,
     MARKER,
-    TRAINING_TIME_SQL,
     RunSpec,
     check_same_budget,
     dotted,
     spec_of,
+    training_seconds_sql,
 )
 from thinking_seeds.store.atomic import atomic_write
 
@@ -187,7 +187,8 @@ def is_complete(spec: RunSpec, runs_dir: Path) -> bool:
 
 
 def train_seconds(run_ids: Sequence[str], runs_dir: Path) -> dict[str, float]:
-    """Training wall time per run: the sum of its stages' `time/*` metrics, evaluation left out.
+    """Training wall time per run: its stages' `time/*` metrics, evaluation and seeds sampled
+    beside the update left out (`training_seconds_sql`).
 
     Evaluation is the same for every method (and for the SFT control), so the budget compared is
     the time spent producing the policy. Runs without timings are absent from the result.
@@ -199,13 +200,7 @@ def train_seconds(run_ids: Sequence[str], runs_dir: Path) -> dict[str, float]:
     con = connect(runs_dir=runs_dir)
     try:
         ids = ", ".join("'" + r.replace("'", "''") + "'" for r in run_ids)
-        res = query(
-            con,
-            f"""
-            SELECT run_id, sum(value) AS seconds FROM metrics
-            WHERE run_id IN ({ids}) AND {TRAINING_TIME_SQL}
-            GROUP BY run_id""",
-        )
+        res = query(con, training_seconds_sql(f"(SELECT * FROM metrics WHERE run_id IN ({ids}))"))
     finally:
         con.close()
     return {r: float(s) for r, s in res.rows}

@@ -50,6 +50,7 @@ __all__ = [
     "TRAINING_TIME_SQL",
     "ComparisonSpec",
     "RunSpec",
+    "training_seconds_sql",
     "check_request",
     "check_same_budget",
     "dotted",
@@ -81,6 +82,24 @@ BUDGET_KEYS = (
 TRAINING_TIME_SQL = (
     f"starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> '{FINAL_TEST_STAGE}'"
 )
+
+
+def training_seconds_sql(source: str) -> str:
+    """`SELECT run_id, seconds`: each run's training wall time, from `source` (the metrics view or a
+    CTE over it with the same columns).
+
+    The stages' `time/*` metrics (TRAINING_TIME_SQL), except the parts of a seeds stage that were
+    sampled ahead (`perf/seeds_ahead` = 1 in that iteration, pipeline/seeds_ahead.py): they ran in a
+    thread beside update k-1, whose own time already covers that wall time, and counting both
+    doubled the seeded methods' budget (and so the SFT control's). The seeds stage's own io stays.
+    """
+    return f"""
+        SELECT t.run_id, sum(t.value) AS seconds FROM {source} t
+        WHERE {TRAINING_TIME_SQL}
+          AND NOT (t.stage = 'seeds' AND t.name <> 'time/seeds/io' AND EXISTS (
+              SELECT 1 FROM {source} a WHERE a.run_id = t.run_id AND a.iteration = t.iteration
+                 AND a.stage = 'seeds' AND a.name = 'perf/seeds_ahead' AND a.value = 1))
+        GROUP BY t.run_id"""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,29 @@
+"""The training time of a run (the SFT control's budget, the report's "train seconds"): seeds sampled
+in a thread beside the update are not counted twice."""
+
+from thinking_seeds.experiments.members import train_seconds
+from thinking_seeds.store.run_dir import RunDir
+
+
+def _iteration(run: RunDir, k: int, ahead: bool) -> None:
+    run.write_metrics(
+        k,
+        "seeds",
+        {"time/seeds/generation": 5.0, "time/seeds/io": 0.25, "seeds/mean_prefix_len": 9.0}
+        | ({"perf/seeds_ahead": 1.0} if ahead else {}),
+    )
+    run.write_metrics(k, "continuation", {"time/continuation/generation": 2.0})
+    run.write_metrics(k, "update", {"time/update/update_total": 7.0})
+    run.write_metrics(k, "evaluate", {"time/evaluate/generation": 100.0, "eval/accuracy": 0.5})
+
+
+def test_seeds_sampled_beside_the_update_count_once(tmp_path):
+    seeded = RunDir(tmp_path / "cmp-thinking_seeds-s0")
+    _iteration(seeded, 0, ahead=False)  # iteration 0's seeds wait for θ_0: on the critical path
+    _iteration(seeded, 1, ahead=True)  # drafted while update 0 ran: only the stage's io is its own time
+    plain = RunDir(tmp_path / "cmp-grpo-s0")
+    plain.write_metrics(0, "continuation", {"time/continuation/generation": 3.0})
+    plain.write_metrics(0, "final-test", {"time/evaluate/generation": 50.0})
+    got = train_seconds([seeded.run_id, plain.run_id, "cmp-absent-s0"], tmp_path)
+    # iteration 0: 5 + 0.25 + 2 + 7; iteration 1: 0.25 + 2 + 7 (its 5 s ran beside update 0); no evaluations
+    assert got == {seeded.run_id: 14.25 + 9.25, plain.run_id: 3.0}
