@@ -86,3 +86,27 @@ def test_claims_markdown_on_a_made_up_comparison(tmp_path):
     # hard prompts p1, p2: grpo solves p2 only (0.5), thinking_seeds both (1.0)
     assert per_run["c-thinking_seeds-s0"]["hard/ever_solved"] == 1.0 and per_run["c-grpo-s0"]["hard/ever_solved"] == 0.5
     assert "age=20-49" in md and "The regime" in md
+
+
+def test_a_looser_hard_subset_is_shown_beside_the_claims_subset(tmp_path):
+    # θ_0 solves p0 6/8, p1 0/8 (< 10%), p2 1/8 (< 25% only): the claims keep p1; a second table adds p2.
+    members, per_run = [], {}
+    for method in ("grpo", "thinking_seeds"):
+        for seed in range(2):
+            rid = f"c-{method}-s{seed}"
+            members.append({"run_id": rid, "method": method, "seed": seed})
+            per_run[rid] = {"test/accuracy": 0.5, "test/pass@8": 0.9}
+            _per_prompt(
+                tmp_path / rid / "evals" / "final-test" / "step_000100.parquet",
+                [8, 0, 2] if method == "grpo" else [8, 1, 0],
+            )
+    _per_prompt(tmp_path / "c-grpo-s0" / "evals" / "final-test" / "step_000000.parquet", [6, 0, 1])
+    variants = {m: [f"c-{m}-s{s}" for s in range(2)] for m in ("grpo", "thinking_seeds")}
+    data = {"members": members, "per_run": per_run, "base_test": {"test/accuracy": 0.25, "test/pass@8": 0.55}}
+    md = claims_markdown(data, variants, tmp_path)
+    assert "share of the 1 hard prompts" in md  # the claims table keeps the < 10% subset
+    assert "### The hard subset: 1 test prompts θ_0 solves in < 10% of 8 samples" in md
+    assert "### The hard subset: 2 test prompts θ_0 solves in < 25% of 8 samples (beside the claims" in md
+    assert per_run["c-grpo-s0"]["hard/ever_solved"] == 0.0 and per_run["c-grpo-s0"]["hard25/ever_solved"] == 0.5
+    assert per_run["c-thinking_seeds-s1"]["hard25/accuracy"] == pytest.approx(1 / 16)
+    assert data["base_test"]["hard25/accuracy"] == pytest.approx(1 / 16)
