@@ -11,9 +11,11 @@ same sampling seed: `stage_seed` depends on the run seed, k and the stage only),
 requests at `Session.generate` instead of sampling them. Both batches are then sampled by one HF
 engine holding θ_k of the run, as the stage does it (one call, `max_new` = the per-row caps):
 
-Columns: width (of the padded batch), context (tokens of the contexts), prefilled (positions the
-prefill computed, padding included), steps (decode steps: the longest sample), tokens (sampled),
-KV·rows/step (cached positions attention reads per step, mean), then CPU seconds.
+Columns: width (the longest context), cache (positions the prefill leaves in the KV cache: the
+longest context, or less where contexts are fed through decode steps), context (tokens of the
+contexts), prefilled (positions the prefill computed, padding included), steps (lock-step decode
+steps), tokens (sampled), KV·rows/step (cached positions attention reads per step, mean), then CPU
+seconds.
 
   grpo            the GRPO batch: 128 prompt-only contexts, cap T each
   ts              the Thinking Seeds batch: on-policy rows (prompt) and seeded rows (prompt + prefix,
@@ -23,10 +25,14 @@ KV·rows/step (cached positions attention reads per step, mean), then CPU second
   ts_on_policy    the on-policy rows alone, in their own call
   ts_seeded       the seeded rows alone, in their own call (ts_split = the two calls together)
 
-and this under two engines, interleaved in the same rounds: `ours` (HFEngine as it is: its own
-preallocated KV cache, prefill in groups of similar context length) and `plain` (the same engine
-with transformers' DynamicCache and one prefill of the whole left-padded batch, i.e. HFEngine before
-the change; `_kv_cache` patched to None). Both must sample the same tokens (checked).
+and this under two engines (`--engines`), interleaved in the same rounds: `ours` (HFEngine as it
+is: its own preallocated KV cache, prefill in groups of similar context length, the part of a long
+context that its short cap leaves room for fed through the decode steps: `rollout.prefill_width`),
+`prefill_all` (the same, every context prefilled whole: HFEngine before that change) and `plain`
+(transformers' DynamicCache and one prefill of the whole left-padded batch: HFEngine before its own
+cache; `_kv_cache` patched to None). `plain` and `prefill_all` must sample the same tokens (checked);
+`ours` computes the prefixes' keys and values in decode steps (other float rounding), so where
+there are prefixes its samples are other draws of the same distribution.
 
 Every variant samples with the stage's seed, so its samples (hence decode steps and tokens) are the
 same in every round (checked). Forward hooks on the model time each call: the prefill (contexts,
@@ -84,18 +90,27 @@ def stage_batch(run, cfg, k: int) -> dict:
     raise RuntimeError("the continuation stage did not generate")
 
 
+ENGINE_MODES = ("ours", "plain", "prefill_all")
+
+
 @contextmanager
 def engine_mode(mode: str):
-    """`plain`: transformers' own DynamicCache and one padded prefill (HFEngine before its own cache)."""
+    """`plain`: transformers' own DynamicCache and one padded prefill (HFEngine before its own cache);
+    `prefill_all`: our cache, but every context prefilled whole (HFEngine before prefixes were fed
+    through the decode steps, `rollout.prefill_width`)."""
     import thinking_seeds.engine.rollout as rollout
 
-    kept = rollout._kv_cache
+    if mode not in ENGINE_MODES:
+        raise SystemExit(f"unknown engine {mode!r}: choose from {', '.join(ENGINE_MODES)}")
+    kept = rollout._kv_cache, rollout.prefill_width
     if mode == "plain":
         rollout._kv_cache = lambda *a: None
+    if mode in ("plain", "prefill_all"):
+        rollout.prefill_width = lambda lengths, limits: max(lengths)
     try:
         yield
     finally:
-        rollout._kv_cache = kept
+        rollout._kv_cache, rollout.prefill_width = kept
 
 
 class CallClock:
@@ -153,23 +168,24 @@ def report(mode: str, res: dict, variants: dict, n_rows: int, rounds: int) -> di
     gen = {v: rs[0]["gens"] for v, rs in res.items()}
     print(f"\nengine {mode}: CPU seconds (wall: wall seconds), medians of {rounds} rounds")
     print(
-        f"{'variant':15} {'rows':>4} {'width':>5} {'context':>7} {'prefilled':>9} {'steps':>5} {'tokens':>6} "
-        f"{'KV·rows/step':>12} "
+        f"{'variant':15} {'rows':>4} {'width':>5} {'cache':>5} {'context':>7} {'prefilled':>9} {'steps':>5} "
+        f"{'tokens':>6} {'KV·rows/step':>12} "
         f"{'prefill':>7} {'decode':>7} {'other':>6} {'cpu':>6} {'wall':>6} {'ms/step':>7} {'cpu vs grpo':>11}"
     )
     stats = {}
     for v, rs in res.items():
         ctx = variants[v][0]
         width = max(len(c) for c in ctx)
-        steps = max(len(g.token_ids) for g in gen[v])
         tokens = sum(len(g.token_ids) for g in gen[v])
         dec = rs[0]["decode_calls"]
+        steps = len(dec) + 1  # lock-step decode calls + the first sample (from the prefill's logits)
+        cache = min(c[1] for c in dec) - 1 if dec else width  # what the prefill left in the KV cache
         kv = statistics.mean(c[1] for c in dec) if dec else 0.0
         row = {key: med(x[key] for x in rs) for key in ("prefill", "decode", "other", "cpu", "wall")}
         ratio = med(x["cpu"] / g["cpu"] for x, g in zip(rs, res["grpo"], strict=True))
-        stats[v] = dict(row, width=width, steps=steps, tokens=tokens, kv=kv, rows=len(ctx), ratio=ratio)
+        stats[v] = dict(row, width=width, cache=cache, steps=steps, tokens=tokens, kv=kv, rows=len(ctx), ratio=ratio)
         print(
-            f"{v:15} {len(ctx):4d} {width:5d} {sum(len(c) for c in ctx):7d} {rs[0]['prefill_positions']:9d} "
+            f"{v:15} {len(ctx):4d} {width:5d} {cache:5d} {sum(len(c) for c in ctx):7d} {rs[0]['prefill_positions']:9d} "
             f"{steps:5d} {tokens:6d} "
             f"{len(ctx) * kv:12.0f} {row['prefill']:7.3f} {row['decode']:7.3f} {row['other']:6.3f} {row['cpu']:6.3f} "
             f"{row['wall']:6.3f} {1000 * row['cpu'] / steps:7.2f} {ratio:10.3f}x"
@@ -178,7 +194,7 @@ def report(mode: str, res: dict, variants: dict, n_rows: int, rounds: int) -> di
     split_ratio = med(s / g["cpu"] for s, g in zip(split, res["grpo"], strict=True))
     stats["ts_split"] = {"cpu": med(split), "ratio": split_ratio}
     label = "(two calls: ts_on_policy + ts_seeded)"
-    print(f"{'ts_split':15} {label:>83} {med(split):6.3f} {'':14} {split_ratio:10.3f}x")
+    print(f"{'ts_split':15} {label:>89} {med(split):6.3f} {'':14} {split_ratio:10.3f}x")
 
     pts = [
         (c[1], c[4])
@@ -195,15 +211,15 @@ def report(mode: str, res: dict, variants: dict, n_rows: int, rounds: int) -> di
     )
     d_total = t["cpu"] - g["cpu"]
     d_prefill = t["prefill"] - g["prefill"]
-    d_kv = (t["steps"] - 1) * b0 * (t["width"] - g["width"])  # ts's steps, each over a wider cache
+    d_kv = (t["steps"] - 1) * b0 * (t["cache"] - g["cache"])  # ts's steps, each over a wider cache
     per_step = (g["decode"] + g["other"]) / max(g["steps"] - 1, 1)  # grpo's cost of one more step
     d_steps = (t["steps"] - g["steps"]) * per_step
     print(f"ts - grpo: {d_total:+.3f} s ({t['cpu'] / g['cpu']:.3f}x), of which")
     pos_t, pos_g = res["ts"][0]["prefill_positions"], res["grpo"][0]["prefill_positions"]
     print(f"  prefill ({pos_t} vs {pos_g} positions) {d_prefill:+.3f} s")
     print(
-        f"  decoding over a cache {t['width'] - g['width']} positions wider ({t['steps'] - 1} steps x "
-        f"{1000 * b0:.4f} ms x {t['width'] - g['width']}) {d_kv:+.3f} s"
+        f"  decoding over a cache {t['cache'] - g['cache']} positions wider ({t['steps'] - 1} steps x "
+        f"{1000 * b0:.4f} ms x {t['cache'] - g['cache']}) {d_kv:+.3f} s"
     )
     print(
         f"  decode steps {t['steps']} vs {g['steps']} ({t['steps'] - g['steps']:+d} x {1000 * per_step:.2f} ms) "
@@ -268,7 +284,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iteration", type=int, default=1, help="whose batch (bench/iteration.py times iterations 1..)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--engines", default="ours,plain", help="ours (HFEngine as it is), plain (transformers' cache)")
+    ap.add_argument(
+        "--engines",
+        default="ours,prefill_all",
+        help="ours (HFEngine as it is), plain (transformers' cache, whole prefill), prefill_all (ours, whole prefill)",
+    )
     ap.add_argument("--pipeline-rounds", type=int, default=0, help="then time the stage in real runs (see above)")
     ap.add_argument("--keep", type=Path, default=None, help="train into (and reuse) this runs dir, not a temporary one")
     a = ap.parse_args()
@@ -331,13 +351,23 @@ def main() -> None:
         if a.keep is None:
             shutil.rmtree(base, ignore_errors=True)
 
-    # Samples are fixed by the seed: the same in every round and under every engine (checked).
+    # Samples are fixed by the seed: the same in every round (checked); `plain` and `prefill_all`
+    # compute what one padded prefill computes, so they sample the same tokens (checked); `ours`
+    # feeds prefixes through decode steps: other float rounding, so other samples where prefixes are.
     first = res[modes[0]]
     for m in modes:
         for v, rs in res[m].items():
-            ref = first[v][0]["gens"]
-            if any([g.token_ids for g in x["gens"]] != [g.token_ids for g in ref] for x in rs):
-                raise RuntimeError(f"{m}/{v}: samples differ between rounds or engines")
+            if any([g.token_ids for g in x["gens"]] != [g.token_ids for g in rs[0]["gens"]] for x in rs):
+                raise RuntimeError(f"{m}/{v}: samples differ between rounds")
+    whole = [m for m in modes if m != "ours"]
+    for m in whole[1:]:
+        for v in variants:
+            if [g.token_ids for g in res[m][v][0]["gens"]] != [g.token_ids for g in res[whole[0]][v][0]["gens"]]:
+                raise RuntimeError(f"{m}/{v}: samples differ from {whole[0]}'s")
+    same = {
+        v: all([g.token_ids for g in res[m][v][0]["gens"]] == [g.token_ids for g in first[v][0]["gens"]] for m in modes)
+        for v in variants
+    }
     same_logp = all(
         [g.logprobs for g in res[m][v][0]["gens"]] == [g.logprobs for g in first[v][0]["gens"]]
         for m in modes
@@ -360,7 +390,9 @@ def main() -> None:
     print(
         f"ts reproduces the stage's own samples: {[g.token_ids for g in gen['ts']] == from_stage}; its on-policy "
         f"rows sample the tokens grpo's rows of the same slots sample: {same_on}/{len(on)}; engines "
-        f"{' and '.join(modes)} sample the same tokens: True, the same log-probs bit for bit: {same_logp}"
+        f"{' and '.join(modes)} sample the same tokens in: {', '.join(v for v, x in same.items() if x) or 'none'}"
+        f" (others differ: {', '.join(v for v, x in same.items() if not x) or 'none'}), the same log-probs bit "
+        f"for bit: {same_logp}"
     )
     stats = {m: report(m, res[m], variants, len(pre), a.rounds) for m in modes}
     if len(modes) == 2:

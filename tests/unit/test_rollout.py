@@ -145,3 +145,47 @@ def test_grouped_prefill_and_preallocated_cache_sample_the_same(tiny, monkeypatc
         assert [g.logprobs for g in ours] == [g.logprobs for g in plain]
     for g, h in zip(ours, plain, strict=True):
         assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(h.logprobs), atol=1e-5)
+
+
+def test_prefill_width_adds_no_decode_step():
+    from thinking_seeds.engine.rollout import prefill_width
+
+    assert prefill_width([4, 7, 2], [16, 16, 16]) == 7  # equal caps: the longest context, nothing forced
+    # prompts of 4 and 7 tokens at cap 16, a prompt + 13-token prefix (20) at cap 3: prefill 7, force 13
+    assert prefill_width([4, 7, 20], [16, 16, 3]) == 7
+    assert prefill_width([4, 30], [16, 0]) == 4  # a row with nothing to sample sets no width
+    assert prefill_width([20, 20], [10, 2]) == 20  # every token of the capped row's context fits the steps
+
+
+def test_prefixes_fed_through_the_decode_steps_condition_the_samples(tiny):
+    """Seeded rows (prompt + prefix, cap T - len(prefix)) beside on-policy rows (cap T): the batch
+    prefills the prompts' width only and feeds each prefix through the first decode steps; every
+    sampled token's log-prob is the one a forward pass over prompt + prefix + the sample gives."""
+    from thinking_seeds.engine.rollout import prefill_width
+
+    model, tok = tiny
+    eng = HFEngine(model, tok, batch_size=64)
+    prompts = contexts(tok)
+    prefixes = [tok("12+3")["input_ids"], tok("4-56+7=8a9")["input_ids"], tok("1")["input_ids"]]
+    T = 14
+    ctx = prompts * 2 + [p + q for p, q in zip(prompts, prefixes, strict=True)] * 2
+    caps = [T] * 6 + [T - len(q) for q in prefixes] * 2
+    assert prefill_width([len(c) for c in ctx], caps) == max(len(p) for p in prompts)  # prefixes are forced
+    params = SamplingParams(temperature=0.9, max_new_tokens=T, seed=5, feed_context=True)
+    gens = eng.generate(ctx, params, max_new=caps)
+    assert [g.token_ids for g in gens] == [g.token_ids for g in eng.generate(ctx, params, max_new=caps)]
+    heads = prompts * 4
+    tails = [[] for _ in range(6)] + [list(q) for q in prefixes] * 2
+    with torch.no_grad():
+        sc = score_responses(
+            model,
+            heads,
+            [a + g.token_ids for a, g in zip(tails, gens, strict=True)],
+            pad_id=tok.pad_token_id,
+            temperature=0.9,
+        )
+    for i, (a, g, cap) in enumerate(zip(tails, gens, caps, strict=True)):
+        assert 1 <= len(g.token_ids) <= cap and len(g.logprobs) == len(g.token_ids)
+        assert g.finished == (g.token_ids[-1] == tok.eos_token_id) and tok.eos_token_id not in g.token_ids[:-1]
+        want = sc.logprobs[i, len(a) : len(a) + len(g.token_ids)]
+        assert torch.allclose(want, torch.tensor(g.logprobs), atol=1e-5), i

@@ -30,6 +30,11 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 64
     seed: int = 0
+    # The contexts are prompts continued past a prefix (the continuation stage, seeded evaluation): an
+    # engine may feed a long context's tail through its decode steps instead of prefilling it
+    # (HFEngine, `prefill_width`): the same distribution, other float rounding. Off for drafts, so a
+    # draft stopped at its cut stays bit for bit the full draft's beginning (tests/unit/test_seeding.py).
+    feed_context: bool = False
 
 
 @dataclass
@@ -171,12 +176,29 @@ def prefill_groups(
     return groups[::-1]
 
 
+def prefill_width(lengths: Sequence[int], limits: Sequence[int]) -> int:
+    """How many tokens of each context a batch prefills: the smallest width P that adds no decode step.
+
+    The rows decode in lock-step for max(limits) steps. A row with a long context and a small cap (a
+    seed's prefix continued to T - len(prefix)) would otherwise wait through the steps it does not
+    need while its whole context widens the prefill and every step's cache for all rows; instead its
+    tokens past P are fed through those steps (forced, not sampled). The last of them ends where the
+    row's own cap allows: len - P + cap <= max(limits). With equal caps (GRPO, drafts, evaluation)
+    P is the longest context: nothing is forced, the batch runs exactly as a plain prefill would."""
+    steps = max(limits, default=0)
+    need = [n - (steps - m) for n, m in zip(lengths, limits, strict=True) if m > 0]
+    return max(1, *need) if need else max(lengths, default=1)
+
+
 class HFEngine:
     """Batched sampling with a transformers causal LM on CPU or GPU.
 
     Contexts are left-padded into one batch so all rows decode in lock-step with one KV cache,
-    allocated once for the widest context plus the longest cap (`_GrowingLayer`: no copy of the
+    allocated once for the widest prefill plus the longest cap (`_GrowingLayer`: no copy of the
     cache per step); rows that hit EOS keep running masked (cheaper than re-batching on a tiny model).
+    With `params.feed_context`, a context longer than the batch's prefill width (`prefill_width`: a
+    seed's prefix with its shorter cap) is fed its remaining tokens through the first decode steps, so
+    the continuation of prefixes decodes over the cache width of the prompts alone.
     Everything runs on the model's device: the batch, the KV cache, the sampling generator and the
     per-step tensors; only the finished tokens and log-probs come back to the CPU, once per batch.
     Log-probs are taken from float32 logits whatever the weights' dtype (bf16 weights: bf16 matmuls).
@@ -281,33 +303,45 @@ class HFEngine:
         if max(limits) <= 0:
             return [Generation([], [], False) for _ in contexts]
         steps = max(limits)
-        L = max(len(c) for c in contexts)
         if min(len(c) for c in contexts) == 0:
             raise ValueError("empty context: every prompt needs at least one token")
-        ids, attn, pos = self._left_padded(contexts, L)  # the whole batch's mask and positions: every step's
+        lens = [len(c) for c in contexts]
+        L = prefill_width(lens, limits) if params.feed_context else max(lens)
+        heads = [c[:L] for c in contexts]
+        n_forced = torch.tensor([max(0, len(c) - L) for c in contexts], dtype=torch.long, device=dev)
+        forced = torch.full((B, max(1, int(n_forced.max()))), self.pad_id, dtype=torch.long)
+        for i, c in enumerate(contexts):
+            if len(c) > L:
+                forced[i, : len(c) - L] = torch.tensor(list(c[L:]), dtype=torch.long)
+        forced = forced.to(dev)
+        ids, attn, pos = self._left_padded(heads, L)  # the whole batch's mask and positions: every step's
         past = _kv_cache(self.model, L + steps, B)
         if past is None:  # the model's own cache: one prefill of the whole padded batch
             res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
             past, logits = res.past_key_values, res.logits[:, -1, :]
         else:
-            logits = self._grouped_prefill(contexts, L, past)
+            logits = self._grouped_prefill(heads, L, past)
         next_pos = pos[:, -1] + 1
 
         tokens = torch.full((B, steps), self.pad_id, dtype=torch.long, device=dev)
         logps = torch.zeros((B, steps), dtype=torch.float32, device=dev)
         limit_t = torch.tensor(limits, dtype=torch.long, device=dev)
         done = limit_t <= 0
-        lengths = limit_t.clamp(min=0)
+        lengths = limit_t.clamp(min=0)  # sampled tokens per row, until EOS says otherwise
         for t in range(steps):
             logp_all = torch.log_softmax(logits.float() / params.temperature, dim=-1)
             probs = _top_p_filter(logp_all.exp(), params.top_p)
             tok = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            forcing = n_forced > t  # still feeding its context: that token, not a sample
+            if t < forced.shape[1]:
+                tok = torch.where(forcing, forced[:, t], tok)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             tokens[:, t] = tok
-            logps[:, t] = torch.where(done, 0.0, logp_all.gather(-1, tok[:, None]).squeeze(-1))
-            newly = ~done & (tok == self.eos_id)
-            lengths = torch.where(newly, t + 1, lengths)
-            done = done | newly | (limit_t <= t + 1)  # a row at its cap stops (not finished)
+            logps[:, t] = torch.where(done | forcing, 0.0, logp_all.gather(-1, tok[:, None]).squeeze(-1))
+            sampled = t + 1 - n_forced  # tokens this row has sampled, this one included
+            newly = ~done & ~forcing & (tok == self.eos_id)
+            lengths = torch.where(newly, sampled, lengths)
+            done = done | newly | (~forcing & (limit_t <= sampled))  # a row at its cap stops (not finished)
             if bool(done.all()) or t == steps - 1:
                 break
             attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
@@ -321,10 +355,13 @@ class HFEngine:
             past, logits = res.past_key_values, res.logits[:, -1, :]
             next_pos = next_pos + 1
 
-        tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
+        tokens, logps, lengths, n_forced = tokens.cpu(), logps.cpu(), lengths.cpu(), n_forced.cpu()
         gens = []
         for i in range(B):
+            a = int(n_forced[i])
             n = int(lengths[i])
-            ids_i = tokens[i, :n].tolist()
-            gens.append(Generation(ids_i, logps[i, :n].tolist(), finished=bool(ids_i) and ids_i[-1] == self.eos_id))
+            ids_i = tokens[i, a : a + n].tolist()
+            gens.append(
+                Generation(ids_i, logps[i, a : a + n].tolist(), finished=bool(ids_i) and ids_i[-1] == self.eos_id)
+            )
         return gens

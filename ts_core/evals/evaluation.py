@@ -88,7 +88,9 @@ def evaluate_prompts(
     # A seeded response is prefix + continuation, capped at max_new_tokens in total.
     caps = [max(0, max_new_tokens - len(pre)) for _, pre in owners]
     gens = engine.generate(
-        contexts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed), max_new=caps
+        contexts,
+        SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, feed_context=True),
+        max_new=caps,
     )
     texts = [
         tokenizer.decode(pre + g.token_ids, skip_special_tokens=True) for (i, pre), g in zip(owners, gens, strict=True)

@@ -67,7 +67,9 @@ def continuation(s: Session, k: int) -> Manifest:
                 ctx.append(pids + list(prefix))
                 caps.append(max(0, T - len(prefix)))
                 gen_rows.append(len(rows) - 1)
-    params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=stage_seed(cfg, k, "continuation"))
+    params = SamplingParams(
+        cfg.rollout.temperature, cfg.rollout.top_p, T, seed=stage_seed(cfg, k, "continuation"), feed_context=True
+    )
     # Sharded by rollout.batch_size: this process's engine, or the Ray rollout workers (Session.generate).
     gens = s.generate(run.policy(k), ctx, params, max_new=caps, timer=t)
     for i, g in zip(gen_rows, gens, strict=True):
