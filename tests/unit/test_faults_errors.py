@@ -283,3 +283,26 @@ def test_atomic_and_sft_control_files_follow_the_umask(tmp_path, umask_027):
         assert stat.S_IMODE(p.stat().st_mode) == expected, p
     assert json.loads((tmp_path / "ctl" / "state.json").read_text()) == {"a": 1}
     assert [p.name for p in (tmp_path / "ctl").iterdir()] == ["state.json"]  # no temp file left
+
+
+def test_user_data_is_read_once_per_process_until_it_changes(tmp_path, monkeypatch):
+    """The CLI, the flow and prepare each check the user's files before writing: one read per file,
+    and a file changed since (size or mtime) is read, and refused, again."""
+    import os
+
+    from thinking_seeds.data import sources
+
+    reads = []
+    real = sources.load_dataset
+    monkeypatch.setattr(sources, "load_dataset", lambda p, *a, **k: reads.append(str(p)) or real(p, *a, **k))
+    train, val = write(tmp_path / "train.parquet"), write(tmp_path / "val.parquet")
+    cfg = load_config("tiny", ["data.source=parquet", f"data.train_path={train}", f"data.val_path={val}"])
+    for _ in range(3):
+        sources.check_user_data(cfg.data)
+    assert sorted(reads) == sorted([str(train), str(val)])
+    empty(train)
+    os.utime(train, ns=(1, 1))  # another mtime even on a coarse clock
+    with pytest.raises(DataError, match=f"{train} has no rows"):
+        sources.check_user_data(cfg.data)
+    with pytest.raises(DataError, match=f"{train} has no rows"):  # a bad file is never remembered as good
+        sources.check_user_data(cfg.data)

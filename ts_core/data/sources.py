@@ -378,10 +378,24 @@ def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
     return prompts
 
 
+# User files read and found good in this process, by (path, size, mtime): the CLI, the flow and the
+# prepare stage each check before they write, and a large file should be read once, not three times.
+_CHECKED: set[tuple[str, int, int]] = set()
+
+
 def check_user_data(data: Any) -> None:
     """data.source=parquet (`data` is a DataConfig): read the user's train and validation files as a
     run would, so a missing, empty, corrupt or wrongly typed one is refused in one line naming the
-    file -- call it before anything is written (run directory, lock, config.yaml)."""
+    file -- call it before anything is written (run directory, lock, config.yaml). A file already
+    checked in this process and unchanged since (size, mtime) is not read again."""
     if data.source == "parquet":
         for path in (data.train_path, data.val_path):
-            load_dataset(path)
+            try:
+                st = os.stat(path)
+                key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+            except OSError:
+                key = None  # load_dataset says what is wrong with it
+            if key is None or key not in _CHECKED:
+                load_dataset(path)
+                if key is not None:
+                    _CHECKED.add(key)

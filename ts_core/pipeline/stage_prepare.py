@@ -53,8 +53,7 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
         else:
             run.data_dir.mkdir(parents=True, exist_ok=True)
             for split, src in (("train", cfg.data.train_path), ("validation", cfg.data.val_path)):
-                load_dataset(src)  # validates columns and ground truths, naming the file
-                shutil.copyfile(src, run.data_dir / f"{split}.parquet")
+                shutil.copyfile(src, run.data_dir / f"{split}.parquet")  # checked above (check_inputs)
     if cfg.reward.fn:  # the user's function on a real row, before any model is loaded
         check_reward_fn(cfg.reward.fn, load_dataset(run.data_dir / "validation.parquet")[0])
     with t("model_load"):
