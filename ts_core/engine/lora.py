@@ -25,6 +25,7 @@ __all__ = [
     "check_targets_of",
     "is_adapter",
     "load_policy",
+    "merged_model",
     "merged_state_dict",
 ]
 
@@ -102,13 +103,19 @@ def load_policy(policy_dir: Path, dtype, lora=None):
         return PeftModel.from_pretrained(model, str(policy_dir), is_trainable=True), tok
 
 
-def merged_state_dict(ckpt_dir: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """The full weights of an adapter step: its base with the adapters merged in (peft's merge)."""
+def merged_model(ckpt_dir: Path):
+    """An adapter step as a plain model, its base with the adapters merged in (peft's merge), and the
+    base's tokenizer: what an engine swaps in and what `ts export` ships."""
     from peft import PeftModel
 
     from thinking_seeds.engine.models import load_model
 
-    base, _ = load_model(base_of(ckpt_dir))
+    base, tok = load_model(base_of(ckpt_dir))
     with MODEL_LOAD_LOCK:
-        merged = PeftModel.from_pretrained(base, str(ckpt_dir)).merge_and_unload()
+        return PeftModel.from_pretrained(base, str(ckpt_dir)).merge_and_unload(), tok
+
+
+def merged_state_dict(ckpt_dir: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The full weights of an adapter step (`merged_model`)."""
+    merged, _ = merged_model(ckpt_dir)
     return {k: v.to(device) for k, v in merged.state_dict().items()}

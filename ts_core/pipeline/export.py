@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from thinking_seeds.engine.lora import base_of, is_adapter
-from thinking_seeds.store.checkpoints import MANIFEST_NAME, MODEL_LOAD_LOCK, OPTIMIZER_NAME, verified
+from thinking_seeds.engine.lora import is_adapter, merged_model
+from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
 from thinking_seeds.store.parquet_io import shareable
 from thinking_seeds.store.run_dir import RunDir
 
@@ -85,13 +85,7 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     shareable(tmp)  # mkdtemp makes 0700: the exported folder follows the umask
     if is_adapter(src):  # a LoRA step: ship base + adapters merged, so any loader takes it as is
-        from peft import PeftModel
-
-        from thinking_seeds.engine.models import load_model
-
-        base, tok = load_model(base_of(src))
-        with MODEL_LOAD_LOCK:
-            merged = PeftModel.from_pretrained(base, str(src)).merge_and_unload()
+        merged, tok = merged_model(src)
         merged.save_pretrained(tmp)
         tok.save_pretrained(tmp)
     else:
