@@ -162,16 +162,24 @@ def prefill_groups(
 ) -> list[list[int]]:
     """Row indices in prefill groups of similar context length, shortest first: the split of the rows,
     sorted by length, into runs that minimises the positions computed, sum(rows x group_width) plus
-    call_cost per group (dynamic programming over the sorted lengths; 128 rows: ~8k steps)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    n, top = len(order), max(lengths, default=0)
-    best, cut = [0] + [0] * n, [0] * (n + 1)
-    for j in range(1, n + 1):
-        w = group_width(lengths[order[j - 1]], top, align)
-        best[j], cut[j] = min((best[i] + (j - i) * w + call_cost, i) for i in range(j))
-    groups, j = [], n
+    call_cost per group. Dynamic programming over the distinct lengths (rows of one length always
+    share a group: splitting them saves no padding and costs a call), so O(distinct lengths^2)."""
+    top = max(lengths, default=0)
+    by_len: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        by_len.setdefault(n, []).append(i)
+    lens = sorted(by_len)
+    rows_upto = [0]  # rows_upto[j]: rows of the j shortest lengths
+    for n in lens:
+        rows_upto.append(rows_upto[-1] + len(by_len[n]))
+    u = len(lens)
+    best, cut = [0] * (u + 1), [0] * (u + 1)
+    for j in range(1, u + 1):
+        w = group_width(lens[j - 1], top, align)
+        best[j], cut[j] = min((best[i] + (rows_upto[j] - rows_upto[i]) * w + call_cost, i) for i in range(j))
+    groups, j = [], u
     while j > 0:
-        groups.append(sorted(order[cut[j] : j]))
+        groups.append(sorted(r for n in lens[cut[j] : j] for r in by_len[n]))
         j = cut[j]
     return groups[::-1]
 
