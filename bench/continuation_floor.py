@@ -25,14 +25,16 @@ seconds.
   ts_on_policy    the on-policy rows alone, in their own call
   ts_seeded       the seeded rows alone, in their own call (ts_split = the two calls together)
 
-and this under two engines (`--engines`), interleaved in the same rounds: `ours` (HFEngine as it
-is: its own preallocated KV cache, prefill in groups of similar context length, the part of a long
-context that its short cap leaves room for fed through the decode steps: `rollout.prefill_width`),
-`prefill_all` (the same, every context prefilled whole: HFEngine before that change) and `plain`
-(transformers' DynamicCache and one prefill of the whole left-padded batch: HFEngine before its own
-cache; `_kv_cache` patched to None). `plain` and `prefill_all` must sample the same tokens (checked);
-`ours` computes the prefixes' keys and values in decode steps (other float rounding), so where
-there are prefixes its samples are other draws of the same distribution.
+and this under engines (`--engines`), interleaved in the same rounds: `ours` (HFEngine as it is:
+its own preallocated KV cache; prefill in groups of similar context length, identical contexts
+prefilled once (`rollout.unique_contexts`); the part of a long context that its short cap leaves
+room for fed through the decode steps (`rollout.prefill_width`)), `prefill_each` (ours, but every
+row prefilled on its own: before identical contexts were shared), `prefill_all` (ours, but every
+context prefilled whole: before prefixes were fed) and `plain` (transformers' DynamicCache and one
+prefill of the whole left-padded batch: HFEngine before its own cache; `_kv_cache` patched to
+None). `plain` and `prefill_all` sample the same tokens, and so do `ours` and `prefill_each`
+(checked); where there are prefixes, the engines that feed them compute their keys and values in
+decode steps (other float rounding), so their samples are other draws of the same distribution.
 
 Every variant samples with the stage's seed, so its samples (hence decode steps and tokens) are the
 same in every round (checked). Forward hooks on the model time each call: the prefill (contexts,
@@ -90,27 +92,30 @@ def stage_batch(run, cfg, k: int) -> dict:
     raise RuntimeError("the continuation stage did not generate")
 
 
-ENGINE_MODES = ("ours", "plain", "prefill_all")
+ENGINE_MODES = ("ours", "plain", "prefill_all", "prefill_each")
 
 
 @contextmanager
 def engine_mode(mode: str):
     """`plain`: transformers' own DynamicCache and one padded prefill (HFEngine before its own cache);
     `prefill_all`: our cache, but every context prefilled whole (HFEngine before prefixes were fed
-    through the decode steps, `rollout.prefill_width`)."""
+    through the decode steps, `rollout.prefill_width`); `prefill_each`: ours, but every row prefilled
+    on its own (before identical contexts were prefilled once, `rollout.unique_contexts`)."""
     import thinking_seeds.engine.rollout as rollout
 
     if mode not in ENGINE_MODES:
         raise SystemExit(f"unknown engine {mode!r}: choose from {', '.join(ENGINE_MODES)}")
-    kept = rollout._kv_cache, rollout.prefill_width
+    kept = rollout._kv_cache, rollout.prefill_width, rollout.unique_contexts
     if mode == "plain":
         rollout._kv_cache = lambda *a: None
     if mode in ("plain", "prefill_all"):
         rollout.prefill_width = lambda lengths, limits: max(lengths)
+    if mode == "prefill_each":
+        rollout.unique_contexts = lambda contexts: (list(contexts), [[i] for i in range(len(contexts))])
     try:
         yield
     finally:
-        rollout._kv_cache, rollout.prefill_width = kept
+        rollout._kv_cache, rollout.prefill_width, rollout.unique_contexts = kept
 
 
 class CallClock:
@@ -359,11 +364,13 @@ def main() -> None:
         for v, rs in res[m].items():
             if any([g.token_ids for g in x["gens"]] != [g.token_ids for g in rs[0]["gens"]] for x in rs):
                 raise RuntimeError(f"{m}/{v}: samples differ between rounds")
-    whole = [m for m in modes if m != "ours"]
-    for m in whole[1:]:
-        for v in variants:
-            if [g.token_ids for g in res[m][v][0]["gens"]] != [g.token_ids for g in res[whole[0]][v][0]["gens"]]:
-                raise RuntimeError(f"{m}/{v}: samples differ from {whole[0]}'s")
+    for kind in (("plain", "prefill_all"), ("ours", "prefill_each")):  # whole prefills; prefixes fed
+        same_kind = [m for m in modes if m in kind]
+        for m in same_kind[1:]:
+            for v in variants:
+                got, ref = res[m][v][0]["gens"], res[same_kind[0]][v][0]["gens"]
+                if [g.token_ids for g in got] != [g.token_ids for g in ref]:
+                    raise RuntimeError(f"{m}/{v}: samples differ from {same_kind[0]}'s")
     same = {
         v: all([g.token_ids for g in res[m][v][0]["gens"]] == [g.token_ids for g in first[v][0]["gens"]] for m in modes)
         for v in variants

@@ -79,6 +79,29 @@ def _max_diff(model, tok, contexts, gens, temperature):
     return worst
 
 
+def test_a_groups_requests_share_the_prompt_in_the_prefix_cache(engine, hf, ckpts):
+    """A continuation batch: each prompt's on-policy samples and its seeds (prompt + prefix) in one call.
+    Prefix caching must serve the repeated prompts from the cache (whole KV blocks: on the CPU of
+    CPU_BLOCK_SIZE tokens, not vLLM's 128, which no preset's prompt fills), and a cached prompt must
+    sample what a prefilled one does: the log-probs still match the scorer."""
+    from thinking_seeds.engine.vllm_engine import CPU_BLOCK_SIZE
+
+    engine.load_weights(ckpts[0])
+    model, tok = hf["a"]
+    qs = [f"Compute {i}+{3 * i}-{7 * i}+{i % 5}. Answer in \\boxed{{}}.\n" for i in range(6)]
+    prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in qs]
+    assert min(len(p) for p in prompts) >= CPU_BLOCK_SIZE  # each prompt fills at least one block
+    ctx = [p + ([5, 6, 7, 8][:k] if k else []) for p in prompts for k in (0, 0, 0, 0, 1, 2, 3, 4)]
+    before = dict(engine.prefix_cache)
+    gens = engine.generate(ctx, SamplingParams(max_new_tokens=8, seed=4))
+    assert _max_diff(model, tok, ctx, gens, 1.0) <= TOL
+    prompt = engine.prefix_cache["prompt_tokens"] - before["prompt_tokens"]
+    cached = engine.prefix_cache["cached_tokens"] - before["cached_tokens"]
+    assert prompt == sum(len(c) for c in ctx)
+    full_blocks = sum(len(p) // CPU_BLOCK_SIZE * CPU_BLOCK_SIZE for p in prompts)
+    assert cached >= 7 * full_blocks  # 7 of each prompt's 8 requests find its full blocks cached
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 1.3])
 def test_logprobs_match_the_scorer(engine, hf, ckpts, temperature):
     engine.load_weights(ckpts[0])

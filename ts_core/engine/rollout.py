@@ -184,6 +184,20 @@ def prefill_groups(
     return groups[::-1]
 
 
+def unique_contexts(contexts: Sequence[Sequence[int]]) -> tuple[list[Sequence[int]], list[list[int]]]:
+    """The distinct contexts, in order of first appearance, and the rows that have each."""
+    slot: dict[tuple[int, ...], int] = {}
+    uniq: list[Sequence[int]] = []
+    rows_of: list[list[int]] = []
+    for i, c in enumerate(contexts):
+        u = slot.setdefault(tuple(c), len(slot))
+        if u == len(uniq):
+            uniq.append(c)
+            rows_of.append([])
+        rows_of[u].append(i)
+    return uniq, rows_of
+
+
 def prefill_width(lengths: Sequence[int], limits: Sequence[int]) -> int:
     """How many tokens of each context a batch prefills: the smallest width P that adds no decode step.
 
@@ -285,20 +299,27 @@ class HFEngine:
         """Prefill the batch in groups of similar context length (`prefill_groups`), each padded only
         to its own widest context, into `cache` at the positions the whole batch left-padded to L
         would give them; the logits of each row's last context token. A batch mixing prompts with
-        prompt + prefix contexts (the continuation stage) computes no padding wider than its group."""
+        prompt + prefix contexts (the continuation stage) computes no padding wider than its group.
+        Identical contexts (a group's samples of one prompt) are prefilled once and their keys,
+        values and logits copied to every row that has them."""
         B = len(contexts)
+        uniq, rows_of = unique_contexts(contexts)
         logits = None
-        for rows in prefill_groups([len(c) for c in contexts]):
-            w = group_width(max(len(contexts[i]) for i in rows), L)
-            ids, attn, pos = self._left_padded([contexts[i] for i in rows], w)
+        for group in prefill_groups([len(c) for c in uniq]):
+            w = group_width(max(len(uniq[u]) for u in group), L)
+            ids, attn, pos = self._left_padded([uniq[u] for u in group], w)
             res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
-            idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+            # every row of the batch whose context is one of this group's, and where its prefill sits
+            src = torch.tensor(
+                [j for j, u in enumerate(group) for _ in rows_of[u]], dtype=torch.long, device=self.device
+            )
+            idx = torch.tensor([i for u in group for i in rows_of[u]], dtype=torch.long, device=self.device)
             for layer, part in zip(cache.layers, res.past_key_values.layers, strict=True):
-                layer.put(idx, L - w, part.keys, part.values)
+                layer.put(idx, L - w, part.keys[src], part.values[src])
             last = res.logits[:, -1, :]
             if logits is None:
                 logits = last.new_empty((B, last.shape[-1]))
-            logits[idx] = last
+            logits[idx] = last[src]
         for layer in cache.layers:
             layer.filled(L)
         return logits

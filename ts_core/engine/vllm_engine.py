@@ -100,6 +100,20 @@ def _read_json(p: Path) -> dict:
     return json.loads(p.read_text())
 
 
+# Prefix caching shares whole KV blocks only. vLLM's CPU backend defaults to blocks of 128 tokens, so a
+# prompt shorter than that (every preset's) was never shared: the samples of a group, and the seeds
+# continued beside them, each prefilled the prompt again (0 of 4968 prompt tokens cached on a tiny-preset
+# continuation batch; with 32-token blocks 72%, BENCHMARKS.md). 32 is the CPU kernels' preferred multiple
+# (16 fails there); GPUs keep vLLM's default (16).
+CPU_BLOCK_SIZE = 32
+
+
+def _default_block_size() -> int | None:
+    from vllm.platforms import current_platform
+
+    return CPU_BLOCK_SIZE if current_platform.is_cpu() else None
+
+
 class VLLMEngine:
     """vLLM behind the `Engine` protocol. `cfg` is a `RunConfig` (model dtype, rollout sizes)."""
 
@@ -113,6 +127,7 @@ class VLLMEngine:
         enforce_eager: bool | None = None,
         max_num_seqs: int | None = None,
         lora_requests: bool | None = None,
+        block_size: int | None = None,
     ):
         try:
             import vllm  # noqa: F401
@@ -164,6 +179,10 @@ class VLLMEngine:
         self._merged: list[tuple[str, Path]] = []  # swap mode: (adapter tag, merged weights dir), oldest first
         self._keep_merged = int(getattr(getattr(cfg, "pool", None), "size", 1)) + 2
 
+        if block_size is None:
+            block_size = _default_block_size()
+        self.prefix_cache = {"prompt_tokens": 0, "cached_tokens": 0}  # over every call: what prefix caching saved
+
         self._tmp = Path(tempfile.mkdtemp(prefix="ts-vllm-weights-"))
         self.loaded_from: str | None = None
         set_threads = torch.set_num_threads  # the CPU worker replaces it with a no-op; restore it below
@@ -179,6 +198,7 @@ class VLLMEngine:
                 max_num_seqs=batch,
                 enforce_eager=enforce_eager,
                 enable_prefix_caching=True,  # a group's samples share the prompt
+                **({"block_size": block_size} if block_size else {}),
                 # No partial prefills: vLLM rewinds a seeded request's generator when it discards the
                 # token sampled after a partial prefill, and CPU generators cannot rewind
                 # ("CPU Generator does not use offset").
@@ -414,6 +434,8 @@ class VLLMEngine:
             kw = {"lora_request": loras} if self.lora_requests else {}
             results = self.llm.generate(prompts, sps, use_tqdm=False, **kw)
             for (j, i), res in zip(rows, results, strict=True):
+                self.prefix_cache["prompt_tokens"] += len(res.prompt_token_ids or ())
+                self.prefix_cache["cached_tokens"] += int(res.num_cached_tokens or 0)
                 o = res.outputs[0]
                 ids = [int(t) for t in o.token_ids]
                 lps = [float(pos[t].logprob) for pos, t in zip(o.logprobs, ids, strict=True)]
