@@ -337,12 +337,12 @@ class HFEngine:
         lens = [len(c) for c in contexts]
         L = prefill_width(lens, limits) if params.feed_context else max(lens)
         heads = [c[:L] for c in contexts]
-        n_forced = torch.tensor([max(0, len(c) - L) for c in contexts], dtype=torch.long, device=dev)
-        forced = torch.full((B, max(1, int(n_forced.max()))), self.pad_id, dtype=torch.long)
-        for i, c in enumerate(contexts):
-            if len(c) > L:
-                forced[i, : len(c) - L] = torch.tensor(list(c[L:]), dtype=torch.long)
+        tails = [list(c[L:]) for c in contexts]  # fed through the first decode steps (feed_context)
+        forced = torch.full((B, max(1, *map(len, tails))), self.pad_id, dtype=torch.long)
+        for i, tail in enumerate(tails):
+            forced[i, : len(tail)] = torch.tensor(tail, dtype=torch.long)
         forced = forced.to(dev)
+        n_forced = torch.tensor([len(t) for t in tails], dtype=torch.long, device=dev)
         ids, attn, pos = self._left_padded(heads, L)  # the whole batch's mask and positions: every step's
         past = _kv_cache(self.model, L + steps, B)
         if past is None:  # the model's own cache: one prefill of the whole padded batch
