@@ -112,11 +112,10 @@ def compare_flow(spec: ComparisonSpec) -> str:
     runs_dir = str(runs_root())
     specs = prepare(spec, Path(runs_dir))
     log.info(
-        "comparison %s: %d runs (%s x seeds %s), %d at once, runs in %s",
+        "comparison %s: %d runs (%s), %d at once, runs in %s",
         spec.compare_id,
         len(specs),
-        ", ".join(spec.methods),
-        spec.seeds,
+        spec.plan_text(),
         spec.parallel,
         runs_dir,
     )

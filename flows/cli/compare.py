@@ -23,7 +23,9 @@ def compare(
         help="Comma-separated methods (algorithm presets); a method may name its own seeds, "
         "e.g. grpo:0-4,seq_mix:0-2 (else --seeds).",
     ),
-    seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds; every method runs once per seed."),
+    seeds: str = typer.Option(
+        "0,1,2", "--seeds", help="Comma-separated seeds of every method that names none of its own (grpo:0-4 does)."
+    ),
     set_: list[str] = typer.Option(
         [], "--set", "-s", help="Override a config key for every run: section.key=value (repeatable)."
     ),
@@ -113,7 +115,7 @@ def compare(
         con.print(f"[green]report (runs so far):[/] {write_report(spec, runs_root())}")
         return
     con.print(
-        f"comparison [bold]{compare_id}[/]: {len(specs)} runs ({', '.join(spec.methods)} x seeds {seeds}"
+        f"comparison [bold]{compare_id}[/]: {len(specs)} runs ({spec.plan_text()}"
         + (f" x sweep {', '.join(sweep)}" + (" one at a time" if one_at_a_time else "") if sweep else "")
         + (f", base point from {reference}" if reference else "")
         + f"), {parallel} at once"

@@ -172,6 +172,17 @@ def test_plan_per_method_seeds_the_countdown_comparison():
         plan("tiny", ["grpo:0-1", "grpo:2-3"], [0])
 
 
+def test_plan_text_names_the_seeds_each_method_runs():
+    """The start line said "x seeds 0,1,2" for issue #9's command, whose methods all name their own."""
+    from thinking_seeds.experiments.spec import ComparisonSpec
+
+    own = ComparisonSpec.of(methods="grpo:0-4,luffy:0-1", seeds="0,1,2")
+    assert own.plan_text() == "grpo:0-4, luffy:0-1"
+    assert ComparisonSpec.of(methods="grpo,luffy", seeds="5,6").plan_text() == "grpo, luffy x seeds 5,6"
+    mixed = ComparisonSpec.of(methods="grpo:0-4,luffy,seq_mix", seeds="7")
+    assert mixed.plan_text() == "grpo:0-4, luffy, seq_mix; seeds 7 for luffy, seq_mix"
+
+
 def test_cli_compare_errors(tmp_path):
     env = {"TS_RUNS_DIR": str(tmp_path)}
     r = runner.invoke(

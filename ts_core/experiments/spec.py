@@ -359,6 +359,19 @@ class ComparisonSpec(BaseModel):
             self.one_at_a_time,
         )
 
+    def plan_text(self) -> str:
+        """The methods with the seeds each runs, for the start line of a comparison:
+        'grpo:0-4, luffy:0-1' or 'grpo, luffy x seeds 0,1,2' (mixed: both, the shared seeds named)."""
+        own = method_seeds(self.methods)
+        text = ", ".join(self.methods)
+        shared = [m for m, seeds in own.items() if not seeds]
+        if not shared:  # every method names its own seeds: --seeds is unused
+            return text
+        seeds = ",".join(map(str, self.seeds))
+        if len(shared) == len(own):
+            return f"{text} x seeds {seeds}"
+        return f"{text}; seeds {seeds} for {', '.join(shared)}"
+
     @property
     def report_dir(self) -> Path:
         """Where the report goes: <out_dir>/<compare_id>/."""
