@@ -10,6 +10,7 @@ from thinking_seeds.config import ConfigError, load_config
 from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.data.sources import Message, Prompt, load_dataset
 from thinking_seeds.pipeline.loop import train
+from thinking_seeds.pipeline.stage_prepare import prepare
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
 
@@ -71,6 +72,11 @@ def test_bad_functions_fail_before_any_work(user_module, tmp_path, tiny_model_di
     with pytest.raises(ValueError, match="returned str 'yes'; expected a number"):
         train(RunDir.for_run("bad", tmp_path), cfg)
     assert not (tmp_path / "bad" / "policy").exists()  # refused before θ_0 was written
+    # and before anything that would hold the run to the refused config: the fixed function (another
+    # config hash) starts under the same run id instead of "was started with another config"
+    assert not (tmp_path / "bad" / "config.yaml").exists() and not (tmp_path / "bad" / "data").exists()
+    fixed = cfg.model_copy(update={"reward": cfg.reward.model_copy(update={"fn": f"{user_module}:length_reward"})})
+    assert prepare(RunDir.for_run("bad", tmp_path), fixed).stage == "prepare"
 
 
 def test_a_run_scored_by_the_users_function(user_module, tmp_path, tiny_model_dir):

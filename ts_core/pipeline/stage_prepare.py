@@ -42,9 +42,11 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
                 f"run {run.root} was started with another config (hash {old.config_hash()} != {cfg.config_hash()}); "
                 "resume it with the same preset and --set values, or choose a new --run-id"
             )
+        fresh = False
     else:
         with atomic_path(run.config_path) as tmp:
             save_config(cfg, tmp)
+        fresh = not run.data_dir.exists()
     t = Timer()
     with t("data"):
         if cfg.data.source != "parquet":  # generated: a built-in task or a reasoning-gym mixture
@@ -55,7 +57,13 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
             for split, src in (("train", cfg.data.train_path), ("validation", cfg.data.val_path)):
                 shutil.copyfile(src, run.data_dir / f"{split}.parquet")  # checked above (check_inputs)
     if cfg.reward.fn:  # the user's function on a real row, before any model is loaded
-        check_reward_fn(cfg.reward.fn, load_dataset(run.data_dir / "validation.parquet")[0])
+        try:
+            check_reward_fn(cfg.reward.fn, load_dataset(run.data_dir / "validation.parquet")[0])
+        except ValueError:
+            if fresh:  # a refused start leaves no config behind: the fixed one (another hash) may start here
+                run.config_path.unlink()
+                shutil.rmtree(run.data_dir)
+            raise
     with t("model_load"):
         if not (run.policy(0) / "manifest.json").exists():
             model, tok = load_model(resolve_model_path(cfg.model.path), cfg.model.dtype)
