@@ -362,7 +362,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--runs-dir", type=Path, default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--lr", type=float, default=None, help="default: the base model's warm-up lr (2e-3)")
+    ap.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="default: the base model's warm-up lr; after a cosine warm-up the lr it ended at",
+    )
     ap.add_argument("--batch-size", type=int, default=None, help="default: the warm-up's batch size (64)")
     ap.add_argument("--corpus-size", type=int, default=50_000)
     ap.add_argument("--max-steps", type=int, default=None, help="stop after this many SFT steps (tests)")
