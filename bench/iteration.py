@@ -2,6 +2,7 @@
 
     python bench/iteration.py [--iterations 5] [--rounds 3] [--methods grpo,thinking_seeds]
         [--launchers in_process,accelerate,accelerate_per_update] [--no-prefect] [--preset tiny]
+        [--set KEY=VALUE ...]
 
     .venv-vllm/bin/python bench/iteration.py --preset smollm2 --launchers accelerate   # vLLM, SmolLM2
 
@@ -69,8 +70,9 @@ def iteration_walls(run, n: int) -> list[float]:
     return [b - a for a, b in itertools.pairwise(ends)]
 
 
-def bench_overrides(method: str, launcher: str, iterations: int) -> list[str]:
-    """The tiny preset as the benches run it: `method`, `launcher`, evaluation off but a 1-sample check."""
+def bench_overrides(method: str, launcher: str, iterations: int, extra: tuple[str, ...] = ()) -> list[str]:
+    """The tiny preset as the benches run it: `method`, `launcher`, evaluation off but a 1-sample check;
+    then `extra` (--set: e.g. pipeline.overlap=true on vLLM, where it is off unless asked)."""
     return [
         f"algorithm={method}",
         f"iterations={iterations}",
@@ -79,17 +81,25 @@ def bench_overrides(method: str, launcher: str, iterations: int) -> list[str]:
         "eval.prompts=1",
         "eval.samples=1",
         "eval.seeded=false",
+        *extra,
     ]
 
 
 def bench(
-    method: str, launcher: str, iterations: int, prefect: bool, base: Path, tag: str, preset: str = "tiny"
+    method: str,
+    launcher: str,
+    iterations: int,
+    prefect: bool,
+    base: Path,
+    tag: str,
+    preset: str = "tiny",
+    extra: tuple[str, ...] = (),
 ) -> dict:
     """One run; per-iteration lists for iterations 1..n-1, and the one-off costs."""
     from thinking_seeds.config import load_config
     from thinking_seeds.store.run_dir import RunDir
 
-    overrides = bench_overrides(method, launcher, iterations)
+    overrides = bench_overrides(method, launcher, iterations, extra)
     run_id = f"bench-{method}-{launcher}-{tag}"
     os.environ["TS_RUNS_DIR"] = str(base)
     t0 = time.perf_counter()
@@ -137,6 +147,9 @@ def main() -> None:
     ap.add_argument(
         "--preset", default="tiny", help="tiny (HF engine), or smollm2 (vLLM: run with .venv-vllm; `make smollm2`)"
     )
+    ap.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override, every run"
+    )
     a = ap.parse_args()
     methods, launchers = a.methods.split(","), a.launchers.split(",")
     base = Path(tempfile.mkdtemp(prefix="ts-bench-"))
@@ -148,7 +161,9 @@ def main() -> None:
                 # warm cache) spreads over every launcher instead of landing on one.
                 order = launchers[r % len(launchers) :] + launchers[: r % len(launchers)]
                 for launcher in order:
-                    row = bench(method, launcher, a.iterations, not a.no_prefect, base, f"r{r}", a.preset)
+                    row = bench(
+                        method, launcher, a.iterations, not a.no_prefect, base, f"r{r}", a.preset, tuple(a.overrides)
+                    )
                     runs.setdefault((method, launcher), []).append(row)
                     print(
                         f"round {r} {method} {launcher}: iteration median {median(row['iteration_wall']):.2f} s",
@@ -162,6 +177,7 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
         f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
         f"{'plain loop' if a.no_prefect else 'Prefect flow (no server)'}, preset {a.preset}"
+        + (f", --set {' '.join(a.overrides)}" if a.overrides else "")
     )
     n_it = a.rounds * (a.iterations - 1)
     print(f"per-iteration wall time, median of {n_it} iterations (1..{a.iterations - 1} of {a.rounds} rounds), s")
