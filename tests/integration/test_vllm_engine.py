@@ -252,6 +252,30 @@ def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
         assert torch.allclose(sh.logprobs[0, :n], torch.tensor(r["behaviour_logprobs"][:n]), atol=TOL)
 
 
+def test_seeds_sampled_ahead_on_vllm_are_the_stages_seeds(tmp_path, engine):
+    """pipeline.overlap=true on vLLM (off unless asked): seeds 1 and 2 are drafted in a thread beside
+    updates 0 and 1, on the same engine the stages use, and the run is the one without overlap --
+    same prefixes, rollouts and weights -- so the drafts ran on the pool members' weights (a swap
+    racing the stages would change them)."""
+    from tests.helpers.resume import _assert_same_results
+    from tests.helpers.tiny import MOVING  # rewards are ~0 on a random model: the entropy bonus moves it
+    from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.store.run_dir import RunDir
+
+    engine.close()
+    base = save_tiny(tmp_path / "base", 3)
+    runs = {}
+    for overlap in ("false", "true"):
+        cfg = load_config(
+            "tiny", small_run(base, "iterations=3", "eval.every=3", *MOVING, f"pipeline.overlap={overlap}")
+        )
+        runs[overlap] = train(RunDir.for_run("vllm-overlap", tmp_path / overlap), cfg)
+    for k in (1, 2):
+        assert runs["true"].read_manifest(k, "seeds").metrics.get("perf/seeds_ahead") == 1.0
+        assert "perf/seeds_ahead" not in runs["false"].read_manifest(k, "seeds").metrics
+    _assert_same_results(runs["true"], runs["false"], 3)
+
+
 # -- LoRA (model.lora): adapters per request (rollout.lora_requests) vs merged weights swapped in -----------
 LORA_SET = ["model.lora.r=4", "model.lora.alpha=8.0", "model.lora.target_modules=[q_proj, v_proj]", "pool.size=3"]
 
