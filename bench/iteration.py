@@ -6,6 +6,9 @@
 
     .venv-vllm/bin/python bench/iteration.py --preset smollm2 --launchers accelerate   # vLLM, SmolLM2
 
+A method may carry config overrides after `+` (a variant measured beside the others, interleaved):
+`--methods grpo,thinking_seeds,thinking_seeds+pipeline.overlap=true`; `--set` applies to every run.
+
 For each round and method it runs `train_flow` (Prefect, no server) once per update launcher --
 in process, the persistent `accelerate launch` trainer (`accelerate`), a fresh `accelerate launch`
 per update (`accelerate_per_update`) -- interleaved, the launchers' order turned every round, then
@@ -99,7 +102,8 @@ def bench(
     from thinking_seeds.config import load_config
     from thinking_seeds.store.run_dir import RunDir
 
-    overrides = bench_overrides(method, launcher, iterations, extra)
+    algorithm, *variant = method.split("+")  # thinking_seeds+pipeline.overlap=true: a variant
+    overrides = bench_overrides(algorithm, launcher, iterations, (*extra, *variant))
     run_id = f"bench-{method}-{launcher}-{tag}"
     os.environ["TS_RUNS_DIR"] = str(base)
     t0 = time.perf_counter()
@@ -181,15 +185,16 @@ def main() -> None:
     )
     n_it = a.rounds * (a.iterations - 1)
     print(f"per-iteration wall time, median of {n_it} iterations (1..{a.iterations - 1} of {a.rounds} rounds), s")
+    w = max(16, *(len(m) for m in methods))
     hdr = (
-        f"{'method':16} {'launcher':22} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} "
+        f"{'method':{w}} {'launcher':22} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} "
         f"{'verify':>7} {'else':>7} {'else %':>7} {'1st iter':>8}"
     )
     print(hdr)
     for (m, launcher), r in results.items():
         wall, other = median(r["iteration_wall"]), median(r["everything_else"])
         print(
-            f"{m:16} {launcher:22} {wall:9.2f} {median(r['generation']):10.2f} {median(r['fwd_bwd']):8.2f} "
+            f"{m:{w}} {launcher:22} {wall:9.2f} {median(r['generation']):10.2f} {median(r['fwd_bwd']):8.2f} "
             f"{median(r['verification']):7.2f} {other:7.2f} {100 * other / wall:6.1f}% "
             f"{median(r['first_iteration']):8.2f}"
         )
