@@ -253,7 +253,7 @@ def test_one_thinking_seeds_iteration_with_vllm(tmp_path, engine):
 
 
 def test_seeds_sampled_ahead_on_vllm_are_the_stages_seeds(tmp_path, engine):
-    """pipeline.overlap=true on vLLM (off unless asked): seeds 1 and 2 are drafted in a thread beside
+    """pipeline.overlap on vLLM (on by default on the CPU): seeds 1 and 2 are drafted in a thread beside
     updates 0 and 1, on the same engine the stages use, and the run is the one without overlap --
     same prefixes, rollouts and weights -- so the drafts ran on the pool members' weights (a swap
     racing the stages would change them)."""

@@ -457,8 +457,8 @@ class PipelineConfig(_Section):
         "than θ_{k+1}, already on disk), in a thread of the pipeline's process, beside the in-process update or "
         "while the accelerate trainer works; the seeds stage k+1 then only writes them: the same prefixes, "
         "manifests and weights either way. It needs a core (or GPU) free for the drafts: on 2 idle CPU cores it "
-        "took 13-18% off an iteration of the tiny preset, under other jobs' load nothing (BENCHMARKS.md). Unset: "
-        "on with the HF engine on the CPU of this process (cluster=local), where that was measured; off on a GPU "
-        "(the drafts' KV cache and the in-process update's activations would be in memory together; not measured "
-        "yet), with vLLM and on Ray.",
+        "took 13-18% off an iteration of the tiny preset (SmolLM2 on vLLM: 14-16%), under other jobs' load nothing "
+        "(BENCHMARKS.md). Unset: on when this process samples on the CPU (cluster=local, HF engine or vLLM), where "
+        "that was measured; off on a GPU (the drafts' KV cache and the in-process update's activations would be in "
+        "memory together; not measured yet) and on Ray.",
     )

@@ -45,10 +45,11 @@ _LOCK = threading.Lock()
 
 
 def overlap_on(cfg: RunConfig) -> bool:
-    """pipeline.overlap, or when unset: on with the HF engine on this process's CPU (where it was measured)."""
+    """pipeline.overlap, or when unset: on when this process samples on the CPU (HF engine or vLLM:
+    where it was measured, BENCHMARKS.md), off on a GPU and on Ray."""
     if cfg.pipeline.overlap is not None:
         return cfg.pipeline.overlap
-    if cfg.rollout.engine != "hf" or cfg.cluster.kind != "local":
+    if cfg.cluster.kind != "local":
         return False
     from thinking_seeds.engine.models import resolve_device  # torch: only once a run asks
 
