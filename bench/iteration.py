@@ -75,7 +75,7 @@ def iteration_walls(run, n: int) -> list[float]:
 
 def bench_overrides(method: str, launcher: str, iterations: int, extra: tuple[str, ...] = ()) -> list[str]:
     """The tiny preset as the benches run it: `method`, `launcher`, evaluation off but a 1-sample check;
-    then `extra` (--set: e.g. pipeline.overlap=true on vLLM, where it is off unless asked)."""
+    then `extra` (--set and a method's own variant, e.g. pipeline.overlap=false)."""
     return [
         f"algorithm={method}",
         f"iterations={iterations}",
