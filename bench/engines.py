@@ -1,6 +1,6 @@
 """Generation throughput of HFEngine vs VLLMEngine on one Thinking Seeds iteration's pattern.
 
-The pattern of one iteration (SPEC §2): seeds from two historical checkpoints (two weight swaps,
+The pattern of one iteration (docs/algorithm.md §2): seeds from two historical checkpoints (two weight swaps,
 each writing half of the seeds), cut at λ ~ U[0.2, 0.6]; then the current policy (a third swap)
 samples the on-policy responses and continues every seed. Both engines run the same pattern in the
 same process on the same three checkpoints (the base model and two perturbed copies); the number

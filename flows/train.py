@@ -1,4 +1,4 @@
-"""The training flow: Thinking Seeds (SPEC §2) as Prefect tasks, one per stage.
+"""The training flow: Thinking Seeds (docs/algorithm.md §2) as Prefect tasks, one per stage.
 
     prepare: config, data, θ_0;  evaluate θ_0
     for k = 0 .. K-1:
@@ -6,7 +6,7 @@
         seeds         h ~ H writes drafts z; cut at λ·|z|     -> prefix corpus
         continuation  θ_k continues every seed; on-policy samples
         verify        rewards, statuses, group advantages     -> rollouts
-        update        loss of SPEC §3                         -> θ_{k+1}
+        update        loss of docs/algorithm.md §3                         -> θ_{k+1}
                       (pipeline.overlap: seeds k+1 sampled meanwhile, seeds_ahead task)
         evaluate      held-out accuracy, pass@k of θ_{k+1}    (every eval.every)
 

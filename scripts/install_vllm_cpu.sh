@@ -11,7 +11,7 @@
 # fastapi; the project's own pins (pyproject.toml) are chosen to fit, so torch, the project and the
 # extra go through ONE pip resolver call. After it, torchvision / torchaudio / torchcodec (vllm
 # imports them when present and fails on the mismatched builds) and triton (1 GB, no CPU backend)
-# are removed (SPEC §7).
+# are removed (docs/algorithm.md §7).
 #
 # torch==2.13.0+cpu comes from the wheel on this machine's disk (pip's find-links). Elsewhere set
 #   TORCH_INDEX=https://download.pytorch.org/whl/cpu

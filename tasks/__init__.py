@@ -1,4 +1,4 @@
-"""Prefect tasks: one per stage of SPEC §2 (made by `stage_task`), the seeds sampled ahead
+"""Prefect tasks: one per stage of docs/algorithm.md §2 (made by `stage_task`), the seeds sampled ahead
 (pipeline.overlap), and the checkpoint evaluation."""
 
 from .checkpoint_eval import evaluate_checkpoint_task
@@ -10,7 +10,7 @@ snapshot_task = stage_task("snapshot")  # θ_k joins the historical pool H
 seeds_task = stage_task("seeds")  # pool checkpoints write drafts, cut at λ·|z|
 continuation_task = stage_task("continuation")  # θ_k continues every seed; on-policy samples
 verify_task = stage_task("verify")  # rewards, statuses, group advantages
-update_task = stage_task("update")  # the loss of SPEC §3 -> θ_{k+1}
+update_task = stage_task("update")  # the loss of docs/algorithm.md §3 -> θ_{k+1}
 evaluate_task = stage_task("evaluate")  # held-out accuracy and pass@k of θ_{k+1}
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""One Prefect task per stage of SPEC §2, all made by `stage_task(name)`.
+"""One Prefect task per stage of docs/algorithm.md §2, all made by `stage_task(name)`.
 
 A stage task takes this process's Session over the run directory (`session_for`: one per run, as
 in the plain loop) and asks `thinking_seeds.pipeline.loop` to run

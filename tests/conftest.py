@@ -1,7 +1,7 @@
 """Shared test fixtures and environment.
 
 Environment (set before torch or prefect is imported by any test module):
-- one torch thread (SPEC §7: with the other core busy, two threads run 10-40x slower);
+- one torch thread (docs/algorithm.md §7: with the other core busy, two threads run 10-40x slower);
 - Prefect: no analytics, and a private PREFECT_HOME for the session so tests never touch
   ~/.prefect (each flow run in a test starts a temporary local server on that home's database).
 

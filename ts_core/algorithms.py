@@ -1,4 +1,4 @@
-"""The methods a run can train with (SPEC §4): the one list every other place derives from.
+"""The methods a run can train with (docs/algorithm.md §4): the one list every other place derives from.
 
 The config's `algorithm` field is typed with `AlgorithmName`, `ALGORITHMS` is its values in
 table order, and each name has an overlay `data/presets/algorithms/<name>.yaml` that sets what

@@ -2,7 +2,7 @@
 processes that import torch and transformers, ~10 s):
 
 - the same θ_1 and statistics in process, under `accelerate launch` with one process, and with two
-  CPU processes (`--multi_gpu --num_processes 2` + `Accelerator(cpu=True)` = gloo DDP, SPEC §7),
+  CPU processes (`--multi_gpu --num_processes 2` + `Accelerator(cpu=True)` = gloo DDP, docs/algorithm.md §7),
   both in the run's persistent trainer (`update.launcher=accelerate`) and launched per update;
 - bf16 mixed precision under `accelerate launch ... --cpu`: the exact π_old recompute in the worker;
 - a kill -9 of the run stops its persistent trainer in the middle of an update (PR_SET_PDEATHSIG):

@@ -1,5 +1,5 @@
 """The update under `accelerate launch` on CPU processes: the command runs gloo DDP
-(`--multi_gpu --num_processes 2` + `Accelerator(cpu=True)`, SPEC §7). The launched updates themselves
+(`--multi_gpu --num_processes 2` + `Accelerator(cpu=True)`, docs/algorithm.md §7). The launched updates themselves
 (the same θ_1 as in process, bf16, a kill -9 of the run stops its update): e2e/test_update_processes.py.
 """
 

@@ -1,4 +1,4 @@
-"""Hand-computed checks of the policy loss (SPEC §3): values, gradients, masks, statistics."""
+"""Hand-computed checks of the policy loss (docs/algorithm.md §3): values, gradients, masks, statistics."""
 
 import math
 

@@ -6,7 +6,7 @@ Every estimator has the same signature::
        epsilon: float) -> advantages: (N,) float
 
 `group_index[i]` is the prompt sample i answers (any integer ids, not necessarily contiguous).
-`baseline_mask[i]` says whether sample i helps define its group's baseline statistics (SPEC §2
+`baseline_mask[i]` says whether sample i helps define its group's baseline statistics (docs/algorithm.md §2
 step 5, `advantage.baseline`):
 
 - `group`:     all True -> seeded and on-policy samples share one baseline.

@@ -1,4 +1,4 @@
-"""The Thinking Seeds policy loss (SPEC §3), as pure functions over typed tensors.
+"""The Thinking Seeds policy loss (docs/algorithm.md §3), as pure functions over typed tensors.
 
 One response is `prefix + continuation`. The prefix was written by a historical checkpoint h, the
 continuation by the rollout policy θ_old. Each token gets the importance ratio against *the policy
@@ -211,7 +211,7 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) ->
 
 
 def population_masks(inp: LossInputs) -> dict[str, torch.Tensor]:
-    """(B, T) masks of the three token populations of SPEC §5."""
+    """(B, T) masks of the three token populations of docs/algorithm.md §5."""
     resp = inp.response_mask.bool()
     prefix = inp.prefix_mask.bool() & resp
     seeded = inp.seeded.bool()[:, None]
@@ -264,7 +264,7 @@ def _population_stats(
 def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
     """Token-level mix-policy loss.
 
-    Returns the scalar loss to minimise and additive statistics (SPEC §5 names, verl style):
+    Returns the scalar loss to minimise and additive statistics (docs/algorithm.md §5 names, verl style):
     actor/pg_loss, actor/pg_clipfrac/<pop>, actor/pg_clipfrac_adv/<pop>, actor/ratio_mean/<pop>,
     actor/ratio_max/<pop>, actor/ratio_above_frac/<pop>, actor/entropy/<pop>,
     actor/effective_entropy/<pop>, actor/kl (when kl_coef > 0), with <pop> in
@@ -311,7 +311,7 @@ def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
         loss = loss + s.kl_coef * aggregate(kl, loss_mask, s)
         stats.add("actor/kl", (kl.detach() * loss_mask).sum(), n_tok)
 
-    # SPEC §5: tokens that carry gradient = in the loss, advantage ≠ 0 (a group whose rewards are
+    # docs/algorithm.md §5: tokens that carry gradient = in the loss, advantage ≠ 0 (a group whose rewards are
     # all equal carries none) and not clipped. Counting zero-advantage tokens made the effective
     # entropy equal the plain entropy in every report before issue #9.
     grad_mask = loss_mask & ~clipped & (adv != 0)

@@ -1,4 +1,4 @@
-"""Evaluation and diagnostic metrics (SPEC §5): pass@k, avg@k, token entropy, effective entropy,
+"""Evaluation and diagnostic metrics (docs/algorithm.md §5): pass@k, avg@k, token entropy, effective entropy,
 distinct-n and strategy share.
 
 Convention for empty populations: a mean over nothing is NaN, not 0. A run without seeded samples
@@ -111,7 +111,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 
 def effective_entropy(entropy: torch.Tensor, mask: torch.Tensor, unclipped_mask: torch.Tensor) -> torch.Tensor:
-    """Mean token entropy over tokens that carry gradient: in `mask` and not clipped (SPEC §5).
+    """Mean token entropy over tokens that carry gradient: in `mask` and not clipped (docs/algorithm.md §5).
 
     Args:
         entropy: (B, T) token entropy (see `token_entropy`).

@@ -2,7 +2,7 @@
 
 A run is configured by three layers, applied in order:
   1. a run preset            `data/presets/<preset>.yaml`        (model, task, budget)
-  2. an algorithm overlay    `data/presets/algorithms/<name>.yaml` (SPEC §4: grpo, thinking_seeds, ...)
+  2. an algorithm overlay    `data/presets/algorithms/<name>.yaml` (docs/algorithm.md §4: grpo, thinking_seeds, ...)
   3. dotted overrides        `--set prefix.ratio_max=0.5`
 The algorithm is read after the overrides, so `--set algorithm=grpo` picks the grpo overlay; the
 overrides are applied again on top of it so they always win.

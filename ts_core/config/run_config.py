@@ -57,7 +57,7 @@ _HASH_OUT_AT_DEFAULT = {
 
 
 class RunConfig(_Section):
-    algorithm: AlgorithmName = Field("thinking_seeds", description="Method preset (SPEC §4).")
+    algorithm: AlgorithmName = Field("thinking_seeds", description="Method preset (docs/algorithm.md §4).")
     iterations: int = Field(10, ge=1, description="Training iterations.")
     seed: int = Field(0, description="Seed for sampling and data order.")
     device: str = Field(

@@ -196,8 +196,8 @@ class PrefixConfig(_Section):
     )
     loss: Literal["clip", "shaped", "capped", "context"] = Field(
         "clip",
-        description="Loss on prefix tokens (SPEC §3). Default `clip`: it had the best test accuracy at every seed "
-        "and the largest strategy diversity on average in docs/results/ablation-loss.",
+        description="Loss on prefix tokens (docs/algorithm.md §3). Default `clip`: it had the best test accuracy at "
+        "every seed and the largest strategy diversity on average in docs/results/ablation-loss.",
     )
     shaped_gamma: float = Field(0.1, gt=0.0, description="LUFFY policy shaping f(p)=p/(p+γ).")
     cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")

@@ -1,6 +1,6 @@
 """The default RL task: reasoning-gym's `chain_sum` rendered in fixed, character-stable formats.
 
-A tiny character-level model is trained on these strings (SPEC §7), so every format here is a
+A tiny character-level model is trained on these strings (docs/algorithm.md §7), so every format here is a
 contract: changing a character changes the vocabulary and invalidates checkpoints.
 
     expression (reasoning-gym)  '38 - 57 + 10 + 60'
@@ -15,7 +15,7 @@ The leading strategy token names how the sum is worked out:
 - `b`: the first term, then every added term, then every subtracted term (each group in its
   original order), with the same pairwise step format.
 
-The share of `b` among sampled responses is the task's cheap diversity measure (SPEC §7): plain
+The share of `b` among sampled responses is the task's cheap diversity measure (docs/algorithm.md §7): plain
 GRPO drives it towards 0. Expressions are parsed by a small tokenizer (never `eval`).
 """
 

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 QUESTION_TEMPLATE = "Make {target} from {numbers}."
-# reasoning-gym's generator settings for the testbed (SPEC §7's pilot).
+# reasoning-gym's generator settings for the testbed (docs/algorithm.md §7's pilot).
 GEN_CONFIG = dict(
     min_numbers=4, max_numbers=5, min_value=1, max_value=30, min_target=1, max_target=150, operators=("+", "-")
 )

@@ -4,7 +4,7 @@
         verdicts = v.score_batch(responses, prompts)      # list[Verdict], same order
         counts = count_statuses(verdicts)                  # {'ok': .., 'wrong': .., ...}
 
-Status (SPEC §2 step 4): ok (correct) | wrong | no_answer (no `\\boxed{...}`) | timeout | error.
+Status (docs/algorithm.md §2 step 4): ok (correct) | wrong | no_answer (no `\\boxed{...}`) | timeout | error.
 A timeout or a checker failure is never a silent 0 reward with status 'wrong': it is counted.
 
 Why worker processes: math-verify bounds its parse/verify time with `signal.alarm`, which only

@@ -1,7 +1,7 @@
 """What the verifier says about one response: a Verdict (reward, status, answer), the statuses,
 and the `\\boxed{...}` answer extraction.
 
-Status (SPEC §2 step 4): ok (correct) | wrong | no_answer (no `\\boxed{...}`) | timeout | error.
+Status (docs/algorithm.md §2 step 4): ok (correct) | wrong | no_answer (no `\\boxed{...}`) | timeout | error.
 Light on purpose (no pool, no math-verify): data sets and reports import it without the verifier.
 """
 

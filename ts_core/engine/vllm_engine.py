@@ -16,7 +16,7 @@ Same contract as `HFEngine`:
 - per-row `max_new` caps and EOS stop (the EOS token is part of `token_ids`, `finished=True`);
 - weight swaps between checkpoints in one running engine: `collective_rpc("reload_weights",
   weights_path=...)` then `reset_prefix_cache()` (cached KV blocks belong to the old weights).
-  `model.load_weights` through `apply_model` does not work on the CPU backend (SPEC §7), and on
+  `model.load_weights` through `apply_model` does not work on the CPU backend (docs/algorithm.md §7), and on
   CPU the tied lm_head's packed GEMM must be rebuilt after the reload (see `load_weights`).
 - LoRA runs (`model.lora`): policy steps and pool snapshots after θ_0 are peft adapter directories.
   With `rollout.lora_requests` the engine starts with `enable_lora` on θ_0 and never swaps weights:

@@ -1,6 +1,6 @@
 """Held-out evaluation: sample n answers per prompt, verify them, report avg@n and pass@k.
 
-Also used for the *explorable solution space* (SPEC §5): the same prompts sampled plainly and
+Also used for the *explorable solution space* (docs/algorithm.md §5): the same prompts sampled plainly and
 from historical seeds (prefix + current continuation) give two pass@k curves.
 """
 

@@ -62,7 +62,7 @@ __all__ = [
     "value_text",
 ]
 
-# The five methods of the headline comparison (SPEC §4; dr_grpo is available too).
+# The five methods of the headline comparison (docs/algorithm.md §4; dr_grpo is available too).
 DEFAULT_METHODS = ("grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
 CONTROL_METHOD = "sft_control"
 MARKER = "compare.json"  # in every run directory of a comparison: RunSpec.marker()

@@ -1,4 +1,4 @@
-"""The stage graph of one iteration (SPEC §2): the stages in order, what each reads, when the
+"""The stage graph of one iteration (docs/algorithm.md §2): the stages in order, what each reads, when the
 evaluation is due, and the sampling seed of each (iteration, stage).
 
     prepare          config.yaml, data splits, θ_0                      (once per run)
@@ -6,7 +6,7 @@ evaluation is due, and the sampling seed of each (iteration, stage).
     seeds        k   pool checkpoints write drafts; cut at λ·|z|; prefixes.parquet
     continuation k   θ_k samples on-policy responses and continues every seed; generated.parquet
     verify       k   math-verify rewards, statuses, group advantages; rollouts.parquet
-    update       k   loss of SPEC §3 on the rollouts -> θ_{k+1}
+    update       k   loss of docs/algorithm.md §3 on the rollouts -> θ_{k+1}
     evaluate     k   held-out accuracy / pass@k of θ_{k+1} (every `eval.every` iterations)
 
 Pure functions of the config: the plain loop, the Prefect flow and the CLI read them without
@@ -28,7 +28,7 @@ def policy_writer(step: int) -> tuple[str, int]:
 
 
 def upstream_of(stage: str, k: int) -> list[tuple[str, int]]:
-    """The (stage, iteration) whose outputs stage k reads: the dependency edges of SPEC §2.
+    """The (stage, iteration) whose outputs stage k reads: the dependency edges of docs/algorithm.md §2.
 
     Recorded in each manifest (as digests), so a stage whose inputs were recomputed differently is
     redone. Digests chain (see Manifest.digest), so θ_k's writer also stands for everything before

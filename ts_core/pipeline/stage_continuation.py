@@ -1,5 +1,5 @@
 """continuation k: θ_k samples the on-policy responses and continues every seed to the end
-(SPEC §2.3), into rollouts/iteration=k/generated.parquet (rows pending verification)."""
+(docs/algorithm.md §2.3), into rollouts/iteration=k/generated.parquet (rows pending verification)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """evaluate k: held-out avg@n and pass@k of θ_{k+1} every `eval.every` iterations (k = -1: θ_0),
 and, for the final policy, the explorable solution space: pass@k of continuations of its own
-historical seeds (SPEC §5). `evaluate_policy` is also what `ts eval` and the final test run."""
+historical seeds (docs/algorithm.md §5). `evaluate_policy` is also what `ts eval` and the final test run."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def evaluate_policy(
 
 
 def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tuple[dict[str, float], list[dict]]:
-    """Explorable solution space (SPEC §5): θ_step continuing seeds from its historical pool.
+    """Explorable solution space (docs/algorithm.md §5): θ_step continuing seeds from its historical pool.
 
     Same prompts and sample count as the plain evaluation, so the two pass@k curves compare
     directly. Uses the method's λ range, or U[0.2, 0.6] for methods without prefixes.

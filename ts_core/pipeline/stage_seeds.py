@@ -1,4 +1,4 @@
-"""seeds k: offline prefix generation (SPEC §2.2). Historical checkpoints write drafts, each cut at
+"""seeds k: offline prefix generation (docs/algorithm.md §2.2). Historical checkpoints write drafts, each cut at
 λ·|z|, into corpus/prefixes/iteration=k/prefixes.parquet; on-policy methods write nothing.
 
 All the drafts of one pool member are one engine call over every prompt (`Session.generate_many`,

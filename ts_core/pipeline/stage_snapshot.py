@@ -1,4 +1,4 @@
-"""snapshot k: every `pool.snapshot_every` iterations θ_k joins the historical pool H (SPEC §2.1)."""
+"""snapshot k: every `pool.snapshot_every` iterations θ_k joins the historical pool H (docs/algorithm.md §2.1)."""
 
 from __future__ import annotations
 

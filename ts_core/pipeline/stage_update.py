@@ -1,4 +1,4 @@
-"""update k: θ_k + rollouts -> θ_{k+1} with the loss of SPEC §3, in this process, in the run's
+"""update k: θ_k + rollouts -> θ_{k+1} with the loss of docs/algorithm.md §3, in this process, in the run's
 persistent trainer (one `accelerate launch` per run: pipeline/trainer_client.py) or through one
 `accelerate launch` per update (the same trainer code every way; the same files and manifest)."""
 

@@ -1,4 +1,4 @@
-"""verify k: rewards and statuses of every response, then group-relative advantages (SPEC §2.4),
+"""verify k: rewards and statuses of every response, then group-relative advantages (docs/algorithm.md §2.4),
 into rollouts/iteration=k/rollouts.parquet. The trainer never sees rewards, only advantages."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The stages of one Thinking Seeds iteration (SPEC §2), by name: `STAGE_FUNCS[stage](session, k)`.
+"""The stages of one Thinking Seeds iteration (docs/algorithm.md §2), by name: `STAGE_FUNCS[stage](session, k)`.
 
 Each stage body is a plain function in its own module (`stage_<name>.py`): it reads only the run
 directory, writes its outputs atomically as typed rows (`rows.py`) and returns a Manifest of what it

@@ -52,7 +52,7 @@ def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], boo
     if device.type == "cuda" and device.index and total == 1:
         cmd += ["--gpu_ids", str(device.index)]  # device=cuda:N: the worker sees that GPU as cuda:0
     if total > 1:
-        # With Accelerator(cpu=True) this means gloo DDP on CPU (SPEC §7).
+        # With Accelerator(cpu=True) this means gloo DDP on CPU (docs/algorithm.md §7).
         cmd += ["--multi_gpu"]
     if machines > 1:
         # Every machine runs this with its own rank; they meet at the driver's machine (rank 0).

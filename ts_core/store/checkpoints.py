@@ -1,4 +1,4 @@
-"""Policy checkpoints (SPEC §2.1): writing, verifying and loading them.
+"""Policy checkpoints (docs/algorithm.md §2.1): writing, verifying and loading them.
 
 A checkpoint is a Hugging Face directory `root/step_{step:06d}/` holding safetensors weights, the
 config, the tokenizer, optionally `optimizer.safetensors`, and `manifest.json`:

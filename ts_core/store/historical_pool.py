@@ -1,4 +1,4 @@
-"""The historical pool H (SPEC §2.1): which checkpoints may write seeds, and which one writes the next."""
+"""The historical pool H (docs/algorithm.md §2.1): which checkpoints may write seeds, and which one writes the next."""
 
 from __future__ import annotations
 

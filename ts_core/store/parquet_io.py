@@ -1,6 +1,6 @@
 """Parquet I/O for stages: atomic writes, reads that fail with actionable errors, content hashes.
 
-Stage contract (SPEC §6): a stage writes its outputs atomically, so a crash never leaves a half
+Stage contract (docs/algorithm.md §6): a stage writes its outputs atomically, so a crash never leaves a half
 file where the next stage (or a cache hit) would read it, and a stage's manifest carries the
 content hash of each output.
 """

@@ -1,4 +1,4 @@
-"""The run directory: where every stage reads its inputs and writes its outputs (SPEC §6).
+"""The run directory: where every stage reads its inputs and writes its outputs (docs/algorithm.md §6).
 
     runs/<run_id>/
       config.yaml                       the validated config of the run

@@ -1,4 +1,4 @@
-"""Arrow schemas of the Parquet contracts (SPEC §6): data sets, the prefix corpus, rollouts.
+"""Arrow schemas of the Parquet contracts (docs/algorithm.md §6): data sets, the prefix corpus, rollouts.
 
 Widths: token ids and per-sample lengths are int32 (vocabularies and sequence lengths fit easily,
 and they are the bulk of the bytes); iteration / step counters are int64 (cheap, never overflow,
@@ -61,7 +61,7 @@ DATASET_SCHEMA = pa.schema(
 # Columns a user's verl Parquet file may lack: load_dataset() fills them with None.
 DATASET_OPTIONAL_COLUMNS: tuple[str, ...] = ("ability", "extra_info", "target")
 
-# One row per seed (a cut draft written by a historical checkpoint), SPEC §2 step 2.
+# One row per seed (a cut draft written by a historical checkpoint), docs/algorithm.md §2 step 2.
 PREFIX_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -189,7 +189,7 @@ def with_derived_prefix_columns(table: pa.Table) -> pa.Table:
 
 ROLLOUT_KINDS: tuple[str, ...] = ("on_policy", "seeded", "offpolicy_full")
 
-# One row per sampled response, SPEC §2 steps 3-5.
+# One row per sampled response, docs/algorithm.md §2 steps 3-5.
 ROLLOUT_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),

@@ -161,7 +161,7 @@ def warmup_smollm2(
     force: bool = False,
     verbose: bool = True,
 ) -> Path:
-    """A short supervised warm-up that teaches the task's answer format (SPEC §7's `a`/`b` worked
+    """A short supervised warm-up that teaches the task's answer format (docs/algorithm.md §7's `a`/`b` worked
     solutions, 50/50) on the preset's curriculum, never on its held-out prompts.
 
     The instruct model knows small sums but never answers in the verifier's `\\boxed{}` format on

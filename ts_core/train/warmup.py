@@ -1,4 +1,4 @@
-"""Build the tiny base model offline: char tokenizer + small Llama + supervised warm-up (SPEC §7).
+"""Build the tiny base model offline: char tokenizer + small Llama + supervised warm-up (docs/algorithm.md §7).
 
 The warm-up teaches two solution strategies (`a`: left-to-right partial sums, `b`: positive terms
 first) 50/50, then stops while the model is still unreliable — RL needs headroom (pass@1 low) and
