@@ -14,8 +14,9 @@ import torch
 from thinking_seeds.algo.losses import LossInputs, LossSettings, compute_policy_loss
 from thinking_seeds.algo.stats import Stats
 from thinking_seeds.config import RunConfig
-from thinking_seeds.engine.scoring import score_responses
+from thinking_seeds.engine.scoring import ResponseScores, score_responses
 from thinking_seeds.train.batch import Batch
+from thinking_seeds.train.packed_scoring import score_packed
 
 
 def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
@@ -51,32 +52,27 @@ def autocast(cfg: RunConfig, model):
     return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
 
 
+def score(model, mb: Batch, cfg: RunConfig, pad_id: int, with_entropy: bool) -> ResponseScores:
+    """The micro-batch's response log-probs (B, T): padded (engine/scoring.py) or, with update.packed,
+    from one packed row (train/packed_scoring.py); the same tensors either way."""
+    t = cfg.rollout.temperature
+    if cfg.update.packed:
+        return score_packed(model, mb.contexts, mb.responses, temperature=t, with_entropy=with_entropy)
+    return score_responses(model, mb.contexts, mb.responses, pad_id=pad_id, temperature=t, with_entropy=with_entropy)
+
+
 def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSettings, ref_model=None):
     """Forward one micro-batch and return the LossOutput (loss with grad)."""
     need_entropy = True  # entropy statistics are cheap at these sizes and drive the analysis
     with autocast(cfg, model):  # the forward only: the loss itself is computed on float32 log-probs
-        sc = score_responses(
-            model,
-            mb.contexts,
-            mb.responses,
-            pad_id=pad_id,
-            temperature=cfg.rollout.temperature,
-            with_entropy=need_entropy,
-        )
+        sc = score(model, mb, cfg, pad_id, with_entropy=need_entropy)
     dev = sc.logprobs.device
     T = sc.logprobs.shape[1]
     prefix_mask = torch.arange(T, device=dev)[None, :] < torch.tensor(mb.prefix_len, device=dev)[:, None]
     ref = None
     if ref_model is not None:
         with torch.no_grad(), autocast(cfg, ref_model):
-            ref = score_responses(
-                ref_model,
-                mb.contexts,
-                mb.responses,
-                pad_id=pad_id,
-                temperature=cfg.rollout.temperature,
-                with_entropy=False,
-            ).logprobs
+            ref = score(ref_model, mb, cfg, pad_id, with_entropy=False).logprobs
     inp = LossInputs(
         logprobs=sc.logprobs,
         old_logprobs=_padded(mb.old_logprobs, T, dev),

@@ -13,10 +13,23 @@ import torch
 
 from thinking_seeds.algo.stats import Stats
 from thinking_seeds.config import RunConfig
-from thinking_seeds.engine.scoring import score_responses
 from thinking_seeds.train.batch import Batch, loss_token_count
 from thinking_seeds.train.micro_batches import schedule
-from thinking_seeds.train.micro_loss import autocast, loss_settings, micro_loss
+from thinking_seeds.train.micro_loss import autocast, loss_settings, micro_loss, score
+
+
+def plan(batch: Batch, cfg: RunConfig, epoch: int, rank: int, world: int, order: list[int] | None = None):
+    """micro_batches.schedule for this batch (its sequences' lengths for a token budget)."""
+    lengths = [(len(c), len(r)) for c, r in zip(batch.contexts, batch.responses, strict=True)]
+    return schedule(len(batch), cfg, epoch, rank, world, order, lengths=lengths, packed=cfg.update.packed)
+
+
+def null_backward(model, pad_id: int) -> None:
+    """The backward of a rank with no sequences left in this step: a one-token forward times zero, so
+    the collectives of DDP's all-reduce (FSDP's all-gather and reduce-scatter) run on every rank."""
+    dev = next(model.parameters()).device
+    out = model(input_ids=torch.full((1, 1), pad_id, device=dev), use_cache=False, logits_to_keep=1)
+    (out.logits.float().sum() * 0.0).backward()
 
 
 def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int, world: int = 1) -> dict[str, float]:
@@ -29,11 +42,9 @@ def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int, wor
     """
     max_diff, sum_diff, n_tok = 0.0, 0.0, 0
     with torch.no_grad(), autocast(cfg, model):
-        for idx in (i for r in range(world) for _, micro in schedule(len(batch), cfg, 0, r, world) for i in micro):
-            mb = batch.select(idx)
-            sc = score_responses(
-                model, mb.contexts, mb.responses, pad_id=pad_id, temperature=cfg.rollout.temperature, with_entropy=False
-            )
+        # Every rank scores every rank's micro-batches, in the same order (FSDP: the same collectives).
+        for idx in (i for r in range(world) for _, micro in plan(batch, cfg, 0, r, world) for i in micro if i):
+            sc = score(model, batch.select(idx), cfg, pad_id, with_entropy=False)
             new = sc.logprobs.float().cpu()
             for j, i in enumerate(idx):
                 n, p = len(batch.responses[i]), batch.prefix_len[i]
@@ -61,7 +72,7 @@ def train_on_batch(
     steps = 0
     order = list(range(len(batch)))
     for epoch in range(u.epochs):
-        for mini, micro in schedule(len(batch), cfg, epoch, rank, world, order):
+        for mini, micro in plan(batch, cfg, epoch, rank, world, order):
             mini_b = batch.select(mini)
             settings = loss_settings(
                 cfg,
@@ -70,6 +81,9 @@ def train_on_batch(
             )
             optimizer.zero_grad(set_to_none=True)
             for idx in micro:
+                if not idx:  # another rank has more micro-batches in this step
+                    null_backward(model, pad_id)
+                    continue
                 out = micro_loss(model, batch.select(idx), cfg, pad_id, settings, ref_model)
                 loss = out.loss * world  # DDP averages over ranks; we want the global sum
                 if accelerator is not None:
@@ -82,6 +96,8 @@ def train_on_batch(
                 norm = accelerator.clip_grad_norm_(params, u.grad_clip)
             else:
                 norm = torch.nn.utils.clip_grad_norm_(params, u.grad_clip)
+            if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
+                norm = norm.full_tensor()
             stats.add("actor/grad_norm", norm, 1)  # the mean over optimizer steps
             steps += 1
             optimizer.step()
