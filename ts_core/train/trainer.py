@@ -43,6 +43,7 @@ from thinking_seeds.store.optimizer_state import load_optimizer_state
 from thinking_seeds.train.batch import Batch, load_batch
 from thinking_seeds.train.micro_batches import schedule
 from thinking_seeds.train.micro_loss import AGE_BUCKETS, age_bucket, autocast, loss_settings, micro_loss
+from thinking_seeds.train.strategy import gathered, shard, shard_fraction
 from thinking_seeds.train.update_loop import make_optimizer, recompute_old_logprobs, train_on_batch
 
 __all__ = [  # the names other modules import from here (re-exported from the files that hold them)
@@ -96,7 +97,9 @@ def load_state(
     # π_old recompute runs before prepare and must see the training device's numerics).
     device = accelerator.device if accelerator is not None else resolve_device(cfg.device)
     world = accelerator.num_processes if accelerator is not None else 1
-    model.to(device)
+    fsdp2 = cfg.update.strategy == "fsdp2" and accelerator is not None
+    if not fsdp2:  # fsdp2: fully_shard moves only this process's shard to the device
+        model.to(device)
     model.train()
     model.config.use_cache = False
     optimizer = make_optimizer(model, cfg)
@@ -107,6 +110,8 @@ def load_state(
         verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
     if opt_path.exists():
         load_optimizer_state(optimizer, opt_path)  # torch moves the state to the parameters' device
+    if fsdp2:
+        model, optimizer = shard(model, optimizer, cfg, device, world)
     ref_model = None
     if cfg.loss.kl_coef > 0:
         ref_model, _ = load_model(ref_dir, cfg.model.dtype, device=device)
@@ -134,8 +139,9 @@ def update_state(
         engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
 
     if st.train_model is None:
+        prepare = accelerator is not None and cfg.update.strategy == "ddp"  # fsdp2: sharded by load_state
         st.train_model, st.train_optimizer = (
-            accelerator.prepare(model, st.optimizer) if accelerator is not None else (model, st.optimizer)
+            accelerator.prepare(model, st.optimizer) if prepare else (model, st.optimizer)
         )
     t1 = time.perf_counter()
     stats = train_on_batch(st.train_model, batch, cfg, tok.pad_token_id, st.train_optimizer, accelerator, st.ref_model)
@@ -149,15 +155,22 @@ def update_state(
     metrics.update(engine_diff)  # every process scored the whole batch: the same numbers everywhere
     metrics["actor/lr"] = cfg.update.lr
     metrics["perf/num_processes"] = float(world)
+    metrics["perf/param_shard_fraction"] = shard_fraction(model)  # 1/world under fsdp2, 1 under ddp
 
-    if accelerator is not None:
-        accelerator.wait_for_everyone()
-        if not accelerator.is_main_process:
-            return metrics
+    t3 = time.perf_counter()
     model.eval()
     model.config.use_cache = True
-    t3 = time.perf_counter()
-    if not keep:
+    to_save, optimizer = model, st.optimizer
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+        if cfg.update.strategy == "fsdp2":  # every rank sends its shards; rank 0 gets an unsharded CPU copy
+            to_save, optimizer = gathered(model, st.optimizer, cfg, accelerator.is_main_process)
+        if not accelerator.is_main_process:
+            if keep:
+                model.train()
+                model.config.use_cache = False
+            return metrics
+    if not keep and to_save is model:
         model.to("cpu")  # θ_{k+1} is written from a CPU copy (fp32 masters under mixed precision)
     # Timing split for bench/iteration.py: forward/backward + optimizer, saving (and loading, by run_update).
     metrics["perf/fwd_bwd_s"] = t2 - t1
@@ -165,12 +178,12 @@ def update_state(
     # keep=True on a GPU: save_pretrained and the optimizer state copy tensors to the host themselves
     # (same bytes), without moving the DDP-wrapped module off its device.
     save_checkpoint(
-        model,
+        to_save,
         tok,
         Path(out_root),
         step,
         extra={"metrics": metrics, "config_hash": cfg.config_hash()},
-        optimizer=st.optimizer,
+        optimizer=optimizer,
         overwrite=True,
     )
     metrics["perf/save_s"] = time.perf_counter() - t3
