@@ -90,27 +90,22 @@ BUDGETS = [
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum-norm", "seq-mean-token-mean"])
-@pytest.mark.parametrize("budget", BUDGETS, ids=["padded60", "one_each", "packed120"])
-def test_token_budget_gradient_equals_the_padded_one(agg, budget):
+def test_token_budget_gradient_equals_the_padded_one(agg):
     model = tiny_model()
     batch = spread_batch(model)
     assert any(batch.prefix_len)  # prefix tokens are in the loss (prefix.loss=clip)
+    lengths = [(len(c), len(r)) for c, r in zip(batch.contexts, batch.responses, strict=True)]
     ref = gradient(model, batch, config(agg))
-    cfg = config(agg, budget)
-    got = gradient(model, batch, cfg)
-    micro = schedule(
-        len(batch),
-        cfg,
-        0,
-        0,
-        1,
-        lengths=[(len(c), len(r)) for c, r in zip(batch.contexts, batch.responses, strict=True)],
-        packed=cfg.update.packed,
-    )[0][1]
-    assert len(micro) > 1  # the budget really split the batch
-    for name in ref:
-        torch.testing.assert_close(got[name], ref[name], rtol=0, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
     assert any(float(g.abs().max()) > 1e-3 for g in ref.values())  # a gradient worth comparing
+    for budget in BUDGETS:  # several micro-batches / one sequence each / packed rows
+        cfg = config(agg, budget)
+        ((_, micro),) = schedule(len(batch), cfg, 0, 0, 1, lengths=lengths, packed=cfg.update.packed)
+        assert len(micro) > 1  # the budget really split the batch
+        got = gradient(model, batch, cfg)
+        for name in ref:
+            torch.testing.assert_close(
+                got[name], ref[name], rtol=0, atol=1e-6, msg=lambda m, n=name, b=budget: f"{b} {n}: {m}"
+            )
 
 
 def test_several_optimizer_steps_give_the_padded_weights():
@@ -176,3 +171,29 @@ def test_the_padded_tokens_shrink():
     real = sum(c + r for c, r in lengths)
     assert tokens(cfg_budget) < 0.8 * tokens(cfg_fixed)
     assert tokens(cfg_budget) >= real
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["update.max_tokens_per_micro_batch=0"], "update.max_tokens_per_micro_batch: Input should be greater"),
+        (["update.packed=true"], "update.packed=true packs each micro-batch's sequences into one row: set"),
+        (["update.strategy=zero"], "update.strategy: Input should be 'ddp' or 'fsdp2'"),
+        (["update.strategy=fsdp2", "update.launcher=in_process"], "update.strategy=fsdp2 shards the model across"),
+        (["update.strategy=fsdp2", "model.lora.r=4"], "update.strategy=fsdp2 shards a full fine-tune"),
+    ],
+)
+def test_bad_micro_batch_and_strategy_settings_are_one_line_errors(overrides, needle):
+    from thinking_seeds.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", overrides)
+    assert needle in str(e.value)
+    assert len(str(e.value).splitlines()) == 2  # the config's origin, then one line saying what to change
+
+
+def test_new_settings_leave_existing_run_hashes_alone():
+    default = load_config("tiny")
+    same = load_config("tiny", ["update.strategy=ddp", "update.packed=false"])
+    assert default.config_hash() == same.config_hash()
+    assert load_config("tiny", ["update.max_tokens_per_micro_batch=512"]).config_hash() != default.config_hash()
