@@ -180,7 +180,14 @@ def test_the_padded_tokens_shrink():
         (["update.packed=true"], "update.packed=true packs each micro-batch's sequences into one row: set"),
         (["update.strategy=zero"], "update.strategy: Input should be 'ddp' or 'fsdp2'"),
         (["update.strategy=fsdp2", "update.launcher=in_process"], "update.strategy=fsdp2 shards the model across"),
-        (["update.strategy=fsdp2", "model.lora.r=4"], "update.strategy=fsdp2 shards a full fine-tune"),
+        (
+            ["update.strategy=fsdp2"],
+            "update.strategy=fsdp2 shards the model across trainer processes, and there is one",
+        ),
+        (
+            ["update.strategy=fsdp2", "update.num_processes=2", "model.lora.r=4"],
+            "update.strategy=fsdp2 shards a full fine-tune",
+        ),
     ],
 )
 def test_bad_micro_batch_and_strategy_settings_are_one_line_errors(overrides, needle):

@@ -139,6 +139,11 @@ class RunConfig(_Section):
                 "update.strategy=fsdp2 shards the model across trainer processes: use update.launcher=accelerate "
                 "(or accelerate_per_update), not in_process"
             )
+        if u.strategy == "fsdp2" and u.num_processes * u.num_machines == 1:
+            raise ValueError(
+                "update.strategy=fsdp2 shards the model across trainer processes, and there is one: set "
+                "update.num_processes (or num_machines) to 2 or more, or update.strategy=ddp"
+            )
         if u.strategy == "fsdp2" and self.model.lora is not None:
             raise ValueError(
                 "update.strategy=fsdp2 shards a full fine-tune; with model.lora the adapters are small: use "
