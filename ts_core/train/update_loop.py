@@ -2,9 +2,10 @@
 gradient accumulation over micro-batches, and the π_old recompute that precedes it.
 
 The loss is normalised by the *global* mini-batch token (or sequence) count, multiplied by N
-because DDP averages gradients over N processes, so N processes compute the same gradient as one,
-up to float summation order (tested). The statistics likewise: sums and counts are SUM-reduced and
-maxima MAX-reduced once, at the end (algo/stats.py), so a logged mean is over every process's tokens.
+because DDP (and FSDP2's reduce-scatter) averages gradients over N processes, so N processes
+compute the same gradient as one, up to float summation order (tested). The statistics likewise:
+sums and counts are SUM-reduced and maxima MAX-reduced once, at the end (algo/stats.py), so a
+logged mean is over every process's tokens.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def train_on_batch(
                     null_backward(model, pad_id)
                     continue
                 out = micro_loss(model, batch.select(idx), cfg, pad_id, settings, ref_model)
-                loss = out.loss * world  # DDP averages over ranks; we want the global sum
+                loss = out.loss * world  # DDP and FSDP2 average over ranks; we want the global sum
                 if accelerator is not None:
                     accelerator.backward(loss)  # outside autocast, as torch recommends
                 else:
