@@ -53,6 +53,9 @@ _HASH_OUT_AT_DEFAULT = {
     ("prefix", "ratio_of"): "draft",
     ("update", "num_machines"): 1,  # hashed when set, as num_processes: the group's size orders its sums
     ("rollout", "lora_requests"): LORA_REQUESTS_DEFAULT,
+    ("update", "max_tokens_per_micro_batch"): None,
+    ("update", "packed"): False,
+    ("update", "strategy"): "ddp",
 }
 
 
@@ -125,6 +128,26 @@ class RunConfig(_Section):
             raise ValueError(
                 f"update.num_machines={u.num_machines} needs update.launcher=accelerate (the persistent trainer, "
                 f"which the other machines join once per run with `ts trainer-node`), not {u.launcher}"
+            )
+        if u.packed and u.max_tokens_per_micro_batch is None:
+            raise ValueError(
+                "update.packed=true packs each micro-batch's sequences into one row: set "
+                "update.max_tokens_per_micro_batch (the row's length), or update.packed=false"
+            )
+        if u.strategy == "fsdp2" and u.launcher == "in_process":
+            raise ValueError(
+                "update.strategy=fsdp2 shards the model across trainer processes: use update.launcher=accelerate "
+                "(or accelerate_per_update), not in_process"
+            )
+        if u.strategy == "fsdp2" and u.num_processes * u.num_machines == 1:
+            raise ValueError(
+                "update.strategy=fsdp2 shards the model across trainer processes, and there is one: set "
+                "update.num_processes (or num_machines) to 2 or more, or update.strategy=ddp"
+            )
+        if u.strategy == "fsdp2" and self.model.lora is not None:
+            raise ValueError(
+                "update.strategy=fsdp2 shards a full fine-tune; with model.lora the adapters are small: use "
+                "update.strategy=ddp"
             )
         if u.num_machines > 1 and not u.main_process_ip:
             raise ValueError(

@@ -357,7 +357,34 @@ class UpdateConfig(_Section):
     grad_clip: float = Field(1.0, gt=0.0, description="Max global grad norm.")
     epochs: int = Field(1, ge=1, description="Passes over the iteration's rollouts.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass (the batch split in this many parts).")
-    micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward (gradient accumulation).")
+    micro_batch_size: int = Field(
+        64,
+        ge=1,
+        description="Sequences per forward/backward (gradient accumulation); not used with max_tokens_per_micro_batch.",
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="Token budget of a forward/backward instead of micro_batch_size sequences: each process's "
+        "sequences sorted by length and cut so that a micro-batch's input holds at most this many tokens (padded "
+        "layout: rows x (longest context + longest response); packed: the sum of its tokens; a longer sequence "
+        "trains alone). The loss is normalised by the mini-batch's global counts, so the gradient is the same as "
+        "with micro_batch_size (tested). None: micro_batch_size sequences in the shuffled order.",
+    )
+    packed: bool = Field(
+        False,
+        description="With max_tokens_per_micro_batch: run each micro-batch as one row of concatenated sequences, "
+        "positions restarting per sequence and no padding (transformers' packed-sequence masks: varlen kernels on "
+        "flash attention, a block-diagonal mask on sdpa/eager, where attention still spans the whole row).",
+    )
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "ddp",
+        description="How the accelerate launchers' processes share the model. ddp: every process holds the "
+        "whole model, gradients and AdamW state, gradients all-reduced. fsdp2: torch's fully_shard per decoder "
+        "layer and on the whole model (parameters, gradients and AdamW state sharded across processes; "
+        "all-gather before each layer, reduce-scatter after its backward); the full weights and optimizer state "
+        "are gathered to rank 0 to save θ_{k+1}, the same files as ddp. Needs a full fine-tune (no model.lora).",
+    )
     mixed_precision: Literal["no", "bf16"] = Field(
         "no",
         description="bf16: the update's forward runs under bf16 autocast (in process: torch.autocast; accelerate "

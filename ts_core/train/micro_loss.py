@@ -1,0 +1,116 @@
+"""One micro-batch's forward and loss: the loss settings of a run, the forward's precision, the
+typed loss inputs of algo/losses.py, and the by-source-age statistics of the seeds.
+
+With `update.mixed_precision=bf16` the forward runs under bf16 autocast while the loss itself is
+computed on float32 log-probs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from thinking_seeds.algo.losses import LossInputs, LossSettings, compute_policy_loss
+from thinking_seeds.algo.stats import Stats
+from thinking_seeds.config import RunConfig
+from thinking_seeds.engine.scoring import ResponseScores, score_responses
+from thinking_seeds.train.batch import Batch
+from thinking_seeds.train.packed_scoring import score_packed
+
+
+def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
+    loss, p = cfg.loss, cfg.prefix
+    return LossSettings(
+        clip_ratio_low=loss.clip_ratio_low,
+        clip_ratio_high=loss.clip_ratio_high,
+        clip_ratio_c=loss.clip_ratio_c,
+        prefix_loss=p.loss,
+        shaped_gamma=p.shaped_gamma,
+        cap=p.cap,
+        loss_agg_mode=loss.loss_agg_mode,
+        entropy_coeff=loss.entropy_coeff,
+        kl_coef=loss.kl_coef,
+        kl_type=loss.kl_type,
+        seq_norm_len=float(cfg.rollout.max_new_tokens),
+        **global_counts,
+    )
+
+
+def _padded(rows: list[list[float]], T: int, device) -> torch.Tensor:
+    out = torch.zeros((len(rows), T), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        n = min(len(r), T)
+        out[i, :n] = torch.tensor(r[:n], dtype=torch.float32)
+    return out.to(device)
+
+
+def autocast(cfg: RunConfig, model):
+    """The update's forward precision: bf16 autocast on the model's device, or nothing (fp32/model.dtype)."""
+    if cfg.update.mixed_precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
+
+
+def score(model, mb: Batch, cfg: RunConfig, pad_id: int, with_entropy: bool) -> ResponseScores:
+    """The micro-batch's response log-probs (B, T): padded (engine/scoring.py) or, with update.packed,
+    from one packed row (train/packed_scoring.py); the same tensors either way."""
+    t = cfg.rollout.temperature
+    if cfg.update.packed:
+        return score_packed(model, mb.contexts, mb.responses, temperature=t, with_entropy=with_entropy)
+    return score_responses(model, mb.contexts, mb.responses, pad_id=pad_id, temperature=t, with_entropy=with_entropy)
+
+
+def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSettings, ref_model=None):
+    """Forward one micro-batch and return the LossOutput (loss with grad)."""
+    need_entropy = True  # entropy statistics are cheap at these sizes and drive the analysis
+    with autocast(cfg, model):  # the forward only: the loss itself is computed on float32 log-probs
+        sc = score(model, mb, cfg, pad_id, with_entropy=need_entropy)
+    dev = sc.logprobs.device
+    T = sc.logprobs.shape[1]
+    prefix_mask = torch.arange(T, device=dev)[None, :] < torch.tensor(mb.prefix_len, device=dev)[:, None]
+    ref = None
+    if ref_model is not None:
+        with torch.no_grad(), autocast(cfg, ref_model):
+            ref = score(ref_model, mb, cfg, pad_id, with_entropy=False).logprobs
+    inp = LossInputs(
+        logprobs=sc.logprobs,
+        old_logprobs=_padded(mb.old_logprobs, T, dev),
+        behaviour_logprobs=_padded(mb.behaviour_logprobs, T, dev),
+        advantages=torch.tensor(mb.advantages, dtype=torch.float32, device=dev),
+        response_mask=sc.mask,
+        prefix_mask=prefix_mask & sc.mask,
+        seeded=torch.tensor(mb.seeded, device=dev),
+        entropy=sc.entropy if cfg.loss.entropy_coeff > 0 else (sc.entropy.detach() if sc.entropy is not None else None),
+        ref_logprobs=ref,
+    )
+    out = compute_policy_loss(inp, settings)
+    _age_stats(out.stats, sc.logprobs.detach(), inp.behaviour_logprobs, inp.prefix_mask, mb.source_age)
+    return out
+
+
+AGE_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100)  # lower edges of the source-age buckets
+
+
+def age_bucket(age: int) -> str:
+    """'age=0', 'age=1', 'age=2-4', ..., 'age=100+': the label of a seed's source age."""
+    lo = max(b for b in AGE_BUCKETS if b <= age)
+    nxt = [b for b in AGE_BUCKETS if b > lo]
+    if not nxt:
+        return f"age={lo}+"
+    return f"age={lo}" if nxt[0] == lo + 1 else f"age={lo}-{nxt[0] - 1}"
+
+
+@torch.no_grad()
+def _age_stats(
+    stats: Stats, logprobs: torch.Tensor, behaviour: torch.Tensor, prefix_mask: torch.Tensor, ages: list[int]
+) -> None:
+    """Mean |log π_θ − log π_h| over prefix tokens, by the seed's source age (issue #9): how
+    off-policy the "historical" seeds really are. Age 0 = θ_k wrote the seed itself.
+
+    A sequence without prefix tokens adds 0 to the sum and the count (no `n > 0` test: that would
+    wait for the GPU once per sequence); a bucket with count 0 is left out of the metrics."""
+    gap = (logprobs - behaviour).abs() * prefix_mask
+    for i, age in enumerate(ages):
+        if age >= 0:
+            stats.add(f"actor/prefix_abs_log_ratio/{age_bucket(age)}", gap[i].sum(), prefix_mask[i].sum())
