@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import ConfigError
+from thinking_seeds.experiments.comparison_args import ALIASES, check_selection, resolve_key
+from thinking_seeds.experiments.jobs import Job
+from thinking_seeds.experiments.spec import ComparisonSpec, RunSpec, plan
+from thinking_seeds.store.run_dir import RunDir
 
 __all__ = [
     "ALIASES",
@@ -49,41 +53,16 @@ __all__ = [
     "with_selection",
 ]
 
-ALIASES = {"lr": "update.lr"}  # short names the CLI takes for the usual grids
 MIN_PROMPTS, MIN_SAMPLES = 128, 32
 SELECT_STAGE = "select-validation"
-
-
-def resolve_key(key: str) -> str:
-    return ALIASES.get(key.strip(), key.strip())
-
-
-def check_selection(select: dict[str, list[str]], overrides: Sequence[str], sweep: dict[str, list[str]]) -> None:
-    """One key, a grid of two or more values, not also --set or --sweep (it would have no single value)."""
-    from thinking_seeds.experiments.spec import BUDGET_KEYS
-
-    if len(select) != 1:
-        raise ConfigError(f"--select takes one key and its grid (e.g. lr=1e-4,3e-4,1e-3), got {sorted(select)}")
-    ((key, grid),) = select.items()
-    full = resolve_key(key)
-    if len(grid) < 2:
-        raise ConfigError(f"--select {key}={','.join(grid)}: a grid needs two or more values")
-    if any(full == b or full.startswith(b + ".") for b in BUDGET_KEYS):
-        raise ConfigError(f"--select {full}: a budget key is shared by every run; select a method setting (lr, ...)")
-    if sweep:
-        raise ConfigError("--select and --sweep together: select first, then run the ablation as its own comparison")
-    if full in {o.split("=", 1)[0].strip() for o in overrides}:
-        raise ConfigError(f"--set {full}=... and --select {key}=...: the selection sets {full}; drop the --set")
 
 
 def selection_id(compare_id: str) -> str:
     return f"{compare_id}-select"
 
 
-def selection_specs(spec: Any) -> list:
+def selection_specs(spec: ComparisonSpec) -> list[RunSpec]:
     """The grid's runs: every method of `spec` (its own seed ranges ignored) x value x select seed."""
-    from thinking_seeds.experiments.spec import plan
-
     ((key, grid),) = spec.select.items()
     methods = [m.split(":", 1)[0] for m in spec.methods]
     grid_sweep = {resolve_key(key): grid}
@@ -101,12 +80,9 @@ def _samples(cfg: Any) -> int:
     return max(MIN_SAMPLES, cfg.eval.samples)
 
 
-def validation_jobs(specs: Sequence[Any], runs_dir: Path) -> list:
+def validation_jobs(specs: Sequence[RunSpec], runs_dir: Path) -> list[Job]:
     """One `python -m thinking_seeds.pipeline.checkpoint_eval` per selection run: its final policy on
     every validation prompt (never the test split); a job whose metrics file exists is done."""
-    from thinking_seeds.experiments.jobs import Job
-    from thinking_seeds.store.run_dir import RunDir
-
     jobs = []
     for s in specs:
         cfg = s.config()
@@ -119,11 +95,9 @@ def validation_jobs(specs: Sequence[Any], runs_dir: Path) -> list:
     return jobs
 
 
-def selection_table(specs: Sequence[Any], runs_dir: Path) -> dict[str, dict[str, dict[int, float]]]:
+def selection_table(specs: Sequence[RunSpec], runs_dir: Path) -> dict[str, dict[str, dict[int, float]]]:
     """{method: {grid value: {seed: validation pass@1 of the final policy}}} from the runs' metrics."""
     import pyarrow.parquet as pq
-
-    from thinking_seeds.store.run_dir import RunDir
 
     out: dict[str, dict[str, dict[int, float]]] = {}
     for s in specs:
@@ -153,7 +127,9 @@ def choose(table: dict[str, dict[str, dict[int, float]]], grid: Sequence[str] | 
     return chosen
 
 
-def selection_record(spec: Any, table: dict[str, dict[str, dict[int, float]]], chosen: dict[str, str]) -> dict:
+def selection_record(
+    spec: ComparisonSpec, table: dict[str, dict[str, dict[int, float]]], chosen: dict[str, str]
+) -> dict[str, Any]:
     """What the protocol keeps of the selection: the grid, the rule, every score and the choice."""
     ((key, grid),) = spec.select.items()
     cfg = selection_specs(spec)[0].config()
@@ -170,7 +146,7 @@ def selection_record(spec: Any, table: dict[str, dict[str, dict[int, float]]], c
     }
 
 
-def with_selection(spec: Any, chosen: dict[str, str]) -> Any:
+def with_selection(spec: ComparisonSpec, chosen: dict[str, str]) -> ComparisonSpec:
     """`spec` with each method's chosen value as its method override."""
     ((key, _),) = spec.select.items()
     full = resolve_key(key)

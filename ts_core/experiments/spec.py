@@ -34,13 +34,13 @@ from thinking_seeds.experiments.comparison_args import (
     RESERVED_KEYS,
     RUN_ID_RE,
     check_request,
+    check_selection,
     method_seeds,
     parse_list,
     parse_sweep,
     value_text,
 )
 from thinking_seeds.experiments.planning import primary_pair
-from thinking_seeds.experiments.selection import check_selection
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [
@@ -367,7 +367,7 @@ class ComparisonSpec(BaseModel):
         if self.primary is not None:
             primary_pair(self.primary, self.methods)
         if self.select:
-            check_selection(self.select, self.overrides, self.sweep)
+            check_selection(self.select, self.overrides, self.sweep, BUDGET_KEYS)
         return self
 
     @classmethod
