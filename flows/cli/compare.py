@@ -86,7 +86,7 @@ def compare(
     plan: bool = typer.Option(
         False,
         "--plan",
-        help="Train nothing: print the minimum detectable effect of the primary endpoint (80%% power, two-sided "
+        help="Train nothing: print the minimum detectable effect of the primary endpoint (80% power, two-sided "
         "alpha 0.05, paired t) for these seeds, from --plan-from or --plan-sd, and exit.",
     ),
     plan_from: Path | None = typer.Option(

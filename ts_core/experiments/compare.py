@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from thinking_seeds.config import RunConfig
+from thinking_seeds.config import ConfigError, RunConfig
 from thinking_seeds.experiments.archive import archive_run, restore
 from thinking_seeds.experiments.comparison_args import parse_list, parse_sweep
 from thinking_seeds.experiments.jobs import CompareError, Job, JobResult, raise_on_failures, run_jobs
@@ -45,6 +45,7 @@ from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import register
 from thinking_seeds.experiments.selection import (
     choose,
+    resolve_key,
     selection_record,
     selection_specs,
     selection_table,
@@ -322,7 +323,15 @@ def run_selection(
     if not spec.select:
         return spec, None
     specs = selection_specs(spec)
-    registered = (load_protocol(spec.report_dir) or {}).get("protocol", {}).get("selection")
+    protocol = load_protocol(spec.report_dir)
+    registered = (protocol or {}).get("protocol", {}).get("selection")
+    asked = {"key": resolve_key(next(iter(spec.select))), "grid": list(next(iter(spec.select.values())))}
+    asked["seeds"] = list(spec.select_seeds)
+    if protocol and not spec.amend_protocol and {k: (registered or {}).get(k) for k in asked} != asked:
+        raise ConfigError(  # before the grid trains: a new grid is a new protocol
+            f"{spec.report_dir / 'protocol.json'} registers the selection {registered}, this command asks for "
+            f"{asked}; rerun with the registered one, or add --amend-protocol to record the change as an amendment"
+        )
     if not train and registered and registered["grid"] == list(next(iter(spec.select.values()))):
         return with_selection(spec, registered["chosen"]), registered
     if train:
