@@ -167,6 +167,10 @@ if __name__ == "__main__":  # pragma: no cover
     ap.add_argument("--reference", default=None)
     ap.add_argument("--no-final-test", action="store_true")
     ap.add_argument("--archive", action="store_true")
+    ap.add_argument("--primary", default=None)
+    ap.add_argument("--amend-protocol", action="store_true")
+    ap.add_argument("--select", default=None, metavar="KEY=V1,V2")
+    ap.add_argument("--select-seeds", default="0-2")
     a = ap.parse_args()
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "thinking_seeds.flows.compare", *sys.argv[1:]])
     print(
@@ -185,6 +189,10 @@ if __name__ == "__main__":  # pragma: no cover
                 reference=a.reference,
                 final_test=not a.no_final_test,
                 archive=a.archive,
+                primary=a.primary,
+                amend_protocol=a.amend_protocol,
+                select=[a.select] if a.select else None,
+                select_seeds=a.select_seeds,
                 command=cmd,
             )
         )
