@@ -188,7 +188,7 @@ def protocol_lines(record: dict[str, Any] | None, detail: bool = False) -> list[
     )
     md = [
         f"Protocol `{record['hash']}` (protocol.json), registered {record['registered_at']} {when}. Primary "
-        f"endpoint: {primary}. Secondary: the claims table's rows, {p['multiplicity']}.",
+        f"endpoint: {primary}. Secondary endpoints: the claims table's rows ({p['multiplicity']}).",
         "",
     ]
     sel = p.get("selection")
