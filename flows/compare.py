@@ -3,7 +3,9 @@
 Its one parameter is the ComparisonSpec `ts compare` builds (thinking_seeds.experiments.spec; a
 pydantic model, so a deployment can pass it as JSON). The steps are thinking_seeds.experiments.compare's:
 
+    select        with spec.select: the grid for every method on validation; each gets its best value
     prepare       plan the runs (budgets checked equal), restore archived runs, check --reference
+    protocol      register it in <out_dir>/<compare_id>/protocol.json before the first run
     runs          run_all: one `python -m thinking_seeds.pipeline.loop` process per run, `parallel` at once
     sft control   sft_control.run_controls: more warm-up for the mean RL training time, per seed
     final test    run_final_tests: every final policy (and θ_0) on the whole test split
@@ -31,8 +33,10 @@ from thinking_seeds.experiments.compare import (
     archive_finished,
     archiver,
     prepare,
+    register,
     run_all,
     run_final_tests,
+    run_selection,
     write_report,
 )
 from thinking_seeds.experiments.jobs import JobResult, raise_on_failures
@@ -47,6 +51,11 @@ def _rows(results: Sequence[JobResult]) -> list[dict[str, Any]]:
         {"run": r.run_id, "status": r.status, "exit": r.returncode, "seconds": round(r.seconds, 1), "log": r.log}
         for r in results
     ]
+
+
+@task(name="compare-select", cache_policy=NO_CACHE)
+def select_task(spec: ComparisonSpec, runs_dir: str) -> tuple[ComparisonSpec, dict[str, Any] | None]:
+    return run_selection(spec, Path(runs_dir))
 
 
 @task(name="compare-runs", cache_policy=NO_CACHE)
@@ -110,7 +119,12 @@ def compare_flow(spec: ComparisonSpec) -> str:
     """Run (or resume) a comparison and write its report; returns the report's path."""
     log = get_run_logger()
     runs_dir = str(runs_root())
+    selection = None
+    if spec.select:
+        spec, selection = select_task(spec, runs_dir)
+        log.info("selected on validation: %s", selection["chosen"])
     specs = prepare(spec, Path(runs_dir))
+    register(spec, specs, Path(runs_dir), selection)  # the protocol, before the first confirmatory run
     log.info(
         "comparison %s: %d runs (%s), %d at once, runs in %s",
         spec.compare_id,
@@ -153,6 +167,10 @@ if __name__ == "__main__":  # pragma: no cover
     ap.add_argument("--reference", default=None)
     ap.add_argument("--no-final-test", action="store_true")
     ap.add_argument("--archive", action="store_true")
+    ap.add_argument("--primary", default=None)
+    ap.add_argument("--amend-protocol", action="store_true")
+    ap.add_argument("--select", default=None, metavar="KEY=V1,V2")
+    ap.add_argument("--select-seeds", default="0-2")
     a = ap.parse_args()
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "thinking_seeds.flows.compare", *sys.argv[1:]])
     print(
@@ -171,6 +189,10 @@ if __name__ == "__main__":  # pragma: no cover
                 reference=a.reference,
                 final_test=not a.no_final_test,
                 archive=a.archive,
+                primary=a.primary,
+                amend_protocol=a.amend_protocol,
+                select=[a.select] if a.select else None,
+                select_seeds=a.select_seeds,
                 command=cmd,
             )
         )

@@ -77,6 +77,39 @@ def compare(
         "OUT/ID/runs/ (commit it): the same command in a later session counts them as done "
         "and reports them without training them again.",
     ),
+    primary: str | None = typer.Option(
+        None,
+        "--primary",
+        help="The primary endpoint's pair A-B: test pass@1, A − B at equal seed (default "
+        "thinking_seeds_adaptive-grpo when compared, else thinking_seeds-grpo).",
+    ),
+    plan: bool = typer.Option(
+        False,
+        "--plan",
+        help="Train nothing: print the minimum detectable effect of the primary endpoint (80% power, two-sided "
+        "alpha 0.05, paired t) for these seeds, from --plan-from or --plan-sd, and exit.",
+    ),
+    plan_from: Path | None = typer.Option(
+        None, "--plan-from", help="A pilot's or prior comparison's report folder (its results.parquet) for --plan."
+    ),
+    plan_sd: float | None = typer.Option(
+        None, "--plan-sd", min=0.0, help="The per-seed sd of the primary paired difference, for --plan."
+    ),
+    amend_protocol: bool = typer.Option(
+        False,
+        "--amend-protocol",
+        help="Accept a protocol that differs from the registered OUT/ID/protocol.json and record the amendment.",
+    ),
+    select: str | None = typer.Option(
+        None,
+        "--select",
+        help="Choose a setting on validation for every method alike: KEY=V1,V2,... (e.g. lr=1e-4,3e-4,1e-3); "
+        "each method trains the grid on --select-seeds and gets its best value by validation pass@1.",
+    ),
+    select_seeds: str = typer.Option("0-2", "--select-seeds", help="Seeds of the selection runs (0-2 or 0,1,2)."),
+    select_on: str = typer.Option(
+        "validation", "--select-on", help="The split the selection reads: validation (the test split never)."
+    ),
 ) -> None:
     """Compare methods over seeds on one budget (resumable), add the SFT control, write the report."""
     from thinking_seeds.config import ConfigError
@@ -84,6 +117,8 @@ def compare(
     from thinking_seeds.experiments.spec import ComparisonSpec
     from thinking_seeds.store.run_dir import runs_root
 
+    if select_on != "validation":
+        raise typer.BadParameter(f"--select-on {select_on}: selection reads the validation split only (never test)")
     try:
         spec = ComparisonSpec.of(
             compare_id=compare_id,
@@ -101,10 +136,21 @@ def compare(
             control_corpus_size=control_corpus,
             final_test=not no_final_test,
             archive=archive,
-            command=command_line(ctx, skip=("report_only",)),
+            primary=primary,
+            amend_protocol=amend_protocol,
+            select=[select] if select else None,
+            select_seeds=select_seeds,
+            command=command_line(ctx, skip=("report_only", "amend_protocol", "plan", "plan_from", "plan_sd")),
         )  # the command that (re)runs it
+        if plan:
+            _print_plan(spec, plan_from, plan_sd)
+            return
     except ConfigError as e:  # a bad argument: click's usage error (one line, exit 2, the --help hint)
         raise typer.BadParameter(str(e)) from None
+    if select:
+        from thinking_seeds.experiments.compare import run_selection
+
+        spec, _ = run_selection(spec, runs_root(), train=False) if report_only else (spec, None)
     specs = prepare(spec, runs_root())  # fail fast, before any run: plan, budgets, archived runs, --reference
     con = console()
     if report_only:  # with --archive, also archive what has finished (another process may be training)
@@ -131,3 +177,20 @@ def compare(
 
         path = compare_flow(spec)
     con.print(f"[green]report:[/] {path}")
+
+
+def _print_plan(spec, plan_from: Path | None, plan_sd: float | None) -> None:
+    """--plan: the primary endpoint's minimum detectable effect for the seeds both its methods run."""
+    from thinking_seeds.config import ConfigError
+    from thinking_seeds.experiments.comparison_args import method_seeds
+    from thinking_seeds.experiments.planning import pilot_sd, plan_text
+
+    if (plan_from is None) == (plan_sd is None):
+        raise ConfigError("--plan needs the per-seed sd: give --plan-from docs/results/<id> or --plan-sd 0.029")
+    if spec.primary_pair is None:
+        raise ConfigError("--plan: no primary pair among these methods; name one with --primary A-B")
+    a, b = spec.primary_pair
+    own = method_seeds(spec.methods)
+    n = len(set(own[a] or spec.seeds) & set(own[b] or spec.seeds))
+    sd, how = pilot_sd(plan_from, a, b) if plan_from is not None else (plan_sd, "given with --plan-sd")
+    typer.echo(plan_text(sd, how, a, b, n))

@@ -1,20 +1,27 @@
 """The paper's four claims, measured on a comparison: the tables at the top of a comparison report.
 
-    claims_markdown(data, variants, runs_dir) -> Markdown (regime check, claims table, hard subset,
+    claims_markdown(data, variants, runs_dir) -> Markdown (claims table, regime check, hard subset,
                                                 seed age table)
 
 Each claim is a paired difference at equal seed (same training prompts, same evaluation prompts and
-sampling seeds) with a 95% t-interval over seeds:
+sampling seeds) with a 95% t-interval over seeds and the paired t-test's two-sided p-value:
 
-    1. beats GRPO on pass@1              test accuracy, thinking_seeds − grpo
+    1. beats GRPO on pass@1              test accuracy, thinking_seeds − grpo (the primary endpoint)
+       ... and sequence-level mixing     test accuracy, thinking_seeds − seq_mix
     2. higher effective entropy          actor/effective_entropy/all (last iterations), ts − grpo
     3. less gradient lost to clipping    actor/pg_clipfrac_adv/all (|A|-weighted), ts − seq_mix
     4. larger explorable space           test pass@k at the largest k vs grpo and vs θ_0; share of hard
                                          prompts ever solved; distinct solution patterns per prompt
+    2./4. at matched pass@1              effective entropy, validation pass@k and distinct patterns of
+                                         ts and grpo at the evaluation steps where their validation
+                                         pass@1 agree best (matched.py states the rule)
 
-Verdict: "holds" when the interval lies on the claimed side of 0, "does not hold" when it lies on
-the other side, "inconclusive" otherwise. The hard subset is the test prompts that θ_0 solves in
-fewer than 10% of its samples (from its per-prompt final-test file, `evals/final-test/`).
+Verdict, after Holm's correction over all the table's rows (a family of m tests; a row with fewer
+than two seeds counts as p = 1): "holds" when the Holm-adjusted p is below ALPHA and the mean lies on
+the claimed side, "fails" when it is below ALPHA on the other side, "inconclusive" otherwise. The raw
+p and the 95% interval are shown beside it; a claim is only read as holding when it survives the
+correction. The hard subset is hard_subset.py's: the test prompts θ_0 solves in fewer than 25% of its
+final-test samples, fixed from θ_0 alone.
 """
 
 from __future__ import annotations
@@ -25,15 +32,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from thinking_seeds.algo.metrics import pass_at_k
+from thinking_seeds.experiments.hard_subset import HARD_THRESHOLD, add_hard_subset, hard_subset_stats
+from thinking_seeds.experiments.matched import match_iterations, matched_differences
+from thinking_seeds.experiments.power import holm, paired_t_p
 from thinking_seeds.experiments.spec import CONTROL_METHOD
 
-__all__ = ["HARDER_THRESHOLD", "HARD_THRESHOLD", "claims_markdown", "mean_ci", "t_quantile_975", "verdict"]
+__all__ = [
+    "ALPHA",
+    "HARD_THRESHOLD",
+    "claims_markdown",
+    "claims_rows",
+    "hard_subset_stats",
+    "holm_verdict",
+    "mean_ci",
+    "t_quantile_975",
+    "verdict",
+]
 
-HARD_THRESHOLD = 0.10
-# A second, looser subset shown beside it (not in the claims table): with a strong base the < 10%
-# subset can be a prompt or two, too few to read anything from.
-HARDER_THRESHOLD = 0.25
+ALPHA = 0.05
 # Two-sided 95% Student t quantiles by degrees of freedom (standard table values).
 _T975 = {
     1: 12.706,
@@ -116,67 +132,6 @@ def paired(data, variants, a: str, b: str, name: str, name_b: str | None = None)
 
 
 # ---------------------------------------------------------------------------------------------
-# hard subset (per-prompt final-test files)
-# ---------------------------------------------------------------------------------------------
-
-
-def _per_prompt(run_root: Path, stage: str = "final-test") -> dict[str, dict[str, Any]] | None:
-    """{prompt_id: row} of the run's latest per-prompt evaluation file of `stage` (plain sampling)."""
-    import pyarrow.parquet as pq
-
-    files = sorted((run_root / "evals" / stage).glob("step_*.parquet"))
-    if not files:
-        return None
-    rows = pq.read_table(files[-1]).to_pylist()
-    return {r["prompt_id"]: r for r in rows if r["mode"] == "plain"}
-
-
-def _base_per_prompt(runs_dir: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]] | None:
-    import pyarrow.parquet as pq
-
-    for rid in run_ids:
-        f = runs_dir / rid / "evals" / "final-test" / "step_000000.parquet"
-        if f.exists():
-            return {r["prompt_id"]: r for r in pq.read_table(f).to_pylist() if r["mode"] == "plain"}
-    return None
-
-
-def hard_subset_stats(
-    rows: dict[str, dict[str, Any]], hard: Sequence[str], k: int, key: str = "hard"
-) -> dict[str, float]:
-    """On the hard prompts: accuracy, pass@k (unbiased), share solved at least once, distinct patterns."""
-    got = [rows[p] for p in hard if p in rows]
-    if not got:
-        return {}
-    return {
-        f"{key}/accuracy": statistics.fmean(r["correct"] / r["n"] for r in got),
-        f"{key}/pass@{k}": statistics.fmean(pass_at_k(r["n"], r["correct"], min(k, r["n"])) for r in got),
-        f"{key}/ever_solved": statistics.fmean(1.0 if r["correct"] > 0 else 0.0 for r in got),
-        f"{key}/distinct_patterns": statistics.fmean(float(r.get("distinct_labels") or 0) for r in got),
-    }
-
-
-def add_hard_subset(
-    data: dict[str, Any], runs_dir: Path, threshold: float = HARD_THRESHOLD, key: str = "hard"
-) -> tuple[list[str], int] | None:
-    """Compute <key>/* over the test prompts θ_0 solves in < `threshold` of its samples, for every run
-    (into data['per_run']) and θ_0 (data['base_test']); returns (hard prompt ids, k) or None when θ_0
-    has no per-prompt final-test file."""
-    ids = [m["run_id"] for m in data["members"]]
-    base = _base_per_prompt(runs_dir, ids)
-    if not base:
-        return None
-    hard = sorted(p for p, r in base.items() if r["correct"] / r["n"] < threshold)
-    k = max(r["n"] for r in base.values())
-    data["base_test"].update(hard_subset_stats(base, hard, k, key))
-    for rid in ids:
-        rows = _per_prompt(runs_dir / rid)
-        if rows:
-            data["per_run"].setdefault(rid, {}).update(hard_subset_stats(rows, hard, k, key))
-    return hard, k
-
-
-# ---------------------------------------------------------------------------------------------
 # Markdown
 # ---------------------------------------------------------------------------------------------
 
@@ -190,6 +145,105 @@ def _seeds(diffs: list[tuple[int, float]]) -> str:
     return ", ".join(f"s{s}: {d:+.3f}" for s, d in diffs) or "—"
 
 
+def holm_verdict(mean: float | None, p_holm: float, n: int, better: str = "higher") -> str:
+    """'holds' / 'fails' / 'inconclusive' from the Holm-adjusted p of a difference whose claimed
+    side is `better` (a significant difference on the wrong side fails the claim)."""
+    if n < 2 or mean is None:
+        return "inconclusive (fewer than 2 seeds)"
+    if p_holm >= ALPHA:
+        return "inconclusive"
+    return "holds" if (mean > 0) == (better == "higher") else "fails"
+
+
+def _fmt_p(p: float) -> str:
+    if math.isnan(p):
+        return "—"
+    return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def claims_rows(
+    data: dict[str, Any],
+    variants: dict[str, list[str]],
+    hard: tuple[list[str], int] | None,
+    ts: str = "thinking_seeds",
+    grpo: str = "grpo",
+    seq: str = "seq_mix",
+) -> list[dict[str, Any]]:
+    """The claims table's rows: claim, measurement, per-seed differences, interval, raw p, Holm p,
+    verdict. Holm runs over every row returned (the family is the table)."""
+    base = data["base_test"]
+    ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
+    kmax = ks[-1] if ks else None
+    rows: list[dict[str, Any]] = []
+
+    def row(claim: str, measure: str, diffs: list[tuple[int, float]], better: str = "higher") -> None:
+        xs = [d for _, d in diffs]
+        rows.append(
+            {"claim": claim, "measurement": measure, "diffs": diffs, "ci": mean_ci(xs), "p": paired_t_p(xs)}
+            | {"better": better, "n": len(xs)}
+        )
+
+    d, _ = paired(data, variants, ts, grpo, "test/accuracy")
+    row("1. beats GRPO on pass@1", f"test accuracy, {ts} − {grpo}", d)
+    if seq in variants:
+        row(
+            "1. beats sequence-level mixing on pass@1",
+            f"test accuracy, {ts} − {seq}",
+            paired(data, variants, ts, seq, "test/accuracy")[0],
+        )
+    row(
+        "2. higher effective entropy",
+        f"effective entropy (all tokens, last iterations), {ts} − {grpo}",
+        paired(data, variants, ts, grpo, "actor/effective_entropy/all")[0],
+    )
+    if seq in variants:
+        row(
+            "3. less gradient lost to clipping",
+            f"|A|-weighted clipped share of all tokens, {ts} − {seq}",
+            paired(data, variants, ts, seq, "actor/pg_clipfrac_adv/all")[0],
+            better="lower",
+        )
+    if kmax:
+        explore = "4. larger explorable space"
+        row(explore, f"test pass@{kmax}, {ts} − {grpo}", paired(data, variants, ts, grpo, f"test/pass@{kmax}")[0])
+        b = base.get(f"test/pass@{kmax}")
+        if b is not None:
+            diffs = sorted((s, v - b) for s, v in _per_seed(data, variants, ts, f"test/pass@{kmax}").items())
+            row(explore, f"test pass@{kmax}, {ts} − θ_0 ({b:.4f})", diffs)
+        if hard:
+            row(
+                explore,
+                f"share of the {len(hard[0])} hard prompts (θ_0 < {HARD_THRESHOLD:.0%}) solved at least once in "
+                f"{hard[1]} samples, {ts} − {grpo}",
+                paired(data, variants, ts, grpo, "hard/ever_solved")[0],
+            )
+        d, _ = paired(data, variants, ts, grpo, "test/distinct_patterns")
+        if d:
+            row(explore, f"distinct correct sign patterns per test prompt, {ts} − {grpo}", d)
+    match = match_iterations(data, variants, ts, grpo) if data.get("curves") else None
+    if match:
+        at = (
+            f"at matched validation pass@1 ({ts} θ_{match.step_a} {match.pass1_a:.4f}, {grpo} θ_{match.step_b} "
+            f"{match.pass1_b:.4f})"
+        )
+        vk = max(
+            (int(n.rsplit("@", 1)[1]) for c in data["curves"].values() for n in c if n.startswith("eval/pass@")),
+            default=None,
+        )
+        for claim, measure, name in (
+            ("2. higher effective entropy", "effective entropy (all tokens)", "actor/effective_entropy/all"),
+            ("4. larger explorable space", f"validation pass@{vk}", f"eval/pass@{vk}"),
+            ("4. larger explorable space", "distinct correct patterns per validation prompt", "eval/distinct_patterns"),
+        ):
+            d = matched_differences(data, variants, match, name)
+            if d:
+                row(claim, f"{measure} {at}, {ts} − {grpo}", d)
+    for r, p_adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
+        r["p_holm"] = p_adj
+        r["verdict"] = holm_verdict(r["ci"][0] if r["ci"] else None, p_adj, r["n"], r["better"])
+    return rows
+
+
 def claims_markdown(
     data: dict[str, Any],
     variants: dict[str, list[str]],
@@ -198,71 +252,34 @@ def claims_markdown(
     grpo: str = "grpo",
     seq: str = "seq_mix",
 ) -> str:
-    """The regime check, the claims table, the hard-subset table and |log π_θ/π_h| by seed age."""
+    """The claims table (Holm-adjusted), the regime check, the hard-subset table and |log π_θ/π_h| by seed age."""
     if ts not in variants or grpo not in variants:
         return ""
     hard = add_hard_subset(data, runs_dir)
-    harder = add_hard_subset(data, runs_dir, HARDER_THRESHOLD, "hard25")
-    base = data["base_test"]
+    rows = claims_rows(data, variants, hard, ts, grpo, seq)
     ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
-    kmax = ks[-1] if ks else None
     md = [
         "## The paper's claims on this testbed",
         "",
-        "Paired differences at equal seed, mean [95% t-interval] over seeds, then per seed. Verdict: *holds* "
-        "when the interval lies on the claimed side of 0, *does not hold* when it lies on the other side, "
-        "*inconclusive* otherwise.",
+        "Paired differences at equal seed, mean [95% t-interval] over seeds, then per seed; p: the paired t-test's "
+        f"two-sided p-value; Holm: adjusted by Holm's step-down method over the {len(rows)} rows of this table "
+        "(a row with fewer than two seeds counts as p = 1). Verdict, after Holm: *holds* when the adjusted p is "
+        f"below {ALPHA} and the difference lies on the claimed side, *fails* when it lies on the other side, "
+        "*inconclusive* otherwise. The matched rows compare the two methods at the evaluation steps where their "
+        "mean validation pass@1 agree best (ts_core/experiments/matched.py states the rule).",
         "",
     ]
-    rows = []
-
-    def row(claim: str, measure: str, diffs, ci, better: str = "higher") -> None:
-        rows.append([claim, measure, _fmt_ci(ci), _seeds(diffs), verdict(ci, better)])
-
-    d, ci = paired(data, variants, ts, grpo, "test/accuracy")
-    row("1. beats GRPO on pass@1", f"test accuracy, {ts} − {grpo}", d, ci)
-    d, ci = paired(data, variants, ts, grpo, "actor/effective_entropy/all")
-    row("2. higher effective entropy", f"effective entropy (all tokens, last iterations), {ts} − {grpo}", d, ci)
-    if seq in variants:
-        d, ci = paired(data, variants, ts, seq, "actor/pg_clipfrac_adv/all")
-        row(
-            "3. less gradient lost to clipping",
-            f"|A|-weighted clipped share of all tokens, {ts} − {seq}",
-            d,
-            ci,
-            better="lower",
-        )
-    if kmax:
-        d, ci = paired(data, variants, ts, grpo, f"test/pass@{kmax}")
-        row("4. larger explorable space", f"test pass@{kmax}, {ts} − {grpo}", d, ci)
-        b = base.get(f"test/pass@{kmax}")
-        if b is not None:
-            diffs = sorted((s, v - b) for s, v in _per_seed(data, variants, ts, f"test/pass@{kmax}").items())
-            row(
-                "4. larger explorable space",
-                f"test pass@{kmax}, {ts} − θ_0 ({b:.4f})",
-                diffs,
-                mean_ci([x for _, x in diffs]),
-            )
-        if hard:
-            d, ci = paired(data, variants, ts, grpo, "hard/ever_solved")
-            row(
-                "4. larger explorable space",
-                f"share of the {len(hard[0])} hard prompts solved at least once in {hard[1]} samples, {ts} − {grpo}",
-                d,
-                ci,
-            )
-        d, ci = paired(data, variants, ts, grpo, "test/distinct_patterns")
-        if d:
-            row("4. larger explorable space", f"distinct correct sign patterns per test prompt, {ts} − {grpo}", d, ci)
-    md += _table(["claim", "measurement", "difference [95% CI]", "per seed", "verdict"], rows)
-    md += _regime(data, variants, grpo, kmax)
+    md += _table(
+        ["claim", "measurement", "difference [95% CI]", "per seed", "p", "p (Holm)", "verdict (Holm)"],
+        [
+            [r["claim"], r["measurement"], _fmt_ci(r["ci"]), _seeds(r["diffs"]), _fmt_p(r["p"])]
+            + [_fmt_p(r["p_holm"]), r["verdict"]]
+            for r in rows
+        ],
+    )
+    md += _regime(data, variants, grpo, ks[-1] if ks else None)
     if hard:
         md += _hard_table(data, variants, hard)
-    if harder and len(harder[0]) > len(hard[0] if hard else []):
-        md += _hard_table(
-            data, variants, harder, HARDER_THRESHOLD, "hard25", "(beside the claims; not the issue's subset)"
-        )
     md += _age_table(data, variants)
     return "\n".join(md)
 
@@ -311,13 +328,15 @@ def _regime(data, variants, grpo: str, kmax: int | None) -> list[str]:
     return md
 
 
-def _hard_table(
-    data, variants, hard: tuple[list[str], int], threshold: float = HARD_THRESHOLD, key: str = "hard", note: str = ""
-) -> list[str]:
+def _hard_table(data, variants, hard: tuple[list[str], int], key: str = "hard") -> list[str]:
     ids, k = hard
     base = data["base_test"]
-    title = f"### The hard subset: {len(ids)} test prompts θ_0 solves in < {threshold:.0%} of {k} samples"
-    md = [f"{title} {note}".rstrip(), ""]
+    md = [
+        f"### The hard subset: {len(ids)} test prompts θ_0 solves in < {HARD_THRESHOLD:.0%} of {k} samples",
+        "",
+        "Chosen from θ_0's final test alone, before any RL (ts_core/experiments/hard_subset.py).",
+        "",
+    ]
     names = [f"{key}/accuracy", f"{key}/pass@{k}", f"{key}/ever_solved", f"{key}/distinct_patterns"]
     rows = [["θ_0"] + [f"{base[n]:.4f}" if n in base else "—" for n in names]]
     rows += [[v] + [_mean_of(data, runs, n) for n in names] for v, runs in variants.items()]

@@ -6,8 +6,12 @@
 
 The steps, each a function the Prefect flow (thinking_seeds.flows.compare) calls as a task too:
 
+    select           with spec.select: the grid for every method on validation (selection.py),
+                     each method's best value becomes its method override
     prepare          spec.runs() (spec.py: plan, budgets checked), runs restored from the committed
                      archives (archive.py), the --reference base point checked
+    register         the protocol (protocol.py) into OUT/ID/protocol.json before the first run;
+                     a changed one is refused unless spec.amend_protocol
     run_all          one `python -m thinking_seeds.pipeline.loop` per run, `parallel` at once (jobs.py);
                      a complete run starts no process, an interrupted one resumes
     run_controls     the equal-compute SFT control per seed (sft_control.py)
@@ -26,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from thinking_seeds.config import RunConfig
+from thinking_seeds.config import ConfigError, RunConfig
 from thinking_seeds.experiments.archive import archive_run, restore
 from thinking_seeds.experiments.comparison_args import parse_list, parse_sweep
 from thinking_seeds.experiments.jobs import CompareError, Job, JobResult, raise_on_failures, run_jobs
@@ -36,6 +40,17 @@ from thinking_seeds.experiments.members import (
     is_complete,
     reference_members,
     write_marker,
+)
+from thinking_seeds.experiments.protocol import load as load_protocol
+from thinking_seeds.experiments.protocol import register
+from thinking_seeds.experiments.selection import (
+    choose,
+    resolve_key,
+    selection_record,
+    selection_specs,
+    selection_table,
+    validation_jobs,
+    with_selection,
 )
 from thinking_seeds.experiments.sft_control import control_complete, control_config, control_run_id, run_controls
 from thinking_seeds.experiments.spec import (
@@ -63,11 +78,14 @@ __all__ = [
     "plan",
     "prepare",
     "raise_on_failures",
+    "register",
     "report_dir",
     "restore_archived",
     "run_all",
     "run_comparison",
     "run_final_tests",
+    "run_selection",
+    "train_jobs",
     "write_report",
 ]
 
@@ -173,6 +191,7 @@ def run_all(
     parallel: int = 2,
     console: Any = None,
     on_done: Callable[[Job], None] | None = None,
+    final_test: bool = True,
 ) -> list[JobResult]:
     """Train every spec (resumable; complete runs are skipped) and return one JobResult per spec.
 
@@ -180,8 +199,16 @@ def run_all(
     complete paired sets (every method at seeds 0..s) rather than all seeds of the first methods.
     Each run's final test follows its training in the same process (`thinking_seeds.pipeline.loop
     --final-test`), so such a partial comparison has test numbers too (the report can be written
-    at any time).
+    at any time). `final_test=False` (the validation selection's runs) never reads the test split.
     """
+    runs_dir = Path(runs_dir).resolve()
+    jobs = train_jobs(specs, runs_dir, final_test)
+    return run_jobs(jobs, runs_dir, parallel, title="runs", console=console, on_done=on_done)
+
+
+def train_jobs(specs: Sequence[RunSpec], runs_dir: Path, final_test: bool = True) -> list[Job]:
+    """run_all's jobs, seed by seed, each run's marker written: one `thinking_seeds.pipeline.loop`
+    process per run, with `--final-test` (and θ_0's, in the first run) only when `final_test`."""
     runs_dir = Path(runs_dir).resolve()
     jobs = []
     for spec in sorted(specs, key=lambda sp: sp.seed):
@@ -197,14 +224,15 @@ def run_all(
             spec.run_id,
             "--runs-dir",
             str(runs_dir),
-            "--final-test",
         ]
-        if spec is specs[0]:
+        if final_test:
+            cmd.append("--final-test")
+        if final_test and spec is specs[0]:
             cmd.append("--final-test-base")  # θ_0 once per comparison, in the run final_test_jobs names
         for o in spec.overrides:
             cmd += ["--set", o]
         jobs.append(Job(spec.run_id, cmd, root / "train.log", done=is_complete(spec, runs_dir), run_root=root))
-    return run_jobs(jobs, runs_dir, parallel, title="runs", console=console, on_done=on_done)
+    return jobs
 
 
 def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None = None) -> list[Job]:
@@ -282,6 +310,39 @@ def write_report(spec: ComparisonSpec, runs_dir: Path) -> Path:
     )
 
 
+def run_selection(
+    spec: ComparisonSpec, runs_dir: Path, console: Any = None, train: bool = True
+) -> tuple[ComparisonSpec, dict[str, Any] | None]:
+    """With spec.select: train the grid for every method (resumable), evaluate each final policy on
+    the whole validation split, choose per method (selection.choose); returns the spec with the
+    chosen values as method overrides, and the selection's record for the protocol.
+
+    `train=False` (`--report-only`) trains nothing: the choice comes from the registered protocol
+    when its grid is this one, else from the selection runs already evaluated.
+    """
+    if not spec.select:
+        return spec, None
+    specs = selection_specs(spec)
+    protocol = load_protocol(spec.report_dir)
+    registered = (protocol or {}).get("protocol", {}).get("selection")
+    asked = {"key": resolve_key(next(iter(spec.select))), "grid": list(next(iter(spec.select.values())))}
+    asked["seeds"] = list(spec.select_seeds)
+    if protocol and not spec.amend_protocol and {k: (registered or {}).get(k) for k in asked} != asked:
+        raise ConfigError(  # before the grid trains: a new grid is a new protocol
+            f"{spec.report_dir / 'protocol.json'} registers the selection {registered}, this command asks for "
+            f"{asked}; rerun with the registered one, or add --amend-protocol to record the change as an amendment"
+        )
+    if not train and registered and registered["grid"] == list(next(iter(spec.select.values()))):
+        return with_selection(spec, registered["chosen"]), registered
+    if train:
+        raise_on_failures(run_all(specs, runs_dir, spec.parallel, console=console, final_test=False))
+        jobs = validation_jobs(specs, Path(runs_dir))
+        raise_on_failures(run_jobs(jobs, Path(runs_dir), spec.parallel, title="selection evaluations", console=console))
+    table = selection_table(specs, Path(runs_dir))
+    chosen = choose(table, next(iter(spec.select.values())))
+    return with_selection(spec, chosen), selection_record(spec, table, chosen)
+
+
 def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
     """prepare -> run_all -> SFT controls -> final tests -> (archive) -> report, in this process
     (`ts compare --no-prefect`); the same steps as `thinking_seeds.flows.compare.compare_flow`.
@@ -292,7 +353,9 @@ def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
     from thinking_seeds.store.run_dir import runs_root
 
     runs_dir = runs_root()
+    spec, selection = run_selection(spec, runs_dir, console=console)
     specs = prepare(spec, runs_dir)
+    register(spec, specs, runs_dir, selection)  # before the first confirmatory run
     hook = archiver(spec, specs, runs_dir)
     if spec.archive:
         archive_finished(spec, specs, runs_dir)  # what finished before --archive was given

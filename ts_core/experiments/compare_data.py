@@ -145,7 +145,8 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
             f"""
             SELECT run_id, stage, iteration, name, value FROM metrics
             WHERE run_id IN ({ids}) AND (
-                (stage = 'evaluate' AND (name IN ('eval/accuracy', 'eval/strategy_b', 'eval/distinct_patterns')))
+                (stage = 'evaluate' AND (name IN ('eval/accuracy', 'eval/strategy_b', 'eval/distinct_patterns',
+                                                 'eval/distinct_correct_solutions') OR starts_with(name, 'eval/pass@')))
                 OR (stage = 'update' AND ({" OR ".join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR[:3])})))
             ORDER BY run_id, iteration
         """,

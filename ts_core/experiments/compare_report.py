@@ -36,6 +36,8 @@ from thinking_seeds.experiments.compare_sections import (
     validation_section,
 )
 from thinking_seeds.experiments.members import archive_record
+from thinking_seeds.experiments.protocol import load as load_protocol
+from thinking_seeds.experiments.protocol import protocol_lines
 from thinking_seeds.experiments.spec import CONTROL_METHOD
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.parquet_io import write_table_atomic
@@ -120,7 +122,11 @@ def write_compare_report(
         per_run.pop(r, None)
         data["curves"].pop(r, None)
 
-    claims = claims_markdown(data, variants, runs_dir)  # also adds hard/* values to data
+    protocol = load_protocol(out)
+    ts, grpo = ((protocol or {}).get("protocol", {}).get("primary_endpoint") or {}).get(
+        "pair", ["thinking_seeds", "grpo"]
+    )
+    claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo)  # also adds hard/* values to data
     results = results_table(data, compare_id)
     write_table_atomic(results, out / "results.parquet")
     ks = pass_ks(per_run)
@@ -146,6 +152,7 @@ def write_compare_report(
     md.append("")
     for line in _archived(data, runs_dir):
         md += [line, ""]
+    md += protocol_lines(protocol)
     if claims:
         md += [claims, ""]
     if ref_cfg:

@@ -18,12 +18,15 @@ from typing import Any
 from thinking_seeds.config import ALGORITHMS, ConfigError
 
 __all__ = [
+    "ALIASES",
     "RESERVED_KEYS",
     "RUN_ID_RE",
     "check_request",
+    "check_selection",
     "method_seeds",
     "parse_list",
     "parse_sweep",
+    "resolve_key",
     "value_text",
 ]
 
@@ -133,3 +136,29 @@ def check_request(
         if key in shared:
             raise ConfigError(f"--set {key}=... and --sweep {key}=... both set {key}: keep it in --sweep only")
     return per_method, seeds, overrides, sweep
+
+
+ALIASES = {"lr": "update.lr"}  # --select's short names for the usual grids (selection.py)
+
+
+def resolve_key(key: str) -> str:
+    return ALIASES.get(key.strip(), key.strip())
+
+
+def check_selection(
+    select: dict[str, list[str]], overrides: Sequence[str], sweep: dict[str, list[str]], budget_keys: Sequence[str]
+) -> None:
+    """--select (selection.py): one key, a grid of two or more values, not a budget key, not also
+    --set or --sweep (it would have no single value)."""
+    if len(select) != 1:
+        raise ConfigError(f"--select takes one key and its grid (e.g. lr=1e-4,3e-4,1e-3), got {sorted(select)}")
+    ((key, grid),) = select.items()
+    full = resolve_key(key)
+    if len(grid) < 2:
+        raise ConfigError(f"--select {key}={','.join(grid)}: a grid needs two or more values")
+    if any(full == b or full.startswith(b + ".") for b in budget_keys):
+        raise ConfigError(f"--select {full}: a budget key is shared by every run; select a method setting (lr, ...)")
+    if sweep:
+        raise ConfigError("--select and --sweep together: select first, then run the ablation as its own comparison")
+    if full in {o.split("=", 1)[0].strip() for o in overrides}:
+        raise ConfigError(f"--set {full}=... and --select {key}=...: the selection sets {full}; drop the --set")

@@ -16,7 +16,9 @@ at a time with `one_at_a_time`).
 The whole request of `ts compare` is one ComparisonSpec (a pydantic model: the CLI builds it, the
 Prefect flow receives it, run_comparison runs it). Pure data and validation: nothing here starts a
 process or reads a run directory (members.py reads them, compare.py runs them). The arguments'
-parsing and the checks that need no config are comparison_args.py's (re-exported here).
+parsing and the checks that need no config are comparison_args.py's (re-exported here). Over 400
+lines because ComparisonSpec is the whole request in one typed model (every `ts compare` option,
+with its help text), and splitting it would give the CLI, the flow and run_comparison two models.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from thinking_seeds.experiments.comparison_args import (
     RESERVED_KEYS,
     RUN_ID_RE,
     check_request,
+    check_selection,
     method_seeds,
     parse_list,
     parse_sweep,
     value_text,
 )
+from thinking_seeds.experiments.planning import primary_pair
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [
@@ -113,13 +117,15 @@ class RunSpec:
     preset: str
     base_overrides: tuple[str, ...] = ()  # shared by every run of the comparison
     sweep: tuple[tuple[str, str], ...] = ()  # this run's sweep point, (dotted key, value)
+    method_overrides: tuple[str, ...] = ()  # this method's own settings (chosen on validation: selection.py)
 
     @property
     def overrides(self) -> list[str]:
-        """--set values in the order they apply: shared, sweep point, method, seed."""
+        """--set values in the order they apply: shared, sweep point, the method's own, method, seed."""
         return [
             *self.base_overrides,
             *(f"{k}={v}" for k, v in self.sweep),
+            *self.method_overrides,
             f"algorithm={self.method}",
             f"seed={self.seed}",
         ]
@@ -191,8 +197,12 @@ def plan(
     sweep: dict[str, list[Any]] | None = None,
     compare_id: str = "compare",
     one_at_a_time: bool = False,
+    method_overrides: dict[str, Sequence[str]] | None = None,
 ) -> list[RunSpec]:
     """Every (method, sweep point, seed) of the comparison as a RunSpec, validated (see module doc).
+
+    `method_overrides` gives a method settings of its own (`{"grpo": ["update.lr=3e-4"]}`: what the
+    validation selection chose for it); they are not part of the run id.
 
     Sweep points are the cartesian product of the sweep's values, or with `one_at_a_time` one key
     varied at a time from the base configuration (the usual ablation: 2 keys x 2 values = 4
@@ -218,7 +228,8 @@ def plan(
                         f"run id {run_id!r} would not be a plain directory name; "
                         "sweep values may use letters, digits and . _ = + - only"
                     )
-                specs.append(RunSpec(run_id, compare_id, method, seed, preset, tuple(overrides), tuple(point)))
+                own = tuple((method_overrides or {}).get(method, ()))
+                specs.append(RunSpec(run_id, compare_id, method, seed, preset, tuple(overrides), tuple(point), own))
     if len({s.run_id for s in specs}) != len(specs):
         raise ConfigError("two runs of the plan got the same run id; make the sweep values distinct")
 
@@ -295,6 +306,23 @@ class ComparisonSpec(BaseModel):
         "(commit it): a later session resumes the comparison without training them again.",
     )
     command: str | None = Field(None, description="The command line that produced it, quoted in the report.")
+    primary: str | None = Field(
+        None,
+        description="The primary endpoint's pair A-B (test pass@1, A − B at equal seed); default "
+        "thinking_seeds_adaptive-grpo when that method is compared, else thinking_seeds-grpo.",
+    )
+    amend_protocol: bool = Field(
+        False, description="Accept a protocol that differs from the registered protocol.json, recording the amendment."
+    )
+    select: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Validation selection: key -> grid (lr=1e-4,3e-4), trained for every method on "
+        "select_seeds; each method gets the value with the best mean validation pass@1 (selection.py).",
+    )
+    select_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="Seeds of the selection runs.")
+    method_overrides: dict[str, list[str]] = Field(
+        default_factory=dict, description="Per-method settings (what the selection chose): method -> key=value."
+    )
 
     @field_validator("methods", mode="before")
     @classmethod
@@ -319,7 +347,12 @@ class ComparisonSpec(BaseModel):
             raise ValueError(f"--seeds must be integers, got {v!r}")
         return [int(x) for x in items]
 
-    @field_validator("sweep", mode="before")
+    @field_validator("select_seeds", mode="before")
+    @classmethod
+    def _split_select_seeds(cls, v: Any) -> Any:
+        return list(method_seeds([f"x:{v}"])["x"]) if isinstance(v, str) and "-" in v else cls._split_seeds(v)
+
+    @field_validator("sweep", "select", mode="before")
     @classmethod
     def _split_sweep(cls, v: Any) -> Any:
         if v is None:
@@ -333,6 +366,10 @@ class ComparisonSpec(BaseModel):
         check_request(self.methods, self.seeds, self.overrides, self.sweep, self.compare_id)
         if self.reference is not None and not RUN_ID_RE.match(self.reference):
             raise ValueError(f"reference {self.reference!r} must be a comparison id (a plain name)")
+        if self.primary is not None:
+            primary_pair(self.primary, self.methods)
+        if self.select:
+            check_selection(self.select, self.overrides, self.sweep, BUDGET_KEYS)
         return self
 
     @classmethod
@@ -357,6 +394,7 @@ class ComparisonSpec(BaseModel):
             self.sweep or None,
             self.compare_id,
             self.one_at_a_time,
+            self.method_overrides or None,
         )
 
     def plan_text(self) -> str:
@@ -371,6 +409,17 @@ class ComparisonSpec(BaseModel):
         if len(shared) == len(own):
             return f"{text} x seeds {seeds}"
         return f"{text}; seeds {seeds} for {', '.join(shared)}"
+
+    @property
+    def primary_pair(self) -> tuple[str, str] | None:
+        """(a, b) of the primary endpoint: test pass@1, a − b at equal seed; None when no --primary
+        is given and the comparison lacks the default pair's methods (an ablation, say)."""
+        try:
+            return primary_pair(self.primary, self.methods)
+        except ConfigError:
+            if self.primary is not None:
+                raise
+            return None
 
     @property
     def report_dir(self) -> Path:
