@@ -4,15 +4,21 @@ so that `ts sql` answers the diversity queries of a live run (never compacted) f
     runs/<id>/corpus/prefixes/iteration=k/prefixes.parquet     the corpus (the stage's data)
     runs/<id>/corpus/prefixes/iteration=k/aggregates.parquet   this file (AGGREGATES_SCHEMA)
 
-Two kinds of row, keyed by (run, iteration, source age, length bucket = schemas.len_bucket_sql):
+Two kinds of row, keyed by (iteration, source age, length bucket = schemas.len_bucket_sql), each
+kind in its own Parquet row group so that a view reads only the one it needs:
 
-- a key's summary (`ngram` null): how many prefixes, the sum of their prefix_len and of their
-  prefix_ngram_count. The `prefix_groups` view: counts and mean lengths without scanning a prefix.
-- one per distinct 3-gram of the key (`ngram` set): how many of the key's prefixes hold it. The
-  `ngram_counts` view (the same rows as a compacted part, store/compaction.py, for one iteration).
+- row group 0, a key's summary (`ngram` null): how many prefixes, the sum of their prefix_len and
+  of their prefix_ngram_count. The `prefix_groups` view: counts and mean lengths without scanning
+  a prefix.
+- row group 1 (absent when no prefix has a 3-gram), one row per distinct 3-gram of a key: how many
+  of the key's prefixes hold it. The `ngram_counts` view (the rows of a compacted part,
+  store/compaction.py, for one iteration).
 
-On the benchmark corpus that is 3.5M rows for 1M prefixes (16.4M 3-gram codes) in 9.6 MiB, against
-198 MiB of prefix files. The file is an output of the seeds stage, hashed by its manifest, so it is
+No run_id column: the file lives in its run's directory, and the views name the run by it (as
+corpus_files does); a constant string per row would be most of what a scan of it costs.
+
+On the benchmark corpus that is 3.5M rows for 1M prefixes (16.4M 3-gram codes) in ~10 MiB, against
+185 MiB of prefix files. The file is an output of the seeds stage, hashed by its manifest, so it is
 deterministic (one DuckDB thread, rows in ORDER BY ALL order, no time in it): a resumed run writes
 it bit for bit. It is derived from the prefix file only, never read by the pipeline, and runs
 written before it existed simply lack it (the views then read the prefix file, store/sql_corpus.py).
@@ -33,14 +39,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from thinking_seeds.store.parquet_io import write_table_atomic
-from thinking_seeds.store.schemas import len_bucket_sql, ngram_counts_sql
+from thinking_seeds.store.atomic import atomic_write
+from thinking_seeds.store.schemas import PREFIX_SCHEMA, len_bucket_sql, ngram_counts_sql, with_derived_prefix_columns
 
 __all__ = [
     "AGGREGATES_NAME",
     "AGGREGATES_SCHEMA",
     "PREFIX_GROUPS_SCHEMA",
-    "aggregates_sql",
+    "NGRAM_ROW_GROUP",
+    "SUMMARY_ROW_GROUP",
     "fresh_aggregates",
     "prefix_groups_sql",
     "write_prefix_aggregates",
@@ -51,7 +58,6 @@ _OF_KEY = b"thinking_seeds.aggregates_of"  # metadata: {"prefixes.parquet": size
 
 AGGREGATES_SCHEMA = pa.schema(
     [
-        pa.field("run_id", pa.string()),
         pa.field("iteration", pa.int64()),
         pa.field("source_age", pa.int64()),
         pa.field("len_lo", pa.int64()),  # len_bucket_sql(prefix_len)
@@ -61,14 +67,16 @@ AGGREGATES_SCHEMA = pa.schema(
         pa.field("ngram_count_sum", pa.int64()),  # summary rows only: sum of prefix_ngram_count
     ]
 )
+SUMMARY_ROW_GROUP, NGRAM_ROW_GROUP = 0, 1
 
-# The prefix_groups view: the summary rows.
-PREFIX_GROUPS_SCHEMA = pa.schema([f for f in AGGREGATES_SCHEMA if f.name != "ngram"])
+# The prefix_groups view: run_id and the summary rows' columns.
+PREFIX_GROUPS_SCHEMA = pa.schema(
+    [pa.field("run_id", pa.string())] + [f for f in AGGREGATES_SCHEMA if f.name != "ngram"]
+)
 
 
 def prefix_groups_sql(src: str) -> str:
-    """SQL of PREFIX_GROUPS_SCHEMA's rows (the summary rows) from `src`, a relation with the
-    prefixes view's columns."""
+    """SQL of PREFIX_GROUPS_SCHEMA's rows from `src`, a relation with the prefixes view's columns."""
     return (
         f"SELECT run_id, iteration, source_age, {len_bucket_sql('prefix_len')} AS len_lo, count(*) AS prefixes, "
         "CAST(sum(prefix_len) AS BIGINT) AS prefix_len_sum, CAST(sum(prefix_ngram_count) AS BIGINT) AS ngram_count_sum "
@@ -76,36 +84,45 @@ def prefix_groups_sql(src: str) -> str:
     )
 
 
-def aggregates_sql(src: str) -> str:
-    """SQL of AGGREGATES_SCHEMA's rows from `src`, a relation with the prefixes view's columns: the
-    summary rows, then each key's distinct 3-grams (the rows of schemas.ngram_counts_sql(dedupe=True))."""
-    return (
-        "SELECT run_id, iteration, source_age, len_lo, CAST(NULL AS BIGINT) AS ngram, prefixes, prefix_len_sum, "
-        f"ngram_count_sum FROM ({prefix_groups_sql(src)}) "
-        "UNION ALL SELECT run_id, iteration, source_age, len_lo, ngram, prefixes, NULL, NULL "
-        f"FROM ({ngram_counts_sql(src, dedupe=True)})"
-    )
-
-
 def write_prefix_aggregates(prefixes: Path) -> Path:
-    """Write the aggregates of the prefix file `prefixes` (as the seeds stage writes it, with the
-    derived columns) beside it, atomically; returns their path (for the stage's manifest)."""
+    """Write the aggregates of the prefix file `prefixes` beside it, atomically; returns their path
+    (for the seeds stage's manifest). A file written before the derived columns existed works too."""
     import duckdb  # here: only the seeds stage and the views need it
 
     prefixes = Path(prefixes)
     cols = ["run_id", "iteration", "source_age", "prefix_len", "prefix_ngram_count", "prefix_ngrams"]
-    src = pq.read_table(prefixes, columns=cols)
     con = duckdb.connect(":memory:")
     try:
         con.execute("SET threads = 1")  # deterministic, and one core beside the stage's engine
-        con.register("src", src)
-        table = con.sql(f"{aggregates_sql('src')} ORDER BY ALL").to_arrow_table()
+        con.register("src", _with_derived(pq.read_table(prefixes)).select(cols))
+        summary = con.sql(f"SELECT * EXCLUDE (run_id) FROM ({prefix_groups_sql('src')}) ORDER BY ALL").to_arrow_table()
+        grams = con.sql(
+            f"SELECT * EXCLUDE (run_id) FROM ({ngram_counts_sql('src', dedupe=True)}) ORDER BY ALL"
+        ).to_arrow_table()
     finally:
         con.close()
-    table = table.cast(AGGREGATES_SCHEMA)
+    nulls = pa.nulls(summary.num_rows, pa.int64())
+    summary = summary.append_column("ngram", nulls).select(AGGREGATES_SCHEMA.names)
+    n = grams.num_rows
+    grams = grams.append_column("prefix_len_sum", pa.nulls(n, pa.int64()))
+    grams = grams.append_column("ngram_count_sum", pa.nulls(n, pa.int64()))
     of = {prefixes.name: prefixes.stat().st_size}
-    table = table.replace_schema_metadata({_OF_KEY: json.dumps(of, sort_keys=True).encode()})
-    return write_table_atomic(table, prefixes.with_name(AGGREGATES_NAME))
+    schema = AGGREGATES_SCHEMA.with_metadata({_OF_KEY: json.dumps(of, sort_keys=True).encode()})
+
+    def write(f) -> None:
+        with pq.ParquetWriter(f, schema) as w:
+            w.write_table(summary.cast(schema), row_group_size=max(1, summary.num_rows))
+            if n:
+                w.write_table(grams.select(schema.names).cast(schema), row_group_size=n)
+
+    return atomic_write(prefixes.with_name(AGGREGATES_NAME), write)
+
+
+def _with_derived(table: pa.Table) -> pa.Table:
+    """A prefix file's table with the derived columns (computed for a file written before them)."""
+    if "prefix_ngrams" in table.column_names:
+        return table
+    return with_derived_prefix_columns(table.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
 
 
 def fresh_aggregates(prefixes: Path, schema: pa.Schema | None = None) -> Path | None:

@@ -20,10 +20,14 @@ runs read the same.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from thinking_seeds.store.prefix_aggregates import (
     AGGREGATES_NAME,
@@ -88,17 +92,58 @@ def register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa
     con.execute(f"CREATE VIEW {view} AS {' UNION ALL '.join(selects)}")
 
 
-def _aggregates(prefix_files: list[Path]) -> dict[Path, Path]:
-    """{prefix file: its fresh aggregates file} for the prefix files that have one. An unreadable
-    or stale aggregates file is passed over in silence: the prefix file answers instead."""
-    candidates = [f.with_name(AGGREGATES_NAME) for f in prefix_files]
-    present = [a for a in candidates if a.is_file()]
-    readable = dict(readable_files(present, AGGREGATES_SCHEMA, []))
+@dataclass(frozen=True)
+class _Aggregates:
+    """A fresh aggregates file (store/prefix_aggregates.py) and its number of row groups."""
+
+    path: Path
+    row_groups: int
+
+
+def _aggregates(prefix_files: list[Path]) -> dict[Path, _Aggregates]:
+    """{prefix file: its fresh aggregates} for the prefix files that have them. An unreadable or
+    stale aggregates file is passed over in silence: the prefix file answers instead."""
     out = {}
-    for f, a in zip(prefix_files, candidates, strict=True):
-        if a in readable and fresh_aggregates(f, readable[a]) is not None:
-            out[f] = a
+    for f in prefix_files:
+        a = f.with_name(AGGREGATES_NAME)
+        try:
+            meta = pq.read_metadata(a)
+            schema = meta.schema.to_arrow_schema()
+        except (OSError, pa.ArrowInvalid):
+            continue
+        if schema.names == AGGREGATES_SCHEMA.names and fresh_aggregates(f, schema) is not None:
+            out[f] = _Aggregates(a, meta.num_row_groups)
     return out
+
+
+def _run_name(f: Path) -> str:
+    return f.parents[3].name  # runs/<id>/corpus/prefixes/iteration=k/<file>
+
+
+def _row_group_views(
+    con: duckdb.DuckDBPyConnection, name: str, aggs: list[_Aggregates], row_group: int, columns: list[str]
+) -> str:
+    """A relation over one row group of each aggregates file in `aggs`: one dataset per run, its
+    run_id the run directory's name (a constant, not a column read), all runs in one UNION ALL."""
+    fmt, fs = pads.ParquetFileFormat(), pafs.LocalFileSystem()
+    by_run: dict[str, list] = {}
+    for a in aggs:
+        if a.row_groups > row_group:
+            frag = fmt.make_fragment(str(a.path), filesystem=fs, row_groups=[row_group])
+            by_run.setdefault(_run_name(a.path), []).append(frag)
+    cols = ", ".join(quoted(c) for c in columns if c != "run_id")
+    selects = []
+    for i, (run, frags) in enumerate(sorted(by_run.items())):
+        con.register(f"{name}_{i}", pads.FileSystemDataset(frags, AGGREGATES_SCHEMA, fmt, fs))
+        selects.append(f"SELECT {_literal(run)} AS run_id, {cols} FROM {name}_{i}")
+    if not selects:  # no file: the relation still has its columns
+        con.register(name, AGGREGATES_SCHEMA.empty_table())
+        selects.append(f"SELECT CAST(NULL AS VARCHAR) AS run_id, {cols} FROM {name}")
+    return "(" + " UNION ALL ".join(selects) + ")"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def register_corpus_views(
@@ -112,24 +157,17 @@ def register_corpus_views(
     pattern = PARQUET_VIEWS["prefixes"][0]
     prefix_files = sorted((f for run in runs for f in run.glob(pattern)), key=file_order)
     aggs = _aggregates(prefix_files)
-    agg_cols = ", ".join(AGGREGATES_SCHEMA.names)
-
-    def agg_view(name: str, files: list[Path]) -> str:
-        con.register(name, dataset([(a, AGGREGATES_SCHEMA) for a in files], AGGREGATES_SCHEMA))
-        return f"(SELECT {agg_cols} FROM {name})"
 
     def raw_view(name: str, files: list[Path]) -> str:
         register_prefixes(con, readable_files(files, PREFIX_FILE_SCHEMA, damaged), name)
         return name
 
     if "prefix_groups" in wanted:
-        cols = ", ".join(PREFIX_GROUPS_SCHEMA.names)
-        stored = agg_view("_ts_groups_aggs", [aggs[f] for f in prefix_files if f in aggs])
+        cols = PREFIX_GROUPS_SCHEMA.names
+        stored = _row_group_views(con, "_ts_groups_aggs", [aggs[f] for f in prefix_files if f in aggs], 0, cols)
         raw = raw_view("_ts_groups_src", [f for f in prefix_files if f not in aggs])
-        con.execute(
-            f"CREATE VIEW prefix_groups AS SELECT {cols} FROM {stored} WHERE ngram IS NULL "
-            f"UNION ALL SELECT {cols} FROM ({prefix_groups_sql(raw)})"
-        )
+        sel = ", ".join(cols)
+        con.execute(f"CREATE VIEW prefix_groups AS SELECT {sel} FROM {stored} UNION ALL {prefix_groups_sql(raw)}")
     if "ngram_counts" in wanted:
         parts_: list[Path] = []
         rest: set[Path] = set()
@@ -138,13 +176,13 @@ def register_corpus_views(
             parts_ += p
             rest |= set(r)
         uncovered = [f for f in prefix_files if f in rest]
-        cols = ", ".join(NGRAM_COUNTS_SCHEMA.names)
+        cols = NGRAM_COUNTS_SCHEMA.names
         stored_parts = readable_files(parts_, NGRAM_COUNTS_SCHEMA, damaged)
         con.register("_ts_ngram_parts", dataset(stored_parts, NGRAM_COUNTS_SCHEMA))
-        stored = agg_view("_ts_ngram_aggs", [aggs[f] for f in uncovered if f in aggs])
+        stored = _row_group_views(con, "_ts_ngram_aggs", [aggs[f] for f in uncovered if f in aggs], 1, cols)
         raw = raw_view("_ts_ngram_src", [f for f in uncovered if f not in aggs])
+        sel = ", ".join(cols)
         con.execute(
-            f"CREATE VIEW ngram_counts AS SELECT {cols} FROM _ts_ngram_parts "
-            f"UNION ALL SELECT {cols} FROM {stored} WHERE ngram IS NOT NULL "
-            f"UNION ALL SELECT {cols} FROM ({ngram_counts_sql(raw, dedupe=False)})"
+            f"CREATE VIEW ngram_counts AS SELECT {sel} FROM _ts_ngram_parts UNION ALL SELECT {sel} FROM {stored} "
+            f"UNION ALL SELECT {sel} FROM ({ngram_counts_sql(raw, dedupe=False)})"
         )
