@@ -6,7 +6,8 @@ from __future__ import annotations
 import typer
 
 from thinking_seeds.flows.cli.errors import raise_if_interrupted
-from thinking_seeds.flows.cli.output import OutputFormat, cell, console, emit, warn
+from thinking_seeds.flows.cli.output import OutputFormat, cell, console, emit, error_line, warn
+from thinking_seeds.store.sql_catalog import VIEWS, views_sentence
 
 
 def report(
@@ -59,10 +60,12 @@ def runs(fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", 
 
 def sql(
     text: str | None = typer.Argument(
-        None, metavar="QUERY", help="Read-only SQL over the views prefixes, rollouts, metrics, checkpoints, configs."
+        None, metavar="QUERY", help=f"Read-only SQL over the views {views_sentence()} (see --list)."
     ),
     name: str | None = typer.Option(None, "--query", "-q", help="Run a named query (see --list)."),
-    run_id: str | None = typer.Option(None, "--run-id", "-r", help="Only this run (default: every run)."),
+    run_id: str | None = typer.Option(
+        None, "--run-id", "-r", help="Only this run (default: every run; a note on stderr names them)."
+    ),
     list_: bool = typer.Option(False, "--list", "-l", help="List the named queries and the views' columns."),
     show: bool = typer.Option(False, "--show", help="With --query: print the named query's SQL instead of running it."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format."),
@@ -91,6 +94,8 @@ def sql(
     views = views_in(NAMED_QUERIES[name][1] if name is not None else text or "")
     con = connect(run_id, damaged=damaged, views=views)
     warn(damaged)
+    if run_id is None and name is None:
+        _note_all_runs()
     try:
         raise_if_interrupted()  # a Ctrl-C while the views were set up may have been read as a damaged file
         res = run_named(con, name, timeout or None) if name is not None else query(con, text or "", timeout or None)
@@ -102,9 +107,10 @@ def sql(
 
 
 def compact(run_id: str = typer.Argument(..., help="Run whose files to compact.")) -> None:
-    """Copy the finished iterations' small metrics files into a few large parts that `ts sql` reads
-    instead (the originals are not touched; safe while the run trains; run it again any time)."""
-    from thinking_seeds.store.compaction import COMPACTED
+    """Copy finished blocks of 100 iterations (small metrics files, the corpus's 3-gram counts) into
+    a few large parts that `ts sql` reads instead (the originals are not touched; safe while the run
+    trains; run it again any time)."""
+    from thinking_seeds.store.compaction import BLOCK, COMPACTED, finished_blocks, last_started
     from thinking_seeds.store.compaction import compact as compact_run
     from thinking_seeds.store.parquet_io import DataError
     from thinking_seeds.store.run_dir import RunDir
@@ -113,12 +119,45 @@ def compact(run_id: str = typer.Argument(..., help="Run whose files to compact."
     if not run.root.is_dir():
         raise DataError(f"no run {run_id!r} under {run.root.parent}; set TS_RUNS_DIR or --runs-dir to look elsewhere")
     written = compact_run(run.root)
-    typer.echo(f"{len(written)} part(s) written under {run.root / COMPACTED}" if written else "up to date")
+    head = f"{len(written)} part(s) written under {run.root / COMPACTED}" if written else "up to date"
+    typer.echo(f"{head}: {_blocks_line(BLOCK, finished_blocks(run.root), last_started(run.root))}")
+
+
+def _blocks_line(block: int, blocks: list[int], started: int) -> str:
+    """What `ts compact` covers: it works on finished blocks of `block` iterations only."""
+    end = blocks[-1] + block - 1 if blocks else -1  # last iteration of the last finished block
+    done = (
+        f"{len(blocks)} finished block(s) of {block} iterations compacted (0-{end})"
+        if blocks
+        else f"ts compact works on finished blocks of {block} iterations and this run has none yet"
+    )
+    if started <= end:
+        return done
+    return f"{done}; iterations {end + 1}-{started} are read as they are until iteration {end + 1 + block} starts"
+
+
+def _note_all_runs() -> None:
+    """Free SQL without --run-id reads every run at once: say which, on stderr (stdout stays data)."""
+    from thinking_seeds.store.run_dir import runs_root
+    from thinking_seeds.store.sql import list_runs
+
+    names = [p.name for p in list_runs()]
+    if len(names) > 1:
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        error_line(
+            f"no --run-id: the views hold all {len(names)} runs under {runs_root()} ({shown}); "
+            "group by run_id, or add --run-id ID for one",
+            "note: ",
+            "cyan",
+        )
 
 
 def _sql_list(fmt: OutputFormat) -> None:
     from thinking_seeds.store.sql import NAMED_QUERIES, view_columns
+    from thinking_seeds.store.sql_catalog import VIEW_HELP
 
     emit(["name", "description"], [(n, d) for n, (d, _) in NAMED_QUERIES.items()], fmt, title="named queries")
     if fmt is OutputFormat.table:
-        emit(["view", "columns"], [(v, ", ".join(cols)) for v, cols in view_columns().items()], fmt, title="views")
+        cols = view_columns()
+        rows = [(v, VIEW_HELP[v], ", ".join(cols[v])) for v in VIEWS]
+        emit(["view", "what it holds", "columns"], rows, fmt, title="views")

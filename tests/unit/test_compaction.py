@@ -120,7 +120,10 @@ def test_ts_compact(tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"2 part(s) written under {tmp_path / 'c' / COMPACTED}" in out.stdout
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "up to date"
+    assert out.stdout.strip() == (
+        "up to date: 2 finished block(s) of 10 iterations compacted (0-19); "
+        "iterations 20-24 are read as they are until iteration 30 starts"
+    )
     code = code.replace("'compact', 'c'", "'compact', 'nope'")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 2 and "no run 'nope'" in out.stderr

@@ -25,6 +25,7 @@ from thinking_seeds.pipeline.session import Session, Timer, mean
 from thinking_seeds.store.checkpoints import CheckpointInfo
 from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.manifest import Manifest
+from thinking_seeds.store.prefix_aggregates import write_prefix_aggregates
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ def seeds(s: Session, k: int) -> Manifest:
             rows = historical_rows(s, k, pool, members, t)
     with t("io"):
         path = write_rows(PrefixRow, rows, run.prefixes(k))
+        m.record(run, "prefix_aggregates", write_prefix_aggregates(path))  # for `ts sql` on a live run
     m.record(run, "prefixes", path, rows=len(rows))
     lens = [len(r.prefix_token_ids) for r in rows]
     m.metrics = {

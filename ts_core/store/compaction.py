@@ -54,7 +54,7 @@ from thinking_seeds.store.schemas import (
     with_derived_prefix_columns,
 )
 
-__all__ = ["BLOCK", "COMPACTED", "PATTERNS", "Part", "compact", "parts"]
+__all__ = ["BLOCK", "COMPACTED", "PATTERNS", "Part", "compact", "finished_blocks", "last_started", "parts"]
 
 BLOCK = 100  # iterations per part
 COMPACTED = "compacted"  # the folder under the run directory
@@ -118,18 +118,29 @@ def parts(run_dir: Path, view: str) -> list[Part]:
     return out
 
 
-def _finished_blocks(run_dir: Path) -> list[int]:
-    """First iterations of the blocks whose every iteration is over (the next one has started)."""
+def last_started(run_dir: Path) -> int:
+    """The newest iteration with a stage manifest (-1 when none has started)."""
     done = -1
-    for d in (run_dir / "manifests").glob("iteration=*"):
+    for d in (Path(run_dir) / "manifests").glob("iteration=*"):
         try:
             k = int(d.name.split("=", 1)[1])
         except ValueError:
             continue
         if k > done and any(d.glob("*.json")):
             done = k
+    return done
+
+
+def _finished_blocks(run_dir: Path) -> list[int]:
+    """First iterations of the blocks whose every iteration is over (the next one has started)."""
+    done = last_started(run_dir)
     # iteration `done` has started, so every iteration before it is over
     return [first for first in range(0, done - BLOCK + 1, BLOCK)]
+
+
+def finished_blocks(run_dir: Path) -> list[int]:
+    """First iterations of the run's finished blocks of BLOCK iterations: what `compact` works on."""
+    return _finished_blocks(Path(run_dir))
 
 
 def _copied(files: list[Path]) -> pa.Table:

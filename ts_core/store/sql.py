@@ -4,7 +4,8 @@
     query(con, "SELECT kind, avg(reward) FROM rollouts GROUP BY kind")
     run_named(con, "seeded_solve_rate")     # see NAMED_QUERIES / `ts sql --list`
 
-Views (each exists even when a run has no such data yet, empty with the contract's columns):
+Views (each exists even when a run has no such data yet, empty with the contract's columns; the
+list with one line on each is store/sql_catalog.py, shown by `ts sql --help` and `ts sql --list`):
 
     prefixes     the prefix corpus (thinking_seeds.store.schemas.PREFIX_FILE_SCHEMA: PREFIX_SCHEMA + the
                  derived prefix_len, prefix_ngram_count, prefix_ngrams; stored since they exist,
@@ -16,6 +17,9 @@ Views (each exists even when a run has no such data yet, empty with the contract
     configs      one row per run: run_id, algorithm, iterations, seed, model_path, created_at, config_json
     corpus_files one row per prefixes/rollouts Parquet file: run_id, view, iteration, rows, bytes
                  (from the footers: row counts without scanning the rows)
+    ngram_counts the corpus's character 3-grams by (run, iteration, source age, length bucket)
+    prefix_groups prefix counts and length sums by the same keys (both read the seeds stage's
+                 per-iteration aggregates where they exist: store/sql_corpus.py)
 
 Read-only, enforced twice, by structure rather than by keywords:
 

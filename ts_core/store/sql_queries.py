@@ -21,20 +21,19 @@ def _len_label(lo: str) -> str:
 
 # The diversity queries count distinct character 3-grams over millions of prefixes. They count
 # over the view ngram_counts: (run, iteration, source age, length bucket, 3-gram code) rows, which
-# store/compaction.py stores deduplicated for finished iterations (4.7x fewer rows than the corpus's
-# 3-grams) and the view reads from the prefixes' stored 3-gram codes for the rest; one scan of it
-# feeds both breakdowns through GROUPING SETS. The prefix counts and lengths come from the prefixes'
-# scalar columns.
+# the seeds stage stores deduplicated per iteration (store/prefix_aggregates.py) and store/compaction.py
+# per block of finished iterations (4.7x fewer rows than the corpus's 3-grams), and which the view
+# reads from the prefixes' stored 3-gram codes where neither exists; one scan of it feeds both
+# breakdowns through GROUPING SETS. The prefix counts and lengths come from prefix_groups, the
+# same keys' counts and sums (the seeds stage's aggregates again, else the prefixes' columns): a
+# live run's diversity queries never scan its corpus.
 # BENCHMARKS.md, "SQL over the prefix corpus", has the measurements behind each choice.
-_PREFIX_DIVERSITY = f"""
-WITH p AS (
-    SELECT run_id, source_age, prefix_len AS L, {_len_lo("prefix_len")} AS len_lo, prefix_ngram_count
-    FROM prefixes
-),
-pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3 = all (GROUPING's bit mask)
+_PREFIX_DIVERSITY = """
+WITH pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3 = all (GROUPING's bit mask)
     SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key,
-           count(*) AS prefixes, avg(L) AS mean_prefix_len, CAST(sum(prefix_ngram_count) AS BIGINT) AS ngrams
-    FROM p GROUP BY GROUPING SETS ((run_id, source_age), (run_id, len_lo), (run_id))
+           CAST(sum(prefixes) AS BIGINT) AS prefixes, sum(prefix_len_sum) / sum(prefixes) AS mean_prefix_len,
+           CAST(sum(ngram_count_sum) AS BIGINT) AS ngrams
+    FROM prefix_groups GROUP BY GROUPING SETS ((run_id, source_age), (run_id, len_lo), (run_id))
 ),
 d AS (  -- each (run, source age, 3-gram) and (run, length bucket, 3-gram) once, from one scan
     SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key, ngram
@@ -47,20 +46,22 @@ gc AS (
 )
 SELECT pc.run_id, CASE pc.gid WHEN 1 THEN 'source_age' WHEN 2 THEN 'prefix_len' ELSE 'all' END AS breakdown,
        CASE pc.gid WHEN 3 THEN 'all'
-                   WHEN 2 THEN {_len_label("pc.key")}
+                   WHEN 2 THEN LEN_LABEL
                    ELSE CASE WHEN pc.key < 0 THEN 'dataset' ELSE CAST(pc.key AS VARCHAR) END END AS bucket,
        pc.prefixes, pc.mean_prefix_len, pc.ngrams, coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams,
        gc.distinct_ngrams / nullif(pc.ngrams, 0) AS distinct_ratio
 FROM pc LEFT JOIN gc ON pc.run_id = gc.run_id AND pc.gid = gc.gid AND pc.key IS NOT DISTINCT FROM gc.key
 ORDER BY pc.run_id, pc.gid, pc.key
-"""
+""".replace("LEN_LABEL", _len_label("pc.key"))
 
 _PREFIX_DIVERSITY_HISTORY = """
 WITH pc AS (
-    SELECT run_id, iteration, count(*) AS prefixes, avg(prefix_len) AS mean_prefix_len,
-           avg(source_age) FILTER (WHERE source_age >= 0) AS mean_source_age,
-           CAST(sum(prefix_ngram_count) AS BIGINT) AS ngrams
-    FROM prefixes GROUP BY ALL
+    SELECT run_id, iteration, CAST(sum(prefixes) AS BIGINT) AS prefixes,
+           sum(prefix_len_sum) / sum(prefixes) AS mean_prefix_len,
+           sum(source_age * prefixes) FILTER (WHERE source_age >= 0)
+               / sum(prefixes) FILTER (WHERE source_age >= 0) AS mean_source_age,
+           CAST(sum(ngram_count_sum) AS BIGINT) AS ngrams
+    FROM prefix_groups GROUP BY ALL
 ),
 gc AS (SELECT run_id, iteration, count(DISTINCT ngram) AS distinct_ngrams FROM ngram_counts GROUP BY ALL)
 SELECT pc.run_id, pc.iteration, pc.prefixes, pc.mean_prefix_len, pc.mean_source_age, pc.ngrams,

@@ -1,0 +1,188 @@
+"""The views of `ts sql` over the prefix corpus: prefixes (the files themselves), and the two
+views derived from them that the diversity queries read, ngram_counts and prefix_groups.
+
+For each prefix file the derived views read the smallest thing that stands for it:
+
+    ngram_counts    a fresh compacted part (store/compaction.py, `ts compact`: finished blocks of
+                    100 iterations), else the seeds stage's aggregates beside the file
+                    (store/prefix_aggregates.py), else the 3-grams of the file itself
+    prefix_groups   the aggregates, else the file itself
+
+so a live run (never compacted) answers from files ~1/20 of its corpus, and a run written before the
+aggregates existed reads as before. Every source gives the same rows up to the order of rows and,
+for ngram_counts, how a key's 3-gram is split over rows (count(DISTINCT ngram) and sum(prefixes)
+are what to take from it): tests/unit/test_sql_aggregates.py checks every named query on all three.
+
+Prefix files written before the derived columns of PREFIX_FILE_SCHEMA existed (`prefix_len`,
+`prefix_ngram_count`, `prefix_ngrams`) get them computed in SQL, so old, new and resumed-by-newer-code
+runs read the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from thinking_seeds.store.prefix_aggregates import (
+    AGGREGATES_NAME,
+    AGGREGATES_SCHEMA,
+    PREFIX_GROUPS_SCHEMA,
+    fresh_aggregates,
+    prefix_groups_sql,
+)
+from thinking_seeds.store.schemas import (
+    DERIVED_PREFIX_SQL,
+    NGRAM_COUNTS_SCHEMA,
+    PREFIX_DERIVED_FIELDS,
+    PREFIX_FILE_SCHEMA,
+    PREFIX_SCHEMA,
+    ngram_counts_sql,
+)
+from thinking_seeds.store.sql_files import (
+    PARQUET_VIEWS,
+    dataset,
+    file_order,
+    fresh_parts,
+    quoted,
+    readable_files,
+)
+
+__all__ = ["CORPUS_VIEWS", "register_corpus_views", "register_prefixes"]
+
+CORPUS_VIEWS = ("ngram_counts", "prefix_groups")  # derived from the prefix files
+
+
+def register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa.Schema]], view: str) -> None:
+    """A view named `view` over prefix files (the prefixes view, or an internal one over some of
+    them): files that carry the derived columns (PREFIX_DERIVED_FIELDS) are read as they are; files
+    written before those columns existed get them computed here, in SQL, from the columns they were
+    derived from, so both kinds read the same. Old files first (they hold the earlier iterations of
+    a run that was resumed by newer code)."""
+    derived = [f.name for f in PREFIX_DERIVED_FIELDS]
+    new = [(f, sch) for f, sch in files if all(n in sch.names for n in derived)]
+    old = [(f, sch) for f, sch in files if not all(n in sch.names for n in derived)]
+    parts = []  # (internal name, dataset)
+    if old:
+        parts.append((f"_ts_{view}_v1", dataset(old, PREFIX_SCHEMA)))
+    if new or not old:  # with no file at all, the view still has the contract's columns
+        parts.append((f"_ts_{view}", dataset(new, PREFIX_FILE_SCHEMA)))
+    columns = list(PREFIX_FILE_SCHEMA.names)
+    for _, ds in parts:
+        columns += [n for n in ds.schema.names if n not in columns]
+    computed = DERIVED_PREFIX_SQL
+    selects = []
+    for name, ds in parts:
+        con.register(name, ds)
+        have = set(ds.schema.names)
+        cols = []
+        for c in columns:
+            if c in have:
+                cols.append(quoted(c))
+            elif c in computed:
+                cols.append(f"{computed[c]} AS {quoted(c)}")
+            else:
+                cols.append(f"NULL AS {quoted(c)}")
+        selects.append(f"SELECT {', '.join(cols)} FROM {name}")
+    con.execute(f"CREATE VIEW {view} AS {' UNION ALL '.join(selects)}")
+
+
+@dataclass(frozen=True)
+class _Aggregates:
+    """A fresh aggregates file (store/prefix_aggregates.py) and its number of row groups."""
+
+    path: Path
+    row_groups: int
+
+
+def _aggregates(prefix_files: list[Path]) -> dict[Path, _Aggregates]:
+    """{prefix file: its fresh aggregates} for the prefix files that have them. An unreadable or
+    stale aggregates file is passed over in silence: the prefix file answers instead."""
+    out = {}
+    for f in prefix_files:
+        a = f.with_name(AGGREGATES_NAME)
+        try:
+            meta = pq.read_metadata(a)
+            schema = meta.schema.to_arrow_schema()
+        except (OSError, pa.ArrowInvalid):
+            continue
+        if schema.names == AGGREGATES_SCHEMA.names and fresh_aggregates(f, schema) is not None:
+            out[f] = _Aggregates(a, meta.num_row_groups)
+    return out
+
+
+def _run_name(f: Path) -> str:
+    return f.parents[3].name  # runs/<id>/corpus/prefixes/iteration=k/<file>
+
+
+def _row_group_views(
+    con: duckdb.DuckDBPyConnection, name: str, aggs: list[_Aggregates], row_group: int, columns: list[str]
+) -> str:
+    """A relation over one row group of each aggregates file in `aggs`: one dataset per run, its
+    run_id the run directory's name (a constant, not a column read), all runs in one UNION ALL."""
+    fmt, fs = pads.ParquetFileFormat(), pafs.LocalFileSystem()
+    by_run: dict[str, list] = {}
+    for a in aggs:
+        if a.row_groups > row_group:
+            frag = fmt.make_fragment(str(a.path), filesystem=fs, row_groups=[row_group])
+            by_run.setdefault(_run_name(a.path), []).append(frag)
+    cols = ", ".join(quoted(c) for c in columns if c != "run_id")
+    selects = []
+    for i, (run, frags) in enumerate(sorted(by_run.items())):
+        con.register(f"{name}_{i}", pads.FileSystemDataset(frags, AGGREGATES_SCHEMA, fmt, fs))
+        selects.append(f"SELECT {_literal(run)} AS run_id, {cols} FROM {name}_{i}")
+    if not selects:  # no file: the relation still has its columns
+        con.register(name, AGGREGATES_SCHEMA.empty_table())
+        selects.append(f"SELECT CAST(NULL AS VARCHAR) AS run_id, {cols} FROM {name}")
+    return "(" + " UNION ALL ".join(selects) + ")"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def register_corpus_views(
+    con: duckdb.DuckDBPyConnection, runs: list[Path], damaged: list[str], wanted: set[str]
+) -> None:
+    """Create the views of CORPUS_VIEWS that are in `wanted` over the prefix files of `runs`, each
+    prefix file read through the smallest source that stands for it (module docstring)."""
+    wanted = wanted & set(CORPUS_VIEWS)
+    if not wanted:
+        return
+    pattern = PARQUET_VIEWS["prefixes"][0]
+    prefix_files = sorted((f for run in runs for f in run.glob(pattern)), key=file_order)
+    aggs = _aggregates(prefix_files)
+
+    def raw_view(name: str, files: list[Path]) -> str:
+        register_prefixes(con, readable_files(files, PREFIX_FILE_SCHEMA, damaged), name)
+        return name
+
+    if "prefix_groups" in wanted:
+        cols = PREFIX_GROUPS_SCHEMA.names
+        stored = _row_group_views(con, "_ts_groups_aggs", [aggs[f] for f in prefix_files if f in aggs], 0, cols)
+        raw = raw_view("_ts_groups_src", [f for f in prefix_files if f not in aggs])
+        sel = ", ".join(cols)
+        con.execute(f"CREATE VIEW prefix_groups AS SELECT {sel} FROM {stored} UNION ALL {prefix_groups_sql(raw)}")
+    if "ngram_counts" in wanted:
+        parts_: list[Path] = []
+        rest: set[Path] = set()
+        for run in runs:
+            p, r = fresh_parts(run, "ngram_counts", pattern)
+            parts_ += p
+            rest |= set(r)
+        uncovered = [f for f in prefix_files if f in rest]
+        cols = NGRAM_COUNTS_SCHEMA.names
+        stored_parts = readable_files(parts_, NGRAM_COUNTS_SCHEMA, damaged)
+        con.register("_ts_ngram_parts", dataset(stored_parts, NGRAM_COUNTS_SCHEMA))
+        stored = _row_group_views(con, "_ts_ngram_aggs", [aggs[f] for f in uncovered if f in aggs], 1, cols)
+        raw = raw_view("_ts_ngram_src", [f for f in uncovered if f not in aggs])
+        sel = ", ".join(cols)
+        con.execute(
+            f"CREATE VIEW ngram_counts AS SELECT {sel} FROM _ts_ngram_parts UNION ALL SELECT {sel} FROM {stored} "
+            f"UNION ALL SELECT {sel} FROM ({ngram_counts_sql(raw, dedupe=False)})"
+        )

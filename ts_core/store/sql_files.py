@@ -1,0 +1,204 @@
+"""The Parquet files behind `ts sql`'s views: which files a view reads in a run directory (fresh
+compacted parts first, store/compaction.py, then the files no part stands for), their footers
+checked against the contract, and one pyarrow dataset over the readable ones.
+
+A file that cannot be read (truncated, a column of the wrong type) is left out, with one line
+naming it and saying how to repair it, for the caller to report: one damaged run never takes a
+query over all runs down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from thinking_seeds.store.compaction import COMPACTED
+from thinking_seeds.store.compaction import PATTERNS as COMPACTED_VIEWS
+from thinking_seeds.store.compaction import parts as compacted_parts
+from thinking_seeds.store.parquet_io import DataError
+from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+
+__all__ = [
+    "METRICS_SCHEMA",
+    "PARQUET_VIEWS",
+    "dataset",
+    "file_order",
+    "footers",
+    "fresh_parts",
+    "iteration_of",
+    "quoted",
+    "readable_files",
+    "small_files_table",
+    "view_files",
+]
+
+METRICS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("iteration", pa.int64()),
+        pa.field("stage", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("value", pa.float64()),
+    ]
+)
+
+# What a run directory holds for each Parquet view: glob under the run dir, contract schema.
+PARQUET_VIEWS: dict[str, tuple[str, pa.Schema]] = {
+    "prefixes": ("corpus/prefixes/iteration=*/prefixes.parquet", PREFIX_SCHEMA),
+    "rollouts": ("rollouts/iteration=*/rollouts.parquet", ROLLOUT_SCHEMA),
+    "metrics": ("metrics/iteration=*/*.parquet", METRICS_SCHEMA),
+}
+
+
+def iteration_of(path: Path) -> int:
+    """K of the `iteration=K` folder a file is in; -1 outside one."""
+    for part in reversed(path.parts):
+        if part.startswith("iteration="):
+            try:
+                return int(part.split("=", 1)[1])
+            except ValueError:
+                break
+    return -1
+
+
+def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether a file's column type reads as the contract's: equal, or a lossless numeric widening,
+    or lists of compatible values. Anything else (a string where a number belongs) would fail at
+    query time, so the file is reported instead."""
+    if found == expected:
+        return True
+    if pa.types.is_integer(found) and (pa.types.is_integer(expected) or pa.types.is_floating(expected)):
+        return True
+    if pa.types.is_floating(found) and pa.types.is_floating(expected):
+        return True
+    if pa.types.is_string(found) or pa.types.is_large_string(found):
+        return pa.types.is_string(expected) or pa.types.is_large_string(expected)
+    lists = (pa.types.is_list, pa.types.is_large_list)
+    if any(f(found) for f in lists) and any(f(expected) for f in lists):
+        return _compatible(found.value_type, expected.value_type)
+    return False
+
+
+def _readable(f: Path, contract: pa.Schema) -> tuple[pa.Schema, int]:
+    """The file's schema and row count (from its footer), or DataError (one line: which file, what
+    is wrong, how to fix)."""
+    try:
+        meta = pq.read_metadata(f)
+        file_schema = meta.schema.to_arrow_schema()
+    except (OSError, pa.ArrowInvalid) as e:
+        raise DataError(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {_fix(f)}") from None
+    _check(f, file_schema, contract)
+    return file_schema, meta.num_rows
+
+
+def _check(f: Path, file_schema: pa.Schema, contract: pa.Schema) -> None:
+    """DataError unless every column of the file that the contract names reads as the contract's type."""
+    for fld in file_schema:
+        if fld.name in contract.names and not _compatible(fld.type, contract.field(fld.name).type):
+            raise DataError(
+                f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected {contract.field(fld.name).type}: "
+                f"{_fix(f)}"
+            )
+
+
+def _fix(f: Path) -> str:
+    """How to repair a damaged file: looked up only for one (a stat per parent folder)."""
+    run = next((p for p in f.parents if (p / "config.yaml").is_file()), None)
+    return f"run `ts check {run.name}` and re-run the stage it names" if run else "rewrite or remove it"
+
+
+def readable_files(files: list[Path], contract: pa.Schema, damaged: list[str]) -> list[tuple[Path, pa.Schema]]:
+    """(file, its schema) of each readable file; each one that is not is reported in `damaged`."""
+    return [(f, schema) for f, schema, _ in footers(files, contract, damaged)]
+
+
+def footers(files: list[Path], contract: pa.Schema, damaged: list[str]) -> list[tuple[Path, pa.Schema, int]]:
+    """(file, its schema, its rows) of each readable file; each one that is not is reported in `damaged`."""
+    out = []
+    for f in files:
+        try:
+            out.append((f, *_readable(f, contract)))
+        except DataError as e:
+            damaged.append(str(e))
+    return out
+
+
+def dataset(files: list[tuple[Path, pa.Schema]], contract: pa.Schema) -> pads.Dataset:
+    """One Arrow dataset over readable `files` with the contract's columns first, plus any extra
+    column a file has (union by name); a file missing a column reads it as null."""
+    schema = contract
+    for _, file_schema in files:
+        extra = [fld for fld in file_schema if fld.name not in schema.names]
+        if extra:
+            schema = pa.schema(list(schema) + extra)
+    return pads.dataset([str(f) for f, _ in files], schema=schema, format="parquet")
+
+
+def small_files_table(files: list[Path], contract: pa.Schema, damaged: list[str]) -> pa.Table:
+    """Every readable file of `files` read whole into one table, as `dataset` would read them (the
+    contract's columns first, in its types, then any extra column; null where a file lacks one);
+    each unreadable file is reported in `damaged`. For views of many tiny files (metrics: one per
+    stage and iteration, ~1,000 on a 245-iteration run): opening each once here, footer and data
+    together, costs half of checking its footer and then scanning it through a dataset."""
+    tables = []
+    for f in files:
+        try:
+            pf = pq.ParquetFile(f)
+            _check(f, pf.schema_arrow, contract)
+            t = pf.read()
+        except (OSError, pa.ArrowInvalid) as e:
+            damaged.append(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {_fix(f)}")
+            continue
+        except DataError as e:
+            damaged.append(str(e))
+            continue
+        cols = {}
+        for fld in contract:
+            if fld.name in t.column_names:
+                cols[fld.name] = t.column(fld.name).cast(fld.type)
+            else:
+                cols[fld.name] = pa.nulls(t.num_rows, fld.type)
+        for name in t.column_names:
+            if name not in cols:
+                cols[name] = t.column(name)
+        tables.append(pa.table(cols))
+    if not tables:
+        return contract.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def fresh_parts(run: Path, kind: str, pattern: str) -> tuple[list[Path], list[Path]]:
+    """(the run's compacted parts of `kind` that are still fresh, every file of `pattern` none of them
+    stands for): store/compaction.py's parts replace their files only while those are unchanged."""
+    fresh = [p for p in compacted_parts(run, kind) if p.fresh(run)]
+    covered = {run / rel for p in fresh for rel in p.sources}
+    return [p.path for p in fresh], [f for f in run.glob(pattern) if f not in covered]
+
+
+def view_files(run: Path, view: str, pattern: str) -> list[Path]:
+    """The files a view reads in one run: fresh compacted parts and the files they do not stand for."""
+    if view not in COMPACTED_VIEWS:
+        return list(run.glob(pattern))
+    parts_, rest = fresh_parts(run, view, pattern)
+    return parts_ + rest
+
+
+def file_order(f: Path) -> tuple:
+    """Run, then iteration (a compacted part at its first iteration), then name."""
+    if f.parent.parent.name == COMPACTED:
+        return (f.parts[:-3], _part_first(f), "")
+    return (f.parts[:-3], iteration_of(f), f.name)
+
+
+def _part_first(f: Path) -> int:
+    try:
+        return int(f.name.split("=", 1)[1].split("-", 1)[0])
+    except (IndexError, ValueError):
+        return -1

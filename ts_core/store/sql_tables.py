@@ -1,0 +1,134 @@
+"""The views `ts sql` builds in Python rather than over Parquet files: checkpoints (the historical
+pool's snapshot manifests), configs (each run's config.yaml) and corpus_files (one row per prefixes
+or rollouts Parquet file, from its footer: row counts without scanning 10M rows, the `runs` query).
+Each is one Arrow table, registered by store/sql_views.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA
+from thinking_seeds.store.sql_files import PARQUET_VIEWS, file_order, footers, iteration_of
+
+__all__ = ["CHECKPOINTS_SCHEMA", "CONFIGS_SCHEMA", "CORPUS_FILES_SCHEMA", "checkpoints", "configs", "corpus_files"]
+
+CHECKPOINTS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("step", pa.int64()),
+        pa.field("created_at", pa.timestamp("s", tz="UTC")),
+        pa.field("param_count", pa.int64()),
+        pa.field("path", pa.string()),
+    ]
+)
+
+CONFIGS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("algorithm", pa.string()),
+        pa.field("iterations", pa.int64()),
+        pa.field("seed", pa.int64()),
+        pa.field("model_path", pa.string()),
+        pa.field("created_at", pa.timestamp("s", tz="UTC")),
+        pa.field("config_json", pa.string()),
+    ]
+)
+
+# One row per Parquet file of the corpus (prefixes and rollouts), from the file footers: what a
+# query needs to count rows per run or iteration without scanning 10M rows (the `runs` query).
+CORPUS_FILES_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("view", pa.string()),  # prefixes | rollouts
+        pa.field("iteration", pa.int64()),
+        pa.field("rows", pa.int64()),
+        pa.field("bytes", pa.int64()),
+    ]
+)
+
+
+def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
+    """The corpus_files view: each readable prefixes/rollouts file with its rows (footer) and size."""
+    rows = []
+    for view in ("prefixes", "rollouts"):
+        pattern, contract = PARQUET_VIEWS[view]
+        files = sorted((f for run in runs for f in run.glob(pattern)), key=file_order)
+        for f, _, n in footers(files, PREFIX_FILE_SCHEMA if view == "prefixes" else contract, damaged):
+            run = f.parents[2] if view == "rollouts" else f.parents[3]
+            rows.append(
+                {"run_id": run.name, "view": view, "iteration": iteration_of(f), "rows": n, "bytes": f.stat().st_size}
+            )
+    return pa.Table.from_pylist(rows, schema=CORPUS_FILES_SCHEMA)
+
+
+def _parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def checkpoints(runs: list[Path]) -> pa.Table:
+    """The checkpoints view: one row per readable pool snapshot manifest."""
+    rows = []
+    for run in runs:
+        for manifest in sorted((run / "checkpoints").glob("step_*/manifest.json")):
+            try:
+                m = json.loads(manifest.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue  # a snapshot being written (or torn): not part of the pool
+            rows.append(
+                {
+                    "run_id": run.name,
+                    "step": m.get("step"),
+                    "created_at": _parse_time(m.get("created_at")),
+                    "param_count": m.get("param_count"),
+                    "path": str(manifest.parent),
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=CHECKPOINTS_SCHEMA)
+
+
+def configs(runs: list[Path]) -> pa.Table:
+    """The configs view: one row per run, from its config.yaml (nulls where it has none)."""
+    rows = []
+    for run in runs:
+        path = run / "config.yaml"
+        cfg: dict[str, Any] = {}
+        created = None
+        if path.is_file():
+            import yaml  # here, not at the top: `ts sql` over other views never needs it
+
+            try:
+                cfg = yaml.safe_load(path.read_text()) or {}
+            except (OSError, yaml.YAMLError):
+                cfg = {}
+            created = datetime.fromtimestamp(int(path.stat().st_mtime), tz=UTC)
+        if not isinstance(cfg, dict):
+            cfg = {}
+
+        def _int(v: Any) -> int | None:
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+        rows.append(
+            {
+                "run_id": run.name,
+                "algorithm": cfg.get("algorithm"),
+                "iterations": _int(cfg.get("iterations")),
+                "seed": _int(cfg.get("seed")),
+                "model_path": model.get("path"),
+                "created_at": created,
+                "config_json": json.dumps(cfg, sort_keys=True, default=str) if cfg else None,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=CONFIGS_SCHEMA)
