@@ -41,7 +41,8 @@ from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.checkpoints import OPTIMIZER_NAME, save_checkpoint
 from thinking_seeds.store.optimizer_state import load_optimizer_state
 from thinking_seeds.store.parquet_io import read_table
-from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
+from thinking_seeds.store.schemas import ROLLOUT_OPTIONAL_COLUMNS, ROLLOUT_SCHEMA
+from thinking_seeds.train.rollout_weights import correct_batch, weights_tensor
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Batch:
     seeded: list[bool]
     advantages: list[float]
     source_age: list[int]  # iterations between the seed's writer and θ_k; -1 for on-policy samples
+    token_weights: list[list[float]]  # loss.rollout_correction's per-token weights; [] = all 1
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -65,7 +67,7 @@ class Batch:
 
 
 def load_batch(rollouts_path: Path) -> Batch:
-    t = read_table(rollouts_path, ROLLOUT_SCHEMA).to_pydict()
+    t = read_table(rollouts_path, ROLLOUT_SCHEMA, optional=ROLLOUT_OPTIONAL_COLUMNS).to_pydict()
     if any(a is None for a in t["advantage"]):
         raise ValueError(f"{rollouts_path} has rows without an advantage: run the verify stage first")
     return Batch(
@@ -79,6 +81,7 @@ def load_batch(rollouts_path: Path) -> Batch:
         source_age=[
             -1 if st is None or st < 0 else it - st for it, st in zip(t["iteration"], t["source_step"], strict=True)
         ],
+        token_weights=[[] for _ in t["token_ids"]],
     )
 
 
@@ -151,6 +154,7 @@ def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSett
         seeded=torch.tensor(mb.seeded, device=dev),
         entropy=sc.entropy if cfg.loss.entropy_coeff > 0 else (sc.entropy.detach() if sc.entropy is not None else None),
         ref_logprobs=ref,
+        token_weights=weights_tensor(mb.token_weights, T, dev),
     )
     out = compute_policy_loss(inp, settings)
     _age_stats(out.stats, sc.logprobs.detach(), inp.behaviour_logprobs, inp.prefix_mask, mb.source_age)
@@ -353,7 +357,11 @@ def update_state(
     batch = load_batch(Path(rollouts_path))
     engine_diff: dict[str, float] = {}
     if cfg.update.recompute_old_logprobs:
+        engine_logprobs = [list(r) for r in batch.old_logprobs]  # the engine's, before the trainer's replace them
         engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
+        engine_diff.update(
+            correct_batch(batch, engine_logprobs, cfg.loss.rollout_correction, cfg.loss.rollout_correction_cap)
+        )
 
     if st.train_model is None:
         st.train_model, st.train_optimizer = (
