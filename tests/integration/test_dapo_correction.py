@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from tests.helpers.tiny import copy_run
 from thinking_seeds.algo.advantages import get_adv_estimator
 from thinking_seeds.algo.dynamic_sampling import informative_groups
 from thinking_seeds.algo.overlong import OverlongSettings, soft_penalty
@@ -18,7 +19,6 @@ from thinking_seeds.pipeline.rows import RolloutRow, read_rows
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.train.trainer import run_update
-from tests.helpers.tiny import copy_run
 
 # chain_sum responses of the tiny model are 25-45 tokens, mostly one length per prompt: at 33 some groups
 # hold a truncated sample next to a correct one that ended (where overlong=mask changes an advantage).

@@ -4,6 +4,7 @@ sampling's group rule (algo/dynamic_sampling.py), and the loss's per-token weigh
 
 import math
 
+import pyarrow.parquet  # noqa: F401  (pa.parquet below)
 import pytest
 import torch
 
@@ -95,3 +96,52 @@ def test_informative_groups():
     got = informative_groups(["a", "a", "b", "b", "c"], [1.0, 0.0, 1.0, 1.0, 0.0])
     assert got == {"a": True, "b": False, "c": False}
     assert round_quota(4, 1) == 3 and round_quota(4, 5) == 0
+
+
+def test_config_keys_of_issue_28():
+    from thinking_seeds.config import load_config
+    from thinking_seeds.config.loading import ConfigError
+
+    plain = load_config("tiny", [])
+    assert plain.update.recompute_old_logprobs is False
+    on = load_config("tiny", ["loss.rollout_correction=seq_tis"])
+    assert on.update.recompute_old_logprobs is True  # the correction needs the trainer's π_old
+    with pytest.raises(ConfigError, match="needs the trainer's π_old"):
+        load_config("tiny", ["loss.rollout_correction=token_tis", "update.recompute_old_logprobs=false"])
+    # New keys hash only away from their defaults: runs started before them keep their stages.
+    explicit = ["rollout.filter_groups=false", "reward.overlong=none", "loss.rollout_correction_cap=2.0"]
+    assert load_config("tiny", explicit).config_hash() == plain.config_hash()
+    assert load_config("tiny", ["reward.overlong=mask"]).config_hash() != plain.config_hash()
+
+
+def test_rollouts_written_before_the_truncated_column_still_read(tmp_path):
+    import pyarrow as pa
+
+    from thinking_seeds.pipeline.rows import RolloutRow, read_rows
+    from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
+    from thinking_seeds.train.trainer import load_batch
+
+    row = dict(
+        run_id="r",
+        iteration=0,
+        prompt_id="p",
+        sample_id=0,
+        kind="on_policy",
+        source_step=None,
+        prefix_len=0,
+        prompt_token_ids=[1],
+        token_ids=[2, 3],
+        old_logprobs=[-0.1, -0.2],
+        behaviour_logprobs=[0.0, 0.0],
+        response_text="x",
+        answer=None,
+        status="wrong",
+        reward=0.0,
+        advantage=0.5,
+    )
+    old_schema = pa.schema([f for f in ROLLOUT_SCHEMA if f.name != "truncated"])
+    path = tmp_path / "rollouts.parquet"
+    pa.parquet.write_table(pa.Table.from_pylist([row], schema=old_schema), path)
+    (r,) = read_rows(RolloutRow, path)
+    assert r.truncated is None and r.advantage == 0.5
+    assert load_batch(path).token_weights == [[]]
