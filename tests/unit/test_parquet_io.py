@@ -31,6 +31,7 @@ def _rollouts(n: int = 3) -> pa.Table:
             "status": "ok",
             "reward": 1.0,
             "advantage": None,
+            "truncated": False,
         }
         for i in range(n)
     ]

@@ -45,6 +45,8 @@ class LossInputs:
     seeded              (B,) bool: the sample started from someone else's tokens
     entropy             (B, T) token entropy under π_θ (with grad if entropy_coeff > 0), optional
     ref_logprobs        (B, T) log π_ref(token), needed only when kl_coef > 0
+    token_weights       (B, T) detached per-token multiplier of the policy-gradient loss, optional (1 when
+                        None): the rollout–trainer mismatch correction (algo/rollout_correction.py)
     """
 
     logprobs: torch.Tensor
@@ -56,6 +58,7 @@ class LossInputs:
     seeded: torch.Tensor
     entropy: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    token_weights: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,8 @@ def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
     pre_ratio = torch.exp((inp.logprobs - inp.behaviour_logprobs).detach().clamp(-20.0, 20.0))
 
     token_loss = torch.where(prefix, pre_loss, own_loss)
+    if inp.token_weights is not None:  # verl's decoupled form: a constant factor on each token's surrogate
+        token_loss = token_loss * inp.token_weights.detach().to(token_loss.dtype)
     clipped = torch.where(prefix, pre_clipped, own_clipped) & loss_mask
     ratio = torch.where(prefix, pre_ratio, own_ratio)
 

@@ -56,6 +56,14 @@ _HASH_OUT_AT_DEFAULT = {
     ("update", "max_tokens_per_micro_batch"): None,
     ("update", "packed"): False,
     ("update", "strategy"): "ddp",
+    ("rollout", "filter_groups"): False,
+    ("rollout", "max_rounds"): 3,
+    ("reward", "overlong"): "none",
+    ("reward", "overlong_buffer"): 16,
+    ("reward", "overlong_penalty"): 1.0,
+    ("loss", "rollout_correction"): "none",
+    ("loss", "rollout_correction_cap"): 2.0,
+    ("loss", "prefix_mismatch_metrics"): False,
 }
 
 
@@ -171,8 +179,14 @@ class RunConfig(_Section):
                 "update.mixed_precision=bf16 keeps fp32 master weights: set model.dtype=float32 "
                 f"(got {self.model.dtype}; model.dtype=bfloat16 trains bf16 weights without mixed precision)"
             )
+        corrects = self.loss.rollout_correction != "none"
+        if corrects and u.recompute_old_logprobs is False:
+            raise ValueError(
+                f"loss.rollout_correction={self.loss.rollout_correction} weighs each token by π_trainer/π_engine and "
+                "needs the trainer's π_old: leave update.recompute_old_logprobs unset or true"
+            )
         if u.recompute_old_logprobs is None:  # automatic: resolved here, so config.yaml records the choice
-            u.recompute_old_logprobs = self.precision_differs
+            u.recompute_old_logprobs = self.precision_differs or corrects
         elif not u.recompute_old_logprobs and self.precision_differs:
             raise ValueError(
                 f"update.recompute_old_logprobs=false with {self._precision_text()}: the engine's bf16 "

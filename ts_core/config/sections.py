@@ -93,6 +93,22 @@ class RewardConfig(_Section):
         "right numbers with the wrong value); false: 1 for a full score, else 0.",
     )
     timeout_s: float = Field(5.0, gt=0.0, le=600.0, description="Per-response time limit; a slower one is 'timeout'.")
+    overlong: Literal["none", "mask", "soft"] = Field(
+        "none",
+        description="Responses that hit rollout.max_new_tokens without ending (DAPO): none keeps their reward; "
+        "mask zeroes their advantage (no gradient; they still count in the group baseline); soft subtracts DAPO's "
+        "linear overlong penalty over the last reward.overlong_buffer tokens before the budget (up to "
+        "reward.overlong_penalty at the budget) from the reward the advantage sees (the `reward` column keeps the "
+        "verifier's score).",
+    )
+    overlong_buffer: int = Field(
+        16,
+        ge=1,
+        description="overlong=soft: tokens before max_new_tokens over which the penalty grows (DAPO's L_cache).",
+    )
+    overlong_penalty: float = Field(
+        1.0, ge=0.0, description="overlong=soft: the penalty at max_new_tokens (DAPO's penalty_factor)."
+    )
     workers: int = Field(
         1,
         ge=1,
@@ -269,6 +285,21 @@ class RolloutConfig(_Section):
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="vLLM: GPUs one engine shards its model over (tensor parallelism)."
     )
+    filter_groups: bool = Field(
+        False,
+        description="Dynamic sampling (DAPO, verl's filter_groups): drop groups whose rewards are all equal (all "
+        "right or all wrong, seeded samples included: zero advantage, no signal) and sample further prompts from the "
+        "training split, round after round, until prompts_per_iteration informative groups are kept or "
+        "rollout.max_rounds rounds are done (the batch is then smaller; with none kept, round 0 is trained as it is). "
+        "Extra rounds get their seeds drafted on demand by the same pool. Metrics rollout/filter_groups/*.",
+    )
+    max_rounds: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="filter_groups: most sampling rounds per iteration, the first included (verl's "
+        "max_num_gen_batches).",
+    )
     lora_requests: bool = Field(
         LORA_REQUESTS_DEFAULT,
         description="vLLM with model.lora: true serves every checkpoint as its LoRA adapter on θ_0 (vLLM "
@@ -348,6 +379,29 @@ class LossConfig(_Section):
     entropy_coeff: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
     kl_coef: float = Field(0.0, ge=0.0, description="KL-to-reference penalty weight (reference = initial model).")
     kl_type: Literal["k1", "k3"] = Field("k3", description="KL estimator.")
+    rollout_correction: Literal["none", "token_tis", "seq_tis", "seq_mask"] = Field(
+        "none",
+        description="Correct the rollout–trainer mismatch (verl's decoupled rollout_correction): each token the engine "
+        "sampled with θ_k gets a detached loss weight ρ = π_trainer(θ_k) / π_engine: token_tis truncates it per token "
+        "at the cap (verl rollout_is=token, TRL vllm_importance_sampling_correction), seq_tis uses the sequence's "
+        "product truncated at the cap (rollout_is=sequence), seq_mask drops sequences whose product leaves "
+        "[1/cap, cap] (rollout_rs=sequence). Needs the trainer's π_old (update.recompute_old_logprobs, turned on). "
+        "Metrics rollout_corr/* (KL k1/k3, max |log ratio|, share truncated or masked) are logged whenever π_old "
+        "is recomputed.",
+    )
+    rollout_correction_cap: float = Field(
+        2.0,
+        gt=1.0,
+        description="loss.rollout_correction: the truncation cap of ρ (verl rollout_is_threshold, TRL "
+        "vllm_importance_sampling_cap); seq_mask keeps [1/cap, cap].",
+    )
+    prefix_mismatch_metrics: bool = Field(
+        False,
+        description="Split the prefix's π_θ/π_h gap into its two factors, by source age: the historical policy's age "
+        "(trainer's π_θk vs the trainer's rescoring of π_h) and the numerics of the engine that wrote the prefix "
+        "(engine-written behaviour log-probs vs that rescoring). Costs one forward of every pool member over its "
+        "prefixes, and one of θ_k, per iteration (in the verify stage). Metrics rollout_corr/prefix_*/age=*.",
+    )
 
 
 class UpdateConfig(_Section):

@@ -18,7 +18,13 @@ from typing import ClassVar, TypeVar
 import pyarrow as pa
 
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
-from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA, PREFIX_SCHEMA, ROLLOUT_SCHEMA, with_derived_prefix_columns
+from thinking_seeds.store.schemas import (
+    PREFIX_FILE_SCHEMA,
+    PREFIX_SCHEMA,
+    ROLLOUT_OPTIONAL_COLUMNS,
+    ROLLOUT_SCHEMA,
+    with_derived_prefix_columns,
+)
 
 
 @dataclass
@@ -63,6 +69,7 @@ class RolloutRow:
     status: str
     reward: float | None
     advantage: float | None
+    truncated: bool | None = None  # hit the token budget without ending (reward.overlong)
 
 
 Row = TypeVar("Row", PrefixRow, RolloutRow)
@@ -80,4 +87,7 @@ def write_rows(cls: type[Row], rows: Sequence[Row], path: Path) -> Path:
 def read_rows(cls: type[Row], path: Path) -> list[Row]:
     """The rows of a Parquet file written by write_rows (DataError naming the file if it is unusable);
     columns outside the dataclass (a prefix file's derived columns) are not read into it."""
-    return [cls(**d) for d in read_table(path, cls.SCHEMA).select(cls.SCHEMA.names).to_pylist()]
+    optional = ROLLOUT_OPTIONAL_COLUMNS if cls is RolloutRow else ()
+    table = read_table(path, cls.SCHEMA, optional=optional)
+    present = [n for n in cls.SCHEMA.names if n in table.column_names]  # a column added later may be absent
+    return [cls(**d) for d in table.select(present).to_pylist()]

@@ -108,17 +108,37 @@ def _dataset_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int) -> 
     return rows
 
 
+def prefixes_for(s: Session, k: int, prompts: list[Prompt], tag: str, t: Timer) -> list[PrefixRow]:
+    """Seeds for further prompts of iteration k, drafted on demand by the same pool as the seeds stage's
+    (dynamic sampling's later rounds, pipeline/oversample.py): `tag` (e.g. '/round1') gives the draws and
+    samples their own seeds. Not written to the corpus: the rollouts that continue them keep their tokens."""
+    if not s.cfg.seeded or not prompts:
+        return []
+    if s.cfg.prefix.source == "dataset":
+        return _dataset_seeds(s, k, prompts, _drafts_per_prompt(s))
+    pool, members = s.pool_members(k)
+    return historical_rows(s, k, pool, members, t, prompts=prompts, tag=tag)
+
+
 def historical_rows(
-    s: Session, k: int, pool: HistoricalPool, members: list[CheckpointInfo], t: Timer
+    s: Session,
+    k: int,
+    pool: HistoricalPool,
+    members: list[CheckpointInfo],
+    t: Timer,
+    prompts: list[Prompt] | None = None,
+    tag: str = "",
 ) -> list[PrefixRow]:
     """Pool `members` write drafts (one engine call per member over all prompts, or one for all of them
     with rollout.lora_requests), scored, then cut at
-    λ; with prefix.ratio_of=budget each draft stops at its cut and is not scored."""
+    λ; with prefix.ratio_of=budget each draft stops at its cut and is not scored. `prompts` (default:
+    the iteration's) and `tag` (default '': the seeds stage's own seeds) serve prefixes_for."""
     cfg, run, tok = s.cfg, s.run, s.tokenizer
-    prompts, n_drafts = s.iteration_prompts(k), _drafts_per_prompt(s)
+    prompts = s.iteration_prompts(k) if prompts is None else prompts
+    n_drafts = _drafts_per_prompt(s)
     budget = cfg.prefix.ratio_of == "budget"
     T = cfg.rollout.max_new_tokens
-    rng = random.Random(stage_seed(cfg, k, "seeds"))
+    rng = random.Random(stage_seed(cfg, k, "seeds" + tag))
     # Before the first snapshot is historical (iteration 0), θ_0 itself writes the seeds:
     # its ratio π_θ/π_h is exactly 1 there, so the group keeps its shape for every method.
     sources = {c.step: c.path for c in members} or {k: run.policy(k)}
@@ -134,7 +154,8 @@ def historical_rows(
     calls = []  # one per pool member: (checkpoint, contexts, params with its own seed, max_new)
     for step, idx in order:
         ctx = [encode_prompt(tok, plan[i][0].chat()) for i in idx]
-        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=stage_seed(cfg, k, f"seeds/{step}"))
+        seed = stage_seed(cfg, k, f"seeds/{step}{tag}")
+        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=seed)
         # ratio_of=budget: each draft stops at its cut; the tokens before it are the same samples.
         caps = [budget_tokens(plan[i][3], T) for i in idx] if budget else None
         calls.append((sources[step], ctx, params, caps))

@@ -22,6 +22,7 @@ __all__ = [
     "PREFIX_FILE_SCHEMA",
     "PREFIX_SCHEMA",
     "ROLLOUT_KINDS",
+    "ROLLOUT_OPTIONAL_COLUMNS",
     "ROLLOUT_SCHEMA",
     "len_bucket_sql",
     "ngram_codes",
@@ -223,8 +224,13 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("reward", pa.float32()),
         # group-relative advantage (filled by the update stage; null before it runs)
         pa.field("advantage", pa.float32()),
+        # the response hit rollout.max_new_tokens without ending (reward.overlong); null in rows
+        # written before the column existed (ROLLOUT_OPTIONAL_COLUMNS: such files still read)
+        pa.field("truncated", pa.bool_()),
     ]
 )
+# Columns added to ROLLOUT_SCHEMA after runs existed: a file without them reads them as null.
+ROLLOUT_OPTIONAL_COLUMNS: tuple[str, ...] = ("truncated",)
 
 # One row per (prompt, mode) of an evaluation (evals/<stage>/step_XXXXXX.parquet): the raw material
 # of pass@k on a subset of prompts (the comparison's hard subset) and of the explorable space.

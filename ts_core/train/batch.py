@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thinking_seeds.store.parquet_io import read_table
-from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
+from thinking_seeds.store.schemas import ROLLOUT_OPTIONAL_COLUMNS, ROLLOUT_SCHEMA
 
 
 @dataclass
@@ -25,6 +25,7 @@ class Batch:
     seeded: list[bool]
     advantages: list[float]
     source_age: list[int]  # iterations between the seed's writer and θ_k; -1 for on-policy samples
+    token_weights: list[list[float]]  # loss.rollout_correction's per-token weights; [] = all 1
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -34,7 +35,7 @@ class Batch:
 
 
 def load_batch(rollouts_path: Path) -> Batch:
-    t = read_table(rollouts_path, ROLLOUT_SCHEMA).to_pydict()
+    t = read_table(rollouts_path, ROLLOUT_SCHEMA, optional=ROLLOUT_OPTIONAL_COLUMNS).to_pydict()
     if any(a is None for a in t["advantage"]):
         raise ValueError(f"{rollouts_path} has rows without an advantage: run the verify stage first")
     return Batch(
@@ -48,6 +49,7 @@ def load_batch(rollouts_path: Path) -> Batch:
         source_age=[
             -1 if st is None or st < 0 else it - st for it, st in zip(t["iteration"], t["source_step"], strict=True)
         ],
+        token_weights=[[] for _ in t["token_ids"]],
     )
 
 

@@ -17,6 +17,7 @@ from thinking_seeds.config import RunConfig
 from thinking_seeds.engine.scoring import ResponseScores, score_responses
 from thinking_seeds.train.batch import Batch
 from thinking_seeds.train.packed_scoring import score_packed
+from thinking_seeds.train.rollout_weights import weights_tensor
 
 
 def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
@@ -83,6 +84,7 @@ def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSett
         seeded=torch.tensor(mb.seeded, device=dev),
         entropy=sc.entropy if cfg.loss.entropy_coeff > 0 else (sc.entropy.detach() if sc.entropy is not None else None),
         ref_logprobs=ref,
+        token_weights=weights_tensor(mb.token_weights, T, dev),
     )
     out = compute_policy_loss(inp, settings)
     _age_stats(out.stats, sc.logprobs.detach(), inp.behaviour_logprobs, inp.prefix_mask, mb.source_age)

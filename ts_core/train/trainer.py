@@ -43,6 +43,7 @@ from thinking_seeds.store.optimizer_state import load_optimizer_state
 from thinking_seeds.train.batch import Batch, load_batch
 from thinking_seeds.train.micro_batches import schedule
 from thinking_seeds.train.micro_loss import AGE_BUCKETS, age_bucket, autocast, loss_settings, micro_loss
+from thinking_seeds.train.rollout_weights import correct_batch
 from thinking_seeds.train.strategy import gathered, shard, shard_fraction
 from thinking_seeds.train.update_loop import make_optimizer, recompute_old_logprobs, train_on_batch
 
@@ -136,7 +137,11 @@ def update_state(
     batch = load_batch(Path(rollouts_path))
     engine_diff: dict[str, float] = {}
     if cfg.update.recompute_old_logprobs:
+        engine_logprobs = [list(r) for r in batch.old_logprobs]  # the engine's, before the trainer's replace them
         engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
+        engine_diff.update(
+            correct_batch(batch, engine_logprobs, cfg.loss.rollout_correction, cfg.loss.rollout_correction_cap)
+        )
 
     if st.train_model is None:
         prepare = accelerator is not None and cfg.update.strategy == "ddp"  # fsdp2: sharded by load_state
