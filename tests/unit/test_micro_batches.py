@@ -39,7 +39,8 @@ def tiny_model():
 
 def spread_batch(model, n: int = 14, seed: int = 1) -> Batch:
     """Contexts of 3-10 tokens, responses of 0-30 (a wide spread), half of them seeded with a prefix,
-    π_old near the model's own log-probs (ratios near, not at, 1), random advantages."""
+    π_old near the model's own log-probs (ratios near, not at, 1), random advantages, and
+    per-token rollout-correction weights on every third row."""
     rng = random.Random(seed)
     ctx = [[rng.randrange(1, 96) for _ in range(rng.randint(3, 10))] for _ in range(n)]
     resp = [[rng.randrange(1, 96) for _ in range(rng.choice([0, 2, 5, 9, 17, 30]))] for _ in range(n)]
@@ -57,6 +58,8 @@ def spread_batch(model, n: int = 14, seed: int = 1) -> Batch:
         seeded=seeded,
         advantages=[rng.uniform(-2, 2) for _ in range(n)],
         source_age=[rng.choice([0, 1, 3]) if s else -1 for s in seeded],
+        # rollout-correction weights on some rows ([] = all 1): regrouping must carry them with their row
+        token_weights=[[rng.uniform(0.5, 1.5) for _ in r] if i % 3 == 0 else [] for i, r in enumerate(resp)],
     )
 
 
