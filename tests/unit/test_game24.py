@@ -102,3 +102,17 @@ def test_our_checker_refuses_what_puzzle24s_scorer_accepts():
     puzzle24 = rg.get_score_answer_fn("puzzle24")
     assert puzzle24("6*4*1*1", {"metadata": {"numbers": [8, 5, 10, 6]}}) == 1.0
     assert puzzle24("7*7/2*1", {"metadata": {"numbers": [7, 7, 2, 1]}}) == 1.0
+
+
+def test_game24_is_a_builtin_task_with_the_countdown_checker():
+    from thinking_seeds.config import load_config
+    from thinking_seeds.data.builtin_tasks import get_task
+
+    task = get_task("game24")
+    assert task.reward == "reasoning_gym" and task.charset == g.CHARSET
+    assert task.label("10-6=4\n8-5=3\n4*3=12\n\\boxed{(8-5)*(10-6)}", 1.0) == g.canonical("(10-6)*(8-5)")
+    assert task.label("\\boxed{(8-5)*(10-6)}", 0.0) is None
+    cfg = load_config("game24")
+    assert (cfg.data.source, cfg.data.train_size, cfg.model.path) == ("game24", 978, "builtin:tiny-game24")
+    with pytest.raises(ValueError, match="reasoning-gym's own checkers"):
+        load_config("game24", ["reward.backend=math_verify"])
