@@ -49,3 +49,14 @@ def test_load_refuses_other_settings_or_another_corpus(tmp_path):
         load_state(tmp_path, settings={"lr": 1e-2}, digest="xyz")
     with pytest.raises(ValueError, match="no state.pt"):
         load_state(tmp_path / "none", settings={}, digest="abc")
+
+
+def test_a_resume_without_a_saved_state_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from thinking_seeds.train import warmup
+
+    monkeypatch.setattr(sys, "argv", ["warmup", "--out", str(tmp_path / "m"), "--state-dir", str(tmp_path), "--resume"])
+    with pytest.raises(SystemExit) as e:
+        warmup.main()
+    assert e.value.code == 2 and "no state.pt in" in capsys.readouterr().err

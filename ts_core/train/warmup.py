@@ -44,7 +44,7 @@ from thinking_seeds.engine.models import (
 )
 from thinking_seeds.engine.rollout import HFEngine
 from thinking_seeds.evals.evaluation import evaluate_prompts
-from thinking_seeds.train.warmup_state import corpus_digest, load_state, restore, save_state
+from thinking_seeds.train.warmup_state import STATE_FILE, ResumeError, corpus_digest, load_state, restore, save_state
 
 
 def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -156,6 +156,10 @@ def build_tiny_model(
     `stop_after`: stop after that step's save without writing `out_dir` (a build run in slices).
     Returns {"stopped_at": step} then.
     """
+    if resume and state_dir is None:  # before the corpus is built: that takes a minute
+        raise ResumeError("--resume needs --state-dir (where the interrupted build saved its state)")
+    if resume and not (Path(state_dir) / STATE_FILE).is_file():
+        raise ResumeError(f"--resume: no {STATE_FILE} in {state_dir}; start the build without --resume")
     t0 = time.time()
     torch.manual_seed(seed)
     spec = get_task(task)
@@ -197,8 +201,6 @@ def build_tiny_model(
     )  # fmt: skip
     digest = corpus_digest(ids, labels)
     if resume:
-        if state_dir is None:
-            raise ValueError("--resume needs --state-dir (where the interrupted build saved its state)")
         state = load_state(Path(state_dir), settings=settings, digest=digest)
         first = restore(state, model=model, opt=opt, sched=sched, gen=gen)
         candidates = state["candidates"]
@@ -386,7 +388,21 @@ def main() -> None:
     size = {k: v for k, v in (("hidden", a.hidden), ("layers", a.layers), ("intermediate", a.intermediate)) if v}
     if a.threads:
         torch.set_num_threads(a.threads)
-    rep = build_tiny_model(
+    try:
+        rep = run_build(a, size)
+    except ResumeError as e:  # one line, exit 2: the command line is what is wrong
+        print(f"warmup: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if "stopped_at" in rep:
+        print(f"stopped after step {rep['stopped_at']}; continue with the same command and --resume")
+        return
+    print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
+    chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
+    print("chosen:", json.dumps(chosen))
+
+
+def run_build(a: argparse.Namespace, size: dict[str, int]) -> dict:
+    return build_tiny_model(
         a.out,
         task=a.task,
         steps=a.steps,
@@ -415,12 +431,6 @@ def main() -> None:
         resume=a.resume,
         stop_after=a.stop_after,
     )
-    if "stopped_at" in rep:
-        print(f"stopped after step {rep['stopped_at']}; continue with the same command and --resume")
-        return
-    print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
-    chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
-    print("chosen:", json.dumps(chosen))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["STATE_FILE", "corpus_digest", "load_state", "save_state"]
+__all__ = ["STATE_FILE", "ResumeError", "corpus_digest", "load_state", "restore", "save_state"]
 
 STATE_FILE = "state.pt"
+
+
+class ResumeError(ValueError):
+    """A --resume that cannot continue this build (no state, other settings, another corpus)."""
 
 
 def corpus_digest(ids: torch.Tensor, labels: torch.Tensor) -> str:
@@ -54,16 +58,16 @@ def load_state(state_dir: Path, *, settings: dict[str, Any], digest: str) -> dic
     """The saved state, after checking it belongs to this build (same settings, same corpus)."""
     path = state_dir / STATE_FILE
     if not path.is_file():
-        raise ValueError(f"--resume: no {STATE_FILE} in {state_dir}; start the build without --resume")
+        raise ResumeError(f"--resume: no {STATE_FILE} in {state_dir}; start the build without --resume")
     state = torch.load(path, weights_only=False)
     diff = {k: (state["settings"].get(k), v) for k, v in settings.items() if state["settings"].get(k) != v}
     if diff:
-        raise ValueError(
+        raise ResumeError(
             f"--resume: {path} was saved by a build with other settings {diff} (saved, now); "
             "resume with the original command line"
         )
     if state["corpus_digest"] != digest:
-        raise ValueError(f"--resume: the warm-up corpus differs from the one {path} was trained on (code changed?)")
+        raise ResumeError(f"--resume: the warm-up corpus differs from the one {path} was trained on (code changed?)")
     return state
 
 
