@@ -18,9 +18,11 @@ numbers). NOT reasoning-gym's `puzzle24` scorer: in reasoning-gym 0.1.25 it neve
 answer uses the given numbers (`6*4*1*1` scores 1.0 for [8, 5, 10, 6]) and truncates the value with
 int() (`7*7/2*1` = 24.5 scores 1.0). tests/unit/test_game24.py shows ours refuses both.
 
-Problems: reasoning-gym's countdown generator builds left-to-right expressions with integer division
-only, so with target 24 it never draws e.g. [3, 3, 8, 8]; the task therefore enumerates the problem
-space itself: the 1,820 multisets of four numbers from 1-13, of which 1,362 can make 24 (`solvable`,
+Problems: reasoning-gym's countdown generator draws a random left-to-right expression ((a∘b)∘c)∘d
+with integer division only, up to 100 times until its value lies in [min_target, max_target] (else it
+raises), so with the target fixed at 24 it never draws a multiset that needs a fraction (e.g.
+[3, 3, 8, 8]) or (a∘b)∘(c∘d), and draws the rest far from uniformly. The task therefore enumerates
+the problem space itself: the 1,820 multisets of four numbers from 1-13, of which 1,362 can make 24 (`solvable`,
 over the rationals), split by multiset (`game24_data`). Formats are a contract with the character
 vocabulary: changing a character invalidates the bundled model.
 """
