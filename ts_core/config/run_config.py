@@ -242,7 +242,7 @@ class RunConfig(_Section):
 
         if checks_outside(info):
             check_loggers(self.logger)
-        if self.data.source in ("reasoning_gym", "countdown") and self.reward.backend == "math_verify":
+        if self.data.source in ("reasoning_gym", "countdown", "game24") and self.reward.backend == "math_verify":
             raise ValueError(
                 f"data.source={self.data.source} is scored by reasoning-gym's own checkers: set "
                 "reward=reasoning_gym (or your own reward.fn)"

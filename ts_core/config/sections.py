@@ -149,10 +149,11 @@ class ReasoningGymTask(_Section):
 
 
 class DataConfig(_Section):
-    source: Literal["chain_sum", "countdown", "reasoning_gym", "parquet"] = Field(
+    source: Literal["chain_sum", "countdown", "game24", "reasoning_gym", "parquet"] = Field(
         "chain_sum",
         description="Built-in task (chain_sum: the fast demo; countdown: +/- countdown, many solutions per "
-        "prompt), any reasoning-gym data set or mixture by name (data.tasks), or a user's verl Parquet.",
+        "prompt; game24: the 24 game, the continuation decides), any reasoning-gym data set or mixture by "
+        "name (data.tasks), or a user's verl Parquet.",
     )
     tasks: list[ReasoningGymTask] = Field(
         default_factory=list,

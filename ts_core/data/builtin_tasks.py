@@ -4,6 +4,7 @@ which verifier scores it, and what label measures the diversity of its answers.
     chain_sum   the fast demo (one answer per prompt; `a`/`b` strategy share as a cheap diversity label)
     countdown   the multi-solution testbed of issue #9 (+/- countdown; the sign pattern of a correct
                 answer as its solution label)
+    game24      the 24 game (issue #26: the continuation decides; the order-free expression as label)
 
 A user's own verl Parquet (`data.source: parquet`) has none of this: it is copied in as is.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thinking_seeds.config import DataConfig
-from thinking_seeds.data import chain_sum, countdown
+from thinking_seeds.data import chain_sum, countdown, game24
 from thinking_seeds.data.verdicts import last_boxed
 
 __all__ = ["BUILTIN_TASKS", "BuiltinTask", "build_splits", "get_task"]
@@ -85,6 +86,22 @@ def _countdown_label(text: str, reward: float) -> str | None:
     return countdown.signature(last_boxed(text)) if reward >= 1.0 else None
 
 
+def _game24_splits(out: Path, d: DataConfig) -> dict[str, Path]:
+    from thinking_seeds.data.game24_data import build_game24_splits
+
+    return build_game24_splits(out, d.train_size, d.val_size, d.test_size, d.seed)
+
+
+def _game24_corpus(n: int, seed: int, exclude: set[str], d: DataConfig) -> list[tuple[str, str]]:
+    from thinking_seeds.data.game24_data import game24_warmup_corpus
+
+    return game24_warmup_corpus(n, seed, exclude)
+
+
+def _game24_label(text: str, reward: float) -> str | None:
+    return game24.canonical(last_boxed(text)) if reward >= 1.0 else None
+
+
 BUILTIN_TASKS: dict[str, BuiltinTask] = {
     "chain_sum": BuiltinTask(
         "chain_sum",
@@ -103,6 +120,10 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
         _countdown_keys,
         _countdown_corpus,
         _countdown_label,
+    ),
+    # Same held-out keys and checker as countdown (the rows are reasoning-gym countdown entries).
+    "game24": BuiltinTask(
+        "game24", game24.CHARSET, "reasoning_gym", _game24_splits, _countdown_keys, _game24_corpus, _game24_label
     ),
 }
 

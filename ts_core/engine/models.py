@@ -30,6 +30,8 @@ BUILTIN_MODELS = {
     # The same base warmed up further and cosine-decayed (v2 + decay): the last three validation
     # evaluations within 1.5 points (issue #9's plateau bar); docs/results/countdown-base-v3-check.md.
     "tiny-countdown-v3": "tiny-countdown-v3",
+    # The 24 game's base (issue #26; `make game24-model`, docs/results/game24-base-protocol.md).
+    "tiny-game24": "tiny-game24",
     "smollm2": "smollm2-135m",  # built here: python -m thinking_seeds.train.smollm2
     "smollm2-chainsum": "smollm2-135m-chainsum",  # ... --warmup
 }
@@ -63,6 +65,7 @@ def resolve_model_path(path: str) -> Path:
                 "tiny": "python -m thinking_seeds.train.warmup",
                 "tiny-countdown": "python -m thinking_seeds.train.warmup --task countdown (see its warmup_report.json)",
                 "tiny-countdown-v3": "the chain in data/models/tiny-countdown-v3/warmup_report.json (rebuild)",
+                "tiny-game24": "make game24-model (docs/results/game24-base-protocol.md)",
                 "smollm2": "python -m thinking_seeds.train.smollm2",
                 "smollm2-chainsum": "python -m thinking_seeds.train.smollm2 --warmup",
             }.get(name, "python -m thinking_seeds.train.smollm2")

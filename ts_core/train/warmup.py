@@ -10,6 +10,9 @@ in the target band with the most headroom to pass@16.
     python -m thinking_seeds.train.warmup --steps 300 --out /tmp/m  # a quick, weaker one
 
 The full rebuild takes about 5 minutes alone on 2 cores.
+
+Over 400 lines: `build_tiny_model` is one loop (train, evaluate, save the resumable state) whose
+pieces share a dozen locals; the state itself lives in `warmup_state`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from thinking_seeds.engine.models import (
 )
 from thinking_seeds.engine.rollout import HFEngine
 from thinking_seeds.evals.evaluation import evaluate_prompts
+from thinking_seeds.train.warmup_state import STATE_FILE, ResumeError, corpus_digest, load_state, restore, save_state
 
 
 def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -126,6 +130,11 @@ def build_tiny_model(
     init: Path | None = None,
     until_plateau: float | None = None,
     command: str | None = None,
+    model_size: dict[str, int] | None = None,
+    state_dir: Path | None = None,
+    save_every: int | None = None,
+    resume: bool = False,
+    stop_after: int | None = None,
 ) -> dict:
     """Warm a fresh tiny Llama up on `task`'s worked solutions and save the chosen candidate.
 
@@ -140,12 +149,23 @@ def build_tiny_model(
 
     `command`: the command line that ran this build; the report's `rebuild` is then the chain that
     rebuilds the model from nothing (the init's own `rebuild`, then this command).
+
+    `model_size`: tiny_llama's hidden / layers / heads / intermediate for a fresh model (default 0.86M).
+    `state_dir`: save the resumable state there every `save_every` steps (default: eval_every) and keep
+    the candidates there; `resume` continues from its last save, bit-exactly (`warmup_state`);
+    `stop_after`: stop after that step's save without writing `out_dir` (a build run in slices).
+    Returns {"stopped_at": step} then.
     """
+    if resume and state_dir is None:  # before the corpus is built: that takes a minute
+        raise ResumeError("--resume needs --state-dir (where the interrupted build saved its state)")
+    if resume and not (Path(state_dir) / STATE_FILE).is_file():
+        raise ResumeError(f"--resume: no {STATE_FILE} in {state_dir}; start the build without --resume")
     t0 = time.time()
     torch.manual_seed(seed)
     spec = get_task(task)
     data_cfg = data_cfg or DataConfig(source=task)  # the RL task: its held-out prompts never appear in the warm-up
     work = Path(tempfile.mkdtemp(prefix="ts-warmup-"))
+    cand_root = Path(state_dir) / "candidates" if state_dir is not None else work
     splits = spec.build_splits(work / "data", data_cfg)
     held_out = spec.held_out_keys(splits["validation"]) | spec.held_out_keys(splits["test"])
     val_prompts = load_dataset(splits["validation"])[:eval_prompts]
@@ -161,7 +181,7 @@ def build_tiny_model(
         )
     else:
         tok = char_tokenizer(spec.charset)
-        model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed)
+        model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed, **(model_size or {}))
     ids, labels, _ = encode_corpus(tok, pairs)
     total = steps if schedule == "cosine" else None
     opt, sched = sft_optimizer(model, lr, warmup_steps, total, min_lr_factor)
@@ -170,12 +190,26 @@ def build_tiny_model(
     verifier = Verifier(backend=spec.reward, partial_credit=False)
     engine = HFEngine(model, tok, batch_size=256)
 
-    candidates = []
+    candidates: list[dict] = []
+    first = 0 if init is not None else 1
+    save_every = save_every or eval_every
+    settings = dict(
+        task=task, steps=steps, batch_size=batch_size, lr=lr, schedule=schedule, min_lr_factor=min_lr_factor,
+        corpus_size=corpus_size, eval_every=eval_every, eval_from=eval_from, eval_prompts=eval_prompts,
+        eval_samples=eval_samples, max_new_tokens=max_new_tokens, seed=seed, warmup_steps=warmup_steps,
+        init=str(init) if init is not None else None, until_plateau=until_plateau, model_size=model_size,
+    )  # fmt: skip
+    digest = corpus_digest(ids, labels)
+    if resume:
+        state = load_state(Path(state_dir), settings=settings, digest=digest)
+        first = restore(state, model=model, opt=opt, sched=sched, gen=gen)
+        candidates = state["candidates"]
+        t0 = time.time() - state["elapsed"]
     with Progress(
         TextColumn("warm-up"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}")
     ) as bar:
-        bar_task = bar.add_task("sft", total=steps, info="")
-        for step in range(0 if init is not None else 1, steps + 1):
+        bar_task = bar.add_task("sft", total=steps, info="", completed=max(0, first - 1))
+        for step in range(first, steps + 1):
             loss = sft_step(model, opt, sched, ids, labels, batch_size, gen, tok.pad_token_id) if step else float("nan")
             info = f"loss {loss:.3f}"
             if step == 0 or (step >= eval_from and (step % eval_every == 0 or step == steps)):
@@ -190,7 +224,7 @@ def build_tiny_model(
                     seed=seed,
                     label=None if task == "chain_sum" else spec.label,
                 )
-                cdir = work / f"step_{step:06d}"
+                cdir = cand_root / f"step_{step:06d}"
                 model.save_pretrained(cdir)
                 candidates.append(
                     {
@@ -213,6 +247,15 @@ def build_tiny_model(
                     bar.console.log(f"plateau: the last three pass@1 {last3} lie within {until_plateau}")
                     break
             bar.update(bar_task, advance=1, info=info)
+            if state_dir is not None and step and (step % save_every == 0 or step == stop_after):
+                extra = {"candidates": candidates, "elapsed": time.time() - t0, "settings": settings}
+                save_state(Path(state_dir), step=step, model=model, opt=opt, sched=sched, gen=gen, extra={
+                    **extra, "corpus_digest": digest})  # fmt: skip
+                bar.console.log(f"step {step}: state saved to {state_dir}")
+            if step == stop_after:
+                verifier.close()
+                shutil.rmtree(work, ignore_errors=True)
+                return {"stopped_at": step}
     verifier.close()
 
     if target is None:
@@ -310,6 +353,7 @@ def main() -> None:
         choices=["band", "last"],
         help="band: the candidate with pass@1 in 0.15-0.30 (the demo model); last: the final one (plateau)",
     )
+    ap.add_argument("--min-lr-factor", type=float, default=0.1, help="cosine: the last step's lr as a share of --lr")
     ap.add_argument("--corpus-size", type=int, default=100_000)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-from", type=int, default=500)
@@ -333,16 +377,39 @@ def main() -> None:
         default=None,
         help="stop once the last three evaluations' pass@1 lie within this spread (e.g. 0.02)",
     )
+    ap.add_argument("--hidden", type=int, default=None, help="fresh model: hidden size (default 128: 0.86M)")
+    ap.add_argument("--layers", type=int, default=None, help="fresh model: layers (default 4)")
+    ap.add_argument("--intermediate", type=int, default=None, help="fresh model: MLP width (default 384)")
+    ap.add_argument("--state-dir", type=Path, default=None, help="save the resumable state (and the candidates) here")
+    ap.add_argument("--save-every", type=int, default=None, help="steps between state saves (default: eval-every)")
+    ap.add_argument("--resume", action="store_true", help="continue from --state-dir's last save (same command)")
+    ap.add_argument("--stop-after", type=int, default=None, help="stop after this step's save (a build in slices)")
     a = ap.parse_args()
+    size = {k: v for k, v in (("hidden", a.hidden), ("layers", a.layers), ("intermediate", a.intermediate)) if v}
     if a.threads:
         torch.set_num_threads(a.threads)
-    rep = build_tiny_model(
+    try:
+        rep = run_build(a, size)
+    except ResumeError as e:  # one line, exit 2: the command line is what is wrong
+        print(f"warmup: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if "stopped_at" in rep:
+        print(f"stopped after step {rep['stopped_at']}; continue with the same command and --resume")
+        return
+    print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
+    chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
+    print("chosen:", json.dumps(chosen))
+
+
+def run_build(a: argparse.Namespace, size: dict[str, int]) -> dict:
+    return build_tiny_model(
         a.out,
         task=a.task,
         steps=a.steps,
         batch_size=a.batch_size,
         lr=a.lr,
         schedule=a.schedule,
+        min_lr_factor=a.min_lr_factor,
         corpus_size=a.corpus_size,
         eval_every=a.eval_every,
         eval_from=min(a.eval_from, a.steps),
@@ -354,11 +421,16 @@ def main() -> None:
         target=None if a.select == "last" else (0.15, 0.30),
         init=a.init,
         until_plateau=a.until_plateau,
-        command=shlex.join(["python", "-m", "thinking_seeds.train.warmup", *sys.argv[1:]]),
+        # --resume is how this build was run, not what it is: the rebuild chain leaves it out.
+        command=shlex.join(
+            ["python", "-m", "thinking_seeds.train.warmup", *(x for x in sys.argv[1:] if x != "--resume")]
+        ),
+        model_size=size or None,
+        state_dir=a.state_dir,
+        save_every=a.save_every,
+        resume=a.resume,
+        stop_after=a.stop_after,
     )
-    print(json.dumps({k: v for k, v in rep.items() if k != "candidates"}, indent=2))
-    chosen = next(c for c in rep["candidates"] if c["step"] == rep["chosen_step"])
-    print("chosen:", json.dumps(chosen))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""The statistics of `thinking_seeds.experiments.seed_decides` on a tiny synthetic game24 run directory
+whose answers are known: seeded vs draft success, success after a wrong draft / a dead prefix, and
+the share of surprisal in the first tokens."""
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from thinking_seeds.data import game24
+from thinking_seeds.data.game24_data import build_game24_splits
+from thinking_seeds.data.sources import load_dataset
+from thinking_seeds.experiments.seed_decides import main, seed_stats
+from thinking_seeds.store.parquet_io import write_table_atomic
+from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
+
+
+def _prefix(pid, step, ids, text, draft):
+    return dict(run_id="r", iteration=0, prompt_id=pid, seed_id=f"s{ids[0]}", source_step=step, source_age=1,
+                prefix_ratio=0.3, prefix_token_ids=ids, behaviour_logprobs=[-1.0] * len(ids), prefix_text=text,
+                draft_len=20, draft_reward=draft)  # fmt: skip
+
+
+def _rollout(pid, kind, step, ids, plen, logps, reward):
+    return dict(run_id="r", iteration=0, prompt_id=pid, sample_id=0, kind=kind, source_step=step, prefix_len=plen,
+                prompt_token_ids=[0], token_ids=ids, old_logprobs=logps, behaviour_logprobs=[0.0] * len(ids),
+                response_text="x", answer=None, status="ok" if reward else "wrong", reward=reward,
+                advantage=None)  # fmt: skip
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    root = tmp_path / "run"
+    build_game24_splits(root / "data", 3, 2, 2, seed=1234)
+    (root / "config.yaml").write_text("data: {source: game24}\n")
+    p = load_dataset(root / "data" / "train.parquet")[0]
+    numbers = json.loads(p.rg_entry)["metadata"]["numbers"]
+    live = game24.solutions(numbers)[0].split("\n")[0] + "\n"
+    dead = next(
+        f"{a}+{b}={a + b}\n"
+        for i, a in enumerate(numbers)
+        for j, b in enumerate(numbers)
+        if i < j and not game24.partial_state(numbers, f"{a}+{b}={a + b}\n").reachable
+    )
+    assert game24.partial_state(numbers, live).reachable
+    seeds = [_prefix(p.prompt_id, 0, [7, 7], live, 1.0), _prefix(p.prompt_id, 0, [8, 8, 8], dead, 0.0)]
+    rows = [
+        _rollout(p.prompt_id, "on_policy", None, list(range(20)), 0, [-3.0] * 4 + [-0.25] * 16, 1.0),
+        _rollout(p.prompt_id, "on_policy", None, list(range(20)), 0, [-3.0] * 4 + [-0.25] * 16, 0.0),
+        _rollout(p.prompt_id, "seeded", 0, [7, 7, 1, 2], 2, [-1.0] * 4, 1.0),  # live prefix, right draft
+        _rollout(p.prompt_id, "seeded", 0, [7, 7, 3, 4], 2, [-1.0] * 4, 0.0),
+        _rollout(p.prompt_id, "seeded", 0, [8, 8, 8, 1], 3, [-1.0] * 4, 0.0),  # dead prefix, wrong draft
+        _rollout(p.prompt_id, "seeded", 5, [9, 9, 1], 2, [-1.0] * 3, 1.0),  # its seed is not in the corpus
+    ]
+    write_table_atomic(pa.Table.from_pylist(seeds, schema=PREFIX_SCHEMA),
+                       root / "corpus/prefixes/iteration=0/prefixes.parquet", schema=PREFIX_SCHEMA)  # fmt: skip
+    write_table_atomic(pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA),
+                       root / "rollouts/iteration=0/rollouts.parquet", schema=ROLLOUT_SCHEMA)  # fmt: skip
+    return root
+
+
+def test_seed_stats_on_a_known_run(run_dir):
+    s = seed_stats(run_dir, first_tokens=4)
+    assert s["on_policy_success"] == 0.5 and s["seeded_samples"] == 4 and s["seeded_unmatched"] == 1
+    assert s["seeded_success"] == pytest.approx(1 / 3) and s["draft_success"] == pytest.approx(2 / 3)
+    assert (s["seeded_after_wrong_draft"], s["seeded_after_wrong_draft_n"]) == (0.0, 1)
+    assert (s["seeded_after_right_draft"], s["seeded_after_right_draft_n"]) == (0.5, 2)
+    assert (s["seeded_after_dead_prefix"], s["seeded_after_dead_prefix_n"]) == (0.0, 1)
+    assert (s["seeded_after_live_prefix"], s["seeded_after_live_prefix_n"]) == (0.5, 2)
+    assert s["entropy_share_first_tokens"] == pytest.approx(12 / 16) and s["even_share"] == pytest.approx(0.2)
+
+
+def test_the_cli_prints_the_figures_and_refuses_a_non_run(run_dir, tmp_path, capsys):
+    main([str(run_dir), "--first-tokens", "4"])
+    out = capsys.readouterr().out
+    assert "after a dead / live prefix   0.000 (n=1) / 0.500 (n=2)" in out and "0.750 of the total" in out
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path / "nothing")])
+    assert e.value.code == 2 and "no rollouts/" in capsys.readouterr().err

@@ -1,0 +1,172 @@
+"""Does the seed decide the outcome? Statistics of a run directory's rollouts and prefix corpus (issue #26).
+
+Thinking Seeds can only act where the continuation matters. On +/- countdown it did not: seeded samples
+succeeded as often as the full drafts they were cut from, after a wrong draft's prefix almost no
+continuation succeeded, and most of a response's entropy sat in the first tokens (the span a seed
+takes). This module measures the same three things on any run, so the 24 game (or any task) can be
+checked for the opposite:
+
+    python -m thinking_seeds.experiments.seed_decides runs/<run_id> [--first-tokens 16] [--json]
+
+- **seeded vs draft**: over the seeded samples (a non-empty prefix) whose seed is found in the corpus
+  (joined on prompt, source checkpoint and prefix tokens), their mean reward next to the mean reward of
+  the full drafts those seeds were cut from. Equal numbers: the seed decides.
+- **after a wrong draft**: the seeded samples' success when their draft was wrong (reward < 1) and
+  when it was right. For game24 the prefix itself is also classified (`game24.partial_state`): success
+  after a *dead* prefix (24 no longer reachable: no continuation can be right, so it must be 0 when the
+  verifier and the classifier agree) and after a live one.
+- **entropy in the first N tokens**: over on-policy samples, the share of the response's surprisal
+  (-log pi_old of the sampled tokens, whose mean is a sample estimate of the entropy; per-token
+  entropies are not stored) that falls in its first N tokens, as a ratio of sums and as the mean of
+  the per-response shares, beside N / mean length (the share if surprisal were spread evenly).
+
+Reads only what the run wrote (Parquet files and config.yaml); never imports prefect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+__all__ = ["main", "seed_stats"]
+
+
+def _rows(root: Path, pattern: str, columns: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in sorted(root.glob(pattern)):
+        out.extend(pq.read_table(p, columns=columns).to_pylist())
+    return out
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _numbers_by_prompt(root: Path) -> dict[str, list[int]]:
+    from thinking_seeds.data.sources import load_dataset
+
+    out: dict[str, list[int]] = {}
+    for p in sorted((root / "data").glob("*.parquet")):
+        for prompt in load_dataset(p):
+            if prompt.rg_entry:
+                out[prompt.prompt_id] = [int(x) for x in json.loads(prompt.rg_entry)["metadata"]["numbers"]]
+    return out
+
+
+def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
+    """The three statistics (module docstring) of one run directory, as a flat dict."""
+    root = Path(run_dir)
+    if not (root / "rollouts").is_dir():
+        raise ValueError(f"{root}: no rollouts/ folder; pass a run directory (runs/<run_id>)")
+    rollouts = _rows(
+        root,
+        "rollouts/iteration=*/rollouts.parquet",
+        ["prompt_id", "kind", "source_step", "prefix_len", "token_ids", "old_logprobs", "reward"],
+    )
+    seeds = _rows(
+        root, "corpus/prefixes/iteration=*/prefixes.parquet", ["prompt_id", "source_step", "prefix_token_ids",
+        "prefix_text", "draft_reward"]
+    )  # fmt: skip
+    # The same (prompt, checkpoint, prefix) can come from two drafts: their rewards are averaged.
+    by_key: dict[tuple, list[dict]] = defaultdict(list)
+    for s in seeds:
+        by_key[(s["prompt_id"], s["source_step"], tuple(s["prefix_token_ids"]))].append(s)
+
+    config = yaml.safe_load((root / "config.yaml").read_text()) if (root / "config.yaml").is_file() else {}
+    game24 = ((config or {}).get("data") or {}).get("source") == "game24"
+    numbers = _numbers_by_prompt(root) if game24 else {}
+
+    scored = [r for r in rollouts if r["reward"] is not None]
+    seeded = [r for r in scored if r["kind"] == "seeded" and r["prefix_len"] > 0]
+    paired, wrong, right, dead, live, unmatched = [], [], [], [], [], 0
+    for r in seeded:
+        match = by_key.get((r["prompt_id"], r["source_step"], tuple(r["token_ids"][: r["prefix_len"]])))
+        drafts = [s["draft_reward"] for s in match or [] if s["draft_reward"] is not None]
+        if not drafts:
+            unmatched += 1
+            continue
+        draft = sum(drafts) / len(drafts)
+        paired.append((r["reward"], draft))
+        (right if draft >= 1.0 else wrong).append(r["reward"])
+        if game24 and r["prompt_id"] in numbers:
+            from thinking_seeds.data.game24 import partial_state
+
+            state = partial_state(numbers[r["prompt_id"]], match[0]["prefix_text"])
+            (live if state.reachable else dead).append(r["reward"])
+
+    on_policy = [r for r in scored if r["kind"] == "on_policy" and r["token_ids"]]
+    head = [-sum(r["old_logprobs"][:first_tokens]) for r in on_policy]
+    total = [-sum(r["old_logprobs"]) for r in on_policy]
+    shares = [h / t for h, t in zip(head, total, strict=True) if t > 0]
+    mean_len = _mean([float(len(r["token_ids"])) for r in on_policy])
+    return {
+        "on_policy_samples": len(on_policy),
+        "on_policy_success": _mean([r["reward"] for r in on_policy]),
+        "seeded_samples": len(seeded),
+        "seeded_unmatched": unmatched,
+        "seeded_success": _mean([a for a, _ in paired]),
+        "draft_success": _mean([d for _, d in paired]),
+        "seeded_after_wrong_draft": _mean(wrong),
+        "seeded_after_wrong_draft_n": len(wrong),
+        "seeded_after_right_draft": _mean(right),
+        "seeded_after_right_draft_n": len(right),
+        "seeded_after_dead_prefix": _mean(dead) if game24 else None,
+        "seeded_after_dead_prefix_n": len(dead) if game24 else None,
+        "seeded_after_live_prefix": _mean(live) if game24 else None,
+        "seeded_after_live_prefix_n": len(live) if game24 else None,
+        "first_tokens": first_tokens,
+        "entropy_share_first_tokens": sum(head) / sum(total) if sum(total) > 0 else None,
+        "entropy_share_first_tokens_mean": _mean(shares),
+        "mean_response_tokens": mean_len,
+        "even_share": min(1.0, first_tokens / mean_len) if mean_len else None,
+    }
+
+
+def _fmt(x: Any) -> str:
+    return "n/a" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--first-tokens", type=int, default=16, help="N: the span whose entropy share is reported")
+    ap.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    a = ap.parse_args(argv)
+    try:
+        s = seed_stats(a.run_dir, a.first_tokens)
+    except ValueError as e:
+        print(f"seed_decides: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if a.json:
+        print(json.dumps(s, indent=2))
+        return
+    print(f"on-policy success            {_fmt(s['on_policy_success'])}  (n={s['on_policy_samples']})")
+    print(
+        f"seeded success / its drafts  {_fmt(s['seeded_success'])} / {_fmt(s['draft_success'])}  "
+        f"(n={s['seeded_samples'] - s['seeded_unmatched']}, {s['seeded_unmatched']} seeds not in the corpus)"
+    )
+    print(
+        f"after a wrong / right draft  {_fmt(s['seeded_after_wrong_draft'])} (n={s['seeded_after_wrong_draft_n']})"
+        f" / {_fmt(s['seeded_after_right_draft'])} (n={s['seeded_after_right_draft_n']})"
+    )
+    if s["seeded_after_dead_prefix_n"] is not None:
+        print(
+            f"after a dead / live prefix   {_fmt(s['seeded_after_dead_prefix'])} (n={s['seeded_after_dead_prefix_n']})"
+            f" / {_fmt(s['seeded_after_live_prefix'])} (n={s['seeded_after_live_prefix_n']})"
+        )
+    print(
+        f"entropy in first {s['first_tokens']} tokens   {_fmt(s['entropy_share_first_tokens'])} of the total "
+        f"(mean per response {_fmt(s['entropy_share_first_tokens_mean'])}; even spread "
+        f"{_fmt(s['even_share'])} at {_fmt(s['mean_response_tokens'])} tokens)"
+    )
+
+
+if __name__ == "__main__":
+    main()
