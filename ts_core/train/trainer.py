@@ -15,8 +15,10 @@ calls the same `update_state`, so both write the same θ_{k+1}.
 
 This file holds the state (load, update, save) and the entry point; the parts it runs are
 train/batch.py (the rollouts as a Batch), train/micro_batches.py (who trains on which sequences),
-train/micro_loss.py (one micro-batch's forward and loss) and train/update_loop.py (the optimizer
-steps). Their names are re-exported here, where other modules have always imported them.
+train/micro_loss.py (one micro-batch's forward and loss; train/packed_scoring.py its padding-free
+forward), train/update_loop.py (the optimizer steps) and train/strategy.py (update.strategy: ddp, or
+fsdp2's sharding and the full state gathered to save). Their names are re-exported here, where other
+modules have always imported them.
 
 Devices and precision: the model trains on `cfg.device` (in process) or the accelerator's device.
 With `update.mixed_precision=bf16` the forward runs under bf16 autocast while the weights and the
