@@ -655,10 +655,12 @@ def main() -> None:
         files = sum(1 for _ in run.glob("corpus/prefixes/iteration=*/prefixes.parquet"))
         mib = sum(f.stat().st_size for f in run.rglob("*.parquet")) / 2**20
         old_mib = sum(f.stat().st_size for f in (args.root / f"{run_id}-v1" / "corpus").rglob("*.parquet")) / 2**20
-        new_mib = sum(f.stat().st_size for f in (run / "corpus").rglob("*.parquet")) / 2**20
+        new_mib = sum(f.stat().st_size for f in (run / "corpus").rglob("prefixes.parquet")) / 2**20
+        agg_mib = sum(f.stat().st_size for f in (run / "corpus").rglob("aggregates.parquet")) / 2**20
         print(
             f"\n{rows:,} prefix rows in {files} iteration files ({args.rows_per_iteration} per iteration), {built}; "
-            f"Parquet {mib:.0f} MiB (prefixes {new_mib:.1f} MiB; {old_mib:.1f} MiB without the derived columns)",
+            f"Parquet {mib:.0f} MiB (prefixes {new_mib:.1f} MiB; {old_mib:.1f} MiB without the derived columns; "
+            f"the seeds stage's aggregates {agg_mib:.1f} MiB)",
             flush=True,
         )
         if args.live:
