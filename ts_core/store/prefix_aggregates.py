@@ -18,8 +18,9 @@ No run_id column: the file lives in its run's directory, and the views name the 
 corpus_files does); a constant string per row would be most of what a scan of it costs.
 
 On the benchmark corpus (bench/corpus.py) that is 3.5M rows for 1M prefixes (16.4M 3-gram codes) in
-9.8 MiB, against 185 MiB of prefix files, and 0.05 s of CPU per iteration of 4,096 prefixes. The file is an output of the seeds stage, hashed by its manifest, so it is
-deterministic (one DuckDB thread, rows in ORDER BY ALL order, no time in it): a resumed run writes
+9.8 MiB, against 185 MiB of prefix files, and 0.05 s of CPU per iteration of 4,096 prefixes.
+
+The file is an output of the seeds stage, hashed by its manifest, so it is deterministic (one DuckDB thread, rows in ORDER BY ALL order, no time in it): a resumed run writes
 it bit for bit. It is derived from the prefix file only, never read by the pipeline, and runs
 written before it existed simply lack it (the views then read the prefix file, store/sql_corpus.py).
 
