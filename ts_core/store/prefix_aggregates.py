@@ -20,9 +20,10 @@ corpus_files does); a constant string per row would be most of what a scan of it
 On the benchmark corpus (bench/corpus.py) that is 3.5M rows for 1M prefixes (16.4M 3-gram codes) in
 9.8 MiB, against 185 MiB of prefix files, and 0.05 s of CPU per iteration of 4,096 prefixes.
 
-The file is an output of the seeds stage, hashed by its manifest, so it is deterministic (one DuckDB thread, rows in ORDER BY ALL order, no time in it): a resumed run writes
-it bit for bit. It is derived from the prefix file only, never read by the pipeline, and runs
-written before it existed simply lack it (the views then read the prefix file, store/sql_corpus.py).
+The file is an output of the seeds stage, hashed by its manifest, so it is deterministic (one
+DuckDB thread, rows in ORDER BY ALL order, no time in it): a resumed run writes it bit for bit. It
+is derived from the prefix file only, never read by the pipeline, and runs written before it
+existed simply lack it (the views then read the prefix file, store/sql_corpus.py).
 
 It stands for its prefix file while that is unchanged: it records the prefix file's size, and is
 read only if the prefix file still has that size and is not newer than it (a seeds stage redone
