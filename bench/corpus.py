@@ -2,6 +2,7 @@
 
     python bench/corpus.py [--rows 1000000,10000000] [--rows-per-iteration 4096] [--repeat 3]
                            [--root /tmp/ts-corpus/bench] [--before COMMIT] [--keep] [--reuse] [--skip-report]
+    python bench/corpus.py --live --rows 1000000 [--repeat 3] [--before COMMIT]   # a run never compacted
 
 Builds, for each size, a run directory with the real contracts and nothing trained (no model, no
 GPU), then measures. What a corpus holds:
@@ -18,6 +19,11 @@ GPU), then measures. What a corpus holds:
             lists are empty (no named query reads them, and 20M rows of them would not fit the disk).
   metrics   the stage files of every iteration (seeds, continuation, verify: names as the stages
             write them; update: the 44 actor/* metrics), evaluate every 50 iterations.
+
+With --live, only this (issue #25: users query live runs, before any `ts compact`): every named
+query end to end on the corpus as it is, never compacted, before (the code at LIVE_BEFORE, which
+reads the raw corpus) vs after (this checkout, which reads the seeds stage's per-iteration
+aggregates, store/prefix_aggregates.py), on the same files, interleaved.
 
 Measurements ("before" = the code at BEFORE, before issue #15, run from a `git archive` of it with
 this venv, on the files that code wrote; "after" = this checkout on the files it writes; each pair
@@ -128,6 +134,7 @@ def build(base: Path, run_id: str, rows: int, per_iter: int, seed: int = 0) -> t
     from thinking_seeds.config import load_config, save_config
     from thinking_seeds.store.manifest import Manifest
     from thinking_seeds.store.parquet_io import write_table_atomic
+    from thinking_seeds.store.prefix_aggregates import write_prefix_aggregates
     from thinking_seeds.store.run_dir import RunDir
     from thinking_seeds.store.schemas import (
         PREFIX_FILE_SCHEMA,
@@ -187,6 +194,7 @@ def build(base: Path, run_id: str, rows: int, per_iter: int, seed: int = 0) -> t
         for r in (run, old):
             r.prefixes(k).parent.mkdir(parents=True, exist_ok=True)
         write_table_atomic(with_derived_prefix_columns(t), run.prefixes(k), schema=PREFIX_FILE_SCHEMA)
+        write_prefix_aggregates(run.prefixes(k))  # as the seeds stage does (issue #25), beside its file
         write_table_atomic(t, old.prefixes(k), schema=PREFIX_SCHEMA)  # as written before the derived columns existed
 
         m = 2 * n  # per prompt group: on-policy samples, then the seeded continuations
@@ -541,6 +549,38 @@ def ablations(base: Path, run_id: str, repeat: int) -> None:
         print(f"    {label:44s} {'':12s} {'':6s}   {min(x[0] for x in t):11.2f} {min(x[1] for x in t):6.2f}   ({n:,})")
 
 
+LIVE_BEFORE = "f61febf"  # the code before issue #25 item 7: no per-iteration aggregates, metrics via a dataset
+
+
+def live(base: Path, run_id: str, repeat: int, tree: Path, label: str) -> None:
+    """Every named query on a run that was never compacted (issue #25: users query live runs), as a
+    user runs it, on the same files: before = the code at --before (it reads the raw corpus; the
+    aggregates beside it are files it does not know), after = this checkout (the aggregates),
+    interleaved. The compacted parts are moved aside for the measurement and put back after."""
+    from thinking_seeds.store.sql_queries import NAMED_QUERIES
+
+    parts = base / run_id / "compacted"
+    aside = parts.with_name("compacted.live-aside")
+    if parts.exists():
+        parts.rename(aside)
+    try:
+        print(f"  live run (never compacted), `ts sql ... --run-id ID -f csv`, best of {repeat} (load {_uptime()}):")
+        print(f"    before = the code at {label}; after = this checkout")
+        _header()
+        cmds = [("select 1", ["sql", "select 1"])]
+        cmds += [(n, ["sql", "--query", n, "--timeout", "0"]) for n in NAMED_QUERIES]
+        for name, args in cmds:
+            before, after = [], []
+            for _ in range(repeat):
+                before.append(measured(base, [*args, "--run-id", run_id, "-f", "csv"], tree))
+                after.append(measured(base, [*args, "--run-id", run_id, "-f", "csv"]))
+            _pair(name, before, after)
+        print(f"    (load {_uptime()})")
+    finally:
+        if aside.exists():
+            aside.rename(parts)
+
+
 def report(base: Path, run_id: str) -> None:
     """write_report in a fresh process (what the corpus-report deployment runs), with its steps."""
     probe = (
@@ -580,12 +620,18 @@ def main() -> None:
     ap.add_argument("--rows-per-iteration", type=int, default=4096)
     ap.add_argument("--root", type=Path, default=Path("/tmp/ts-corpus/bench"))
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--before", default=BEFORE, help="commit whose CLI is the 'before' (default: %(default)s)")
+    ap.add_argument("--before", default=None, help=f"commit whose CLI is the 'before' (default: {BEFORE})")
     ap.add_argument("--keep", action="store_true", help="keep the corpora (default: delete each after use)")
     ap.add_argument("--reuse", action="store_true", help="reuse corpora already built under --root")
     ap.add_argument("--skip-report", action="store_true")
     ap.add_argument("--skip-demo", action="store_true")
+    ap.add_argument(
+        "--live",
+        action="store_true",
+        help=f"only the live-run comparison (never compacted; --before defaults to {LIVE_BEFORE} with it)",
+    )
     args = ap.parse_args()
+    args.before = args.before or (LIVE_BEFORE if args.live else BEFORE)
     import duckdb
 
     print(
@@ -596,7 +642,7 @@ def main() -> None:
     )
     args.root.mkdir(parents=True, exist_ok=True)
     tree = before_tree(args.root, args.before)
-    if not args.skip_demo:
+    if not args.skip_demo and not args.live:
         demo_start(args.root, max(args.repeat, 5), tree)
     for rows in (int(x) for x in args.rows.split(",")):
         run_id = f"c{rows // 1000}k"
@@ -609,12 +655,17 @@ def main() -> None:
         files = sum(1 for _ in run.glob("corpus/prefixes/iteration=*/prefixes.parquet"))
         mib = sum(f.stat().st_size for f in run.rglob("*.parquet")) / 2**20
         old_mib = sum(f.stat().st_size for f in (args.root / f"{run_id}-v1" / "corpus").rglob("*.parquet")) / 2**20
-        new_mib = sum(f.stat().st_size for f in (run / "corpus").rglob("*.parquet")) / 2**20
+        new_mib = sum(f.stat().st_size for f in (run / "corpus").rglob("prefixes.parquet")) / 2**20
+        agg_mib = sum(f.stat().st_size for f in (run / "corpus").rglob("aggregates.parquet")) / 2**20
         print(
             f"\n{rows:,} prefix rows in {files} iteration files ({args.rows_per_iteration} per iteration), {built}; "
-            f"Parquet {mib:.0f} MiB (prefixes {new_mib:.1f} MiB; {old_mib:.1f} MiB without the derived columns)",
+            f"Parquet {mib:.0f} MiB (prefixes {new_mib:.1f} MiB; {old_mib:.1f} MiB without the derived columns; "
+            f"the seeds stage's aggregates {agg_mib:.1f} MiB)",
             flush=True,
         )
+        if args.live:
+            live(args.root, run_id, args.repeat, tree, args.before)
+            continue
         from thinking_seeds.store.compaction import compact
 
         t, c, written = _timed(lambda r=run: compact(r))

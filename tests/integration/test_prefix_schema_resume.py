@@ -14,6 +14,7 @@ from tests.helpers.resume import _same_state, _state
 from thinking_seeds.pipeline import stage_seeds
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
+from thinking_seeds.store.prefix_aggregates import AGGREGATES_NAME
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA, PREFIX_SCHEMA
 from thinking_seeds.store.sql import connect, query, run_named
@@ -59,6 +60,10 @@ def test_old_run_resumed_by_new_code(tiny_run, tmp_path, monkeypatch):
         assert read_table(run.rollouts(k)).equals(read_table(ref.rollouts(k)))
     assert read_table(run.prefixes(1)).equals(read_table(ref.prefixes(1)))
     assert read_table(old_file).equals(read_table(ref.prefixes(0)).select(PREFIX_SCHEMA.names))
+    # the seeds stage's aggregates (issue #25): an output of its manifest, written bit for bit again
+    agg = run.prefixes(1).with_name(AGGREGATES_NAME)
+    assert agg.read_bytes() == ref.prefixes(1).with_name(AGGREGATES_NAME).read_bytes()
+    assert run.read_manifest(1, "seeds").outputs["prefix_aggregates"] == run.rel(agg)
 
     # ts sql reads the mixed run exactly as the reference
     a, b = connect(run.run_id, run.root.parent), connect(ref.run_id, ref.root.parent)

@@ -203,3 +203,13 @@ def test_all_runs_at_once(tmp_path, raw):
         assert {r[0] for r in rows} == {"a", "b"}
         assert [r for r in rows if r[0] == "a"] == raw[name]
         assert [r[1:] for r in rows if r[0] == "b"] == [r[1:] for r in raw[name]]
+
+
+def test_a_copied_run_keeps_its_rows_run_id(tmp_path, raw):
+    """The aggregates carry the prefix rows' run_id, not their folder's: a run copied under another
+    name reads as one run, the same from aggregates as from the raw files beside them."""
+    run = _run(tmp_path / "src", "a", {0, 1, 2, 6})
+    shutil.copytree(run.root, tmp_path / "copy" / "b")  # copy2: times kept, so the aggregates stay fresh
+    got = _answers(tmp_path / "copy", "b")
+    for name in ("prefix_diversity", "prefix_diversity_history"):
+        assert got[name] == raw[name], name

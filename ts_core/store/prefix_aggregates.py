@@ -14,14 +14,16 @@ kind in its own Parquet row group so that a view reads only the one it needs:
   of the key's prefixes hold it. The `ngram_counts` view (the rows of a compacted part,
   store/compaction.py, for one iteration).
 
-No run_id column: the file lives in its run's directory, and the views name the run by it (as
-corpus_files does); a constant string per row would be most of what a scan of it costs.
+No run_id column: the prefix rows' run_id is in the file's metadata (`run_id_of`), and the views
+add it as a constant; a string per row would be most of what a scan of the file costs.
 
-On the benchmark corpus that is 3.5M rows for 1M prefixes (16.4M 3-gram codes) in ~10 MiB, against
-185 MiB of prefix files. The file is an output of the seeds stage, hashed by its manifest, so it is
-deterministic (one DuckDB thread, rows in ORDER BY ALL order, no time in it): a resumed run writes
-it bit for bit. It is derived from the prefix file only, never read by the pipeline, and runs
-written before it existed simply lack it (the views then read the prefix file, store/sql_corpus.py).
+On the benchmark corpus (bench/corpus.py) that is 3.5M rows for 1M prefixes (16.4M 3-gram codes) in
+9.8 MiB, against 185 MiB of prefix files, and 0.05 s of CPU per iteration of 4,096 prefixes.
+
+The file is an output of the seeds stage, hashed by its manifest, so it is deterministic (one
+DuckDB thread, rows in ORDER BY ALL order, no time in it): a resumed run writes it bit for bit. It
+is derived from the prefix file only, never read by the pipeline, and runs written before it
+existed simply lack it (the views then read the prefix file, store/sql_corpus.py).
 
 It stands for its prefix file while that is unchanged: it records the prefix file's size, and is
 read only if the prefix file still has that size and is not newer than it (a seeds stage redone
@@ -50,11 +52,13 @@ __all__ = [
     "SUMMARY_ROW_GROUP",
     "fresh_aggregates",
     "prefix_groups_sql",
+    "run_id_of",
     "write_prefix_aggregates",
 ]
 
 AGGREGATES_NAME = "aggregates.parquet"  # beside prefixes.parquet
 _OF_KEY = b"thinking_seeds.aggregates_of"  # metadata: {"prefixes.parquet": size in bytes}
+_RUN_KEY = b"thinking_seeds.run_id"  # metadata: the prefix rows' run_id (the folder's name if none)
 
 AGGREGATES_SCHEMA = pa.schema(
     [
@@ -94,7 +98,9 @@ def write_prefix_aggregates(prefixes: Path) -> Path:
     con = duckdb.connect(":memory:")
     try:
         con.execute("SET threads = 1")  # deterministic, and one core beside the stage's engine
-        con.register("src", _with_derived(pq.read_table(prefixes)).select(cols))
+        src = _with_derived(pq.read_table(prefixes)).select(cols)
+        run_id = src.column("run_id")[0].as_py() if src.num_rows else prefixes.parents[3].name
+        con.register("src", src)
         summary = con.sql(f"SELECT * EXCLUDE (run_id) FROM ({prefix_groups_sql('src')}) ORDER BY ALL").to_arrow_table()
         grams = con.sql(
             f"SELECT * EXCLUDE (run_id) FROM ({ngram_counts_sql('src', dedupe=True)}) ORDER BY ALL"
@@ -107,7 +113,8 @@ def write_prefix_aggregates(prefixes: Path) -> Path:
     grams = grams.append_column("prefix_len_sum", pa.nulls(n, pa.int64()))
     grams = grams.append_column("ngram_count_sum", pa.nulls(n, pa.int64()))
     of = {prefixes.name: prefixes.stat().st_size}
-    schema = AGGREGATES_SCHEMA.with_metadata({_OF_KEY: json.dumps(of, sort_keys=True).encode()})
+    meta = {_OF_KEY: json.dumps(of, sort_keys=True).encode(), _RUN_KEY: run_id.encode()}
+    schema = AGGREGATES_SCHEMA.with_metadata(meta)
 
     def write(f) -> None:
         with pq.ParquetWriter(f, schema) as w:
@@ -123,6 +130,12 @@ def _with_derived(table: pa.Table) -> pa.Table:
     if "prefix_ngrams" in table.column_names:
         return table
     return with_derived_prefix_columns(table.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
+
+
+def run_id_of(schema: pa.Schema, agg: Path) -> str:
+    """The run_id of the prefix rows an aggregates file was made from (its schema's metadata)."""
+    raw = (schema.metadata or {}).get(_RUN_KEY)
+    return raw.decode() if raw else Path(agg).parents[3].name
 
 
 def fresh_aggregates(prefixes: Path, schema: pa.Schema | None = None) -> Path | None:

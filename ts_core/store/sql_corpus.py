@@ -35,6 +35,7 @@ from thinking_seeds.store.prefix_aggregates import (
     PREFIX_GROUPS_SCHEMA,
     fresh_aggregates,
     prefix_groups_sql,
+    run_id_of,
 )
 from thinking_seeds.store.schemas import (
     DERIVED_PREFIX_SQL,
@@ -98,6 +99,7 @@ class _Aggregates:
 
     path: Path
     row_groups: int
+    run_id: str  # of the prefix rows it was made from
 
 
 def _aggregates(prefix_files: list[Path]) -> dict[Path, _Aggregates]:
@@ -112,25 +114,21 @@ def _aggregates(prefix_files: list[Path]) -> dict[Path, _Aggregates]:
         except (OSError, pa.ArrowInvalid):
             continue
         if schema.names == AGGREGATES_SCHEMA.names and fresh_aggregates(f, schema) is not None:
-            out[f] = _Aggregates(a, meta.num_row_groups)
+            out[f] = _Aggregates(a, meta.num_row_groups, run_id_of(schema, a))
     return out
-
-
-def _run_name(f: Path) -> str:
-    return f.parents[3].name  # runs/<id>/corpus/prefixes/iteration=k/<file>
 
 
 def _row_group_views(
     con: duckdb.DuckDBPyConnection, name: str, aggs: list[_Aggregates], row_group: int, columns: list[str]
 ) -> str:
     """A relation over one row group of each aggregates file in `aggs`: one dataset per run, its
-    run_id the run directory's name (a constant, not a column read), all runs in one UNION ALL."""
+    run_id a constant (from the files' metadata, not a column read), all runs in one UNION ALL."""
     fmt, fs = pads.ParquetFileFormat(), pafs.LocalFileSystem()
     by_run: dict[str, list] = {}
     for a in aggs:
         if a.row_groups > row_group:
             frag = fmt.make_fragment(str(a.path), filesystem=fs, row_groups=[row_group])
-            by_run.setdefault(_run_name(a.path), []).append(frag)
+            by_run.setdefault(a.run_id, []).append(frag)
     cols = ", ".join(quoted(c) for c in columns if c != "run_id")
     selects = []
     for i, (run, frags) in enumerate(sorted(by_run.items())):

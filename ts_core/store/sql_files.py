@@ -31,7 +31,6 @@ __all__ = [
     "iteration_of",
     "quoted",
     "readable_files",
-    "small_files_table",
     "view_files",
 ]
 
@@ -90,18 +89,13 @@ def _readable(f: Path, contract: pa.Schema) -> tuple[pa.Schema, int]:
         file_schema = meta.schema.to_arrow_schema()
     except (OSError, pa.ArrowInvalid) as e:
         raise DataError(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {_fix(f)}") from None
-    _check(f, file_schema, contract)
-    return file_schema, meta.num_rows
-
-
-def _check(f: Path, file_schema: pa.Schema, contract: pa.Schema) -> None:
-    """DataError unless every column of the file that the contract names reads as the contract's type."""
     for fld in file_schema:
         if fld.name in contract.names and not _compatible(fld.type, contract.field(fld.name).type):
             raise DataError(
                 f"Parquet file {f}: column {fld.name!r} is {fld.type}, expected {contract.field(fld.name).type}: "
                 f"{_fix(f)}"
             )
+    return file_schema, meta.num_rows
 
 
 def _fix(f: Path) -> str:
@@ -135,39 +129,6 @@ def dataset(files: list[tuple[Path, pa.Schema]], contract: pa.Schema) -> pads.Da
         if extra:
             schema = pa.schema(list(schema) + extra)
     return pads.dataset([str(f) for f, _ in files], schema=schema, format="parquet")
-
-
-def small_files_table(files: list[Path], contract: pa.Schema, damaged: list[str]) -> pa.Table:
-    """Every readable file of `files` read whole into one table, as `dataset` would read them (the
-    contract's columns first, in its types, then any extra column; null where a file lacks one);
-    each unreadable file is reported in `damaged`. For views of many tiny files (metrics: one per
-    stage and iteration, ~1,000 on a 245-iteration run): opening each once here, footer and data
-    together, costs half of checking its footer and then scanning it through a dataset."""
-    tables = []
-    for f in files:
-        try:
-            pf = pq.ParquetFile(f)
-            _check(f, pf.schema_arrow, contract)
-            t = pf.read()
-        except (OSError, pa.ArrowInvalid) as e:
-            damaged.append(f"cannot read Parquet file {f} ({' '.join(str(e).split())}): {_fix(f)}")
-            continue
-        except DataError as e:
-            damaged.append(str(e))
-            continue
-        cols = {}
-        for fld in contract:
-            if fld.name in t.column_names:
-                cols[fld.name] = t.column(fld.name).cast(fld.type)
-            else:
-                cols[fld.name] = pa.nulls(t.num_rows, fld.type)
-        for name in t.column_names:
-            if name not in cols:
-                cols[name] = t.column(name)
-        tables.append(pa.table(cols))
-    if not tables:
-        return contract.empty_table()
-    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def quoted(name: str) -> str:

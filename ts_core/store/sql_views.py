@@ -38,7 +38,6 @@ from thinking_seeds.store.sql_files import (
     dataset,
     file_order,
     readable_files,
-    small_files_table,
     view_files,
 )
 from thinking_seeds.store.sql_tables import (
@@ -90,10 +89,6 @@ def register_views(
         files = sorted((f for run in runs for f in view_files(run, view, pattern)), key=file_order)
         if view == "prefixes":
             register_prefixes(con, readable_files(files, PREFIX_FILE_SCHEMA, damaged), "prefixes")
-            continue
-        if view == "metrics":  # many tiny files (and a few parts): read once, into memory
-            con.register("_ts_metrics", small_files_table(files, contract, damaged))
-            con.execute("CREATE VIEW metrics AS SELECT * FROM _ts_metrics")
             continue
         con.register(f"_ts_{view}", dataset(readable_files(files, contract, damaged), contract))
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
