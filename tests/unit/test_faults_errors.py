@@ -290,19 +290,19 @@ def test_user_data_is_read_once_per_process_until_it_changes(tmp_path, monkeypat
     and a file changed since (size or mtime) is read, and refused, again."""
     import os
 
-    from thinking_seeds.data import sources
+    from thinking_seeds.data import dataset_file
 
     reads = []
-    real = sources.load_dataset
-    monkeypatch.setattr(sources, "load_dataset", lambda p, *a, **k: reads.append(str(p)) or real(p, *a, **k))
+    real = dataset_file.load_dataset
+    monkeypatch.setattr(dataset_file, "load_dataset", lambda p, *a, **k: reads.append(str(p)) or real(p, *a, **k))
     train, val = write(tmp_path / "train.parquet"), write(tmp_path / "val.parquet")
     cfg = load_config("tiny", ["data.source=parquet", f"data.train_path={train}", f"data.val_path={val}"])
     for _ in range(3):
-        sources.check_user_data(cfg.data)
+        dataset_file.check_user_data(cfg.data)
     assert sorted(reads) == sorted([str(train), str(val)])
     empty(train)
     os.utime(train, ns=(1, 1))  # another mtime even on a coarse clock
     with pytest.raises(DataError, match=f"{train} has no rows"):
-        sources.check_user_data(cfg.data)
+        dataset_file.check_user_data(cfg.data)
     with pytest.raises(DataError, match=f"{train} has no rows"):  # a bad file is never remembered as good
-        sources.check_user_data(cfg.data)
+        dataset_file.check_user_data(cfg.data)

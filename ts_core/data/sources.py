@@ -4,7 +4,8 @@
 then train, skipping every compact expression already used: the splits are disjoint (and free
 of duplicates), and the held-out splits do not change when only `train_size` changes.
 
-`load_dataset` reads any verl-schema Parquet file (ours or a user's) into `Prompt`s.
+`load_dataset` (re-exported from `dataset_file.py`) reads any verl-schema Parquet file (ours or a
+user's) into `Prompt`s (`prompts.py`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ import json
 import os
 import random
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from thinking_seeds.data.chain_sum import compact, question, solution
-from thinking_seeds.store.parquet_io import DataError, read_table, write_table_atomic
-from thinking_seeds.store.schemas import DATASET_OPTIONAL_COLUMNS, DATASET_SCHEMA
+from thinking_seeds.data.dataset_file import check_user_data, load_dataset
+from thinking_seeds.data.prompts import Message, Prompt
+from thinking_seeds.store.parquet_io import DataError, write_table_atomic
+from thinking_seeds.store.schemas import DATASET_SCHEMA
 
 __all__ = [
     "SPLITS",
@@ -39,43 +41,6 @@ __all__ = [
 # Split name -> file name; the fill order puts held-out splits first (see module docstring).
 SPLITS: dict[str, str] = {"test": "test.parquet", "validation": "validation.parquet", "train": "train.parquet"}
 DATA_SOURCE = "chain_sum"
-
-
-@dataclass(frozen=True)
-class Message:
-    role: str
-    content: str
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One RL prompt.
-
-    prompt_id:    stable id, '<split>-<index>' from extra_info, else '<file stem>-<row>'
-    messages:     the chat prompt (use `chat()` for the list-of-dicts chat templates expect)
-    ground_truth: reward_model.ground_truth (the answer text the verifier compares with)
-    data_source:  e.g. 'chain_sum'; selects reasoning-gym's checker for that backend
-    rg_entry:     the reasoning-gym entry as JSON, or None for rows not made by reasoning-gym
-    target:       a worked solution, or None
-    """
-
-    prompt_id: str
-    messages: tuple[Message, ...]
-    ground_truth: str
-    data_source: str
-    rg_entry: str | None = None
-    target: str | None = None
-
-    def chat(self) -> list[dict[str, str]]:
-        return [{"role": m.role, "content": m.content} for m in self.messages]
-
-    @property
-    def user_text(self) -> str:
-        """Content of the last user message (the question, for single-turn prompts)."""
-        for m in reversed(self.messages):
-            if m.role == "user":
-                return m.content
-        raise ValueError(f"prompt {self.prompt_id} has no user message")
 
 
 def _derived_seed(seed: int, stream: str) -> int:
@@ -237,165 +202,3 @@ def warmup_corpus(
             f"`exclude` ({len(exclude)} expressions); widen the term/digit ranges or exclude fewer"
         )
     return out
-
-
-def _is_text(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    return (
-        pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
-    )
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or getattr(pa.types, "is_list_view", lambda _: False)(t)
-
-
-def _struct_field(t: pa.DataType, name: str) -> pa.DataType | None:
-    if not pa.types.is_struct(t):
-        return None
-    i = t.get_field_index(name)
-    return t.field(i).type if i >= 0 else None
-
-
-# column -> (is the found type usable, what is expected, how to write it). Lenient where the code
-# that reads the column is: extra struct fields, large/dictionary strings, integer ground truths
-# (read as their text) and all-null optional columns load; anything else would be misread.
-_COLUMN_TYPES = {
-    "data_source": (_is_text, "string", "text naming the task, e.g. 'gsm8k'"),
-    "prompt": (
-        lambda t: (
-            _is_list(t)
-            and _is_text(_struct_field(t.value_type, "content") or pa.null())
-            and (_struct_field(t.value_type, "role") is None or _is_text(_struct_field(t.value_type, "role")))
-        ),
-        "list<struct<role: string, content: string>>",
-        "a list of chat messages per row, e.g. [{'role': 'user', 'content': 'What is 2+3?'}]",
-    ),
-    "reward_model": (
-        lambda t: (gt := _struct_field(t, "ground_truth")) is not None and (_is_text(gt) or pa.types.is_integer(gt)),
-        "struct<style: string, ground_truth: string>",
-        "a dict per row (not JSON text), e.g. {'style': 'rule', 'ground_truth': '5'}",
-    ),
-    "ability": (lambda t: _is_text(t) or pa.types.is_null(t), "string", "text such as 'math' (or drop the column)"),
-    "extra_info": (
-        lambda t: (
-            pa.types.is_null(t)
-            or (
-                pa.types.is_struct(t)
-                and all(
-                    (f := _struct_field(t, name)) is None or ok(f)
-                    for name, ok in (
-                        ("split", _is_text),
-                        ("index", lambda i: pa.types.is_integer(i) or _is_text(i)),
-                        ("rg_entry", _is_text),
-                    )
-                )
-            )
-        ),
-        "struct<split: string, index: int64, ...>",
-        "a dict per row (not JSON text), e.g. {'split': 'train', 'index': 0} (or drop the column)",
-    ),
-    "target": (
-        lambda t: _is_text(t) or pa.types.is_null(t),
-        "string",
-        "a worked solution as text (or drop the column)",
-    ),
-}
-
-
-def _check_column_types(table: pa.Table, path: Path) -> None:
-    """DataError naming the first column whose type load_dataset cannot read, the expected and found
-    types and how to write the column (the usual slip: a dict column saved as JSON text)."""
-    for name, (ok, expected, how) in _COLUMN_TYPES.items():
-        if name not in table.column_names:
-            continue
-        found = table.schema.field(name).type
-        if not ok(found):
-            raise DataError(
-                f"{path}: column {name!r} has type {found}, expected {expected} (verl's data-set schema); "
-                f"to fix, write that column as {how}"
-            )
-
-
-def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
-    """Read a verl-schema Parquet file (DATASET_SCHEMA; `ability`, `extra_info`, `target` may be
-    absent) into Prompts. DataError names the file and the column or row that is wrong."""
-    path = Path(path)
-    table = read_table(path, schema=DATASET_SCHEMA, optional=DATASET_OPTIONAL_COLUMNS)
-    if table.num_rows == 0:
-        raise DataError(
-            f"{path} has no rows: a data set needs at least one prompt; check how the file was made "
-            "(a filter that dropped every row?) or point to another file"
-        )
-    _check_column_types(table, path)
-    extra_info = table.column("extra_info").to_pylist() if "extra_info" in table.column_names else None
-    targets = table.column("target").to_pylist() if "target" in table.column_names else None
-    prompts: list[Prompt] = []
-    seen_ids: dict[str, int] = {}
-    for row, (source, messages, reward_model) in enumerate(
-        zip(
-            table.column("data_source").to_pylist(),
-            table.column("prompt").to_pylist(),
-            table.column("reward_model").to_pylist(),
-            strict=True,
-        )
-    ):
-        ground_truth = (reward_model or {}).get("ground_truth")
-        if ground_truth is None or str(ground_truth).strip() == "":
-            raise DataError(
-                f"{path}: row {row} has an empty reward_model.ground_truth; every prompt needs the "
-                "answer its responses are verified against (fix or drop that row)"
-            )
-        if not messages or any(not isinstance(m, dict) or m.get("content") is None for m in messages):
-            raise DataError(
-                f"{path}: row {row} has an empty 'prompt' column or a message without content; "
-                "expected a list of {role, content}"
-            )
-        if not source:
-            raise DataError(f"{path}: row {row} has an empty 'data_source'")
-        info = (extra_info[row] if extra_info is not None else None) or {}
-        if info.get("split") is not None and info.get("index") is not None:
-            prompt_id = f"{info['split']}-{info['index']}"
-        else:
-            prompt_id = f"{path.stem}-{row}"
-        if prompt_id in seen_ids:
-            raise DataError(
-                f"{path}: rows {seen_ids[prompt_id]} and {row} share the prompt id {prompt_id!r} "
-                "(from extra_info.split/index); make (split, index) unique per row"
-            )
-        seen_ids[prompt_id] = row
-        prompts.append(
-            Prompt(
-                prompt_id=prompt_id,
-                messages=tuple(Message(role=m.get("role") or "user", content=m["content"]) for m in messages),
-                ground_truth=str(ground_truth),
-                data_source=source,
-                rg_entry=info.get("rg_entry"),
-                target=targets[row] if targets is not None else None,
-            )
-        )
-    return prompts
-
-
-# User files read and found good in this process, by (path, size, mtime): the CLI, the flow and the
-# prepare stage each check before they write, and a large file should be read once, not three times.
-_CHECKED: set[tuple[str, int, int]] = set()
-
-
-def check_user_data(data: Any) -> None:
-    """data.source=parquet (`data` is a DataConfig): read the user's train and validation files as a
-    run would, so a missing, empty, corrupt or wrongly typed one is refused in one line naming the
-    file -- call it before anything is written (run directory, lock, config.yaml). A file already
-    checked in this process and unchanged since (size, mtime) is not read again."""
-    if data.source == "parquet":
-        for path in (data.train_path, data.val_path):
-            try:
-                st = os.stat(path)
-                key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
-            except OSError:
-                key = None  # load_dataset says what is wrong with it
-            if key is None or key not in _CHECKED:
-                load_dataset(path)
-                if key is not None:
-                    _CHECKED.add(key)
