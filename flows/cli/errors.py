@@ -16,6 +16,7 @@ and a command can ask `raise_if_interrupted()` at a point where a swallowed one 
 
 from __future__ import annotations
 
+import copy as _copy
 import logging
 import os
 import signal
@@ -101,6 +102,54 @@ def quiet_user_error_tracebacks() -> None:
             log.addFilter(_MessageOnlyForUserErrors())
 
 
+def exit_interrupted() -> None:
+    """End the `ts` process after a Ctrl-C, now. The command's own cleanup has run as the interrupt
+    unwound it (run lock, persistent trainer, trackers, the flow's final state); what is left to stop
+    is stopped here (verifier pools, the temporary Prefect server, in that order), and the interpreter's
+    teardown is skipped: joining executor threads and finalizing torch took 5-10 s on a loaded machine.
+    Anything else this process started is in the child guard's hands. Only the real CLI calls this
+    (flows/cli/__init__.py main); in-process callers of `handled` get typer.Exit(130)."""
+    for module, name in (
+        ("thinking_seeds.data.rewards", "close_shared_verifiers"),
+        ("thinking_seeds.flows.cli.prefect_server", "stop_server"),
+    ):
+        stop = getattr(sys.modules.get(module), name, None)
+        if stop is not None:
+            try:
+                stop()
+            except Exception:  # noqa: S110 - leaving anyway; the guard stops what is left
+                pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
+class _SilentAfterCtrlC(logging.Filter):
+    """After a Ctrl-C, Prefect's console records ("Crash detected! Execution was aborted by an
+    interrupt signal", "Finished in state Crashed()") say nothing the one `interrupted` line does not;
+    the flow's state still reaches the server (the UI shows it Crashed). TS_DEBUG=1 keeps them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_interrupted.is_set() and record.name.startswith("prefect") and not os.environ.get("TS_DEBUG"))
+
+
+def quiet_prefect_logs() -> None:
+    """One line for a user's mistake (`quiet_user_error_tracebacks`), none after a Ctrl-C: the filter
+    on the console handlers Prefect's records reach (the root logger's and `prefect`'s), once."""
+    quiet_user_error_tracebacks()
+    for name in PREFECT_RUN_LOGGERS:  # the flow's and tasks' records ("Crash detected!") are logged here
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _SilentAfterCtrlC) for f in log.filters):
+            log.addFilter(_SilentAfterCtrlC())
+    for name in ("", "prefect"):  # and what other Prefect loggers print
+        for h in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _SilentAfterCtrlC) for f in h.filters):
+                h.addFilter(_SilentAfterCtrlC())
+
+
 def _click_exceptions() -> Any:
     try:  # typer >= 0.20 carries its own copy of click
         from typer._click import exceptions
@@ -153,8 +202,33 @@ def handled() -> Iterator[None]:
         raise typer.Exit(EXIT_USER_ERROR) from None
 
 
+def _global_option_of_command(option: Any) -> Any:
+    """A copy of a top-level option for a command (`ts eval X --runs-dir D`): no value of its own, its
+    callback sets what the top-level one sets (the environment variable it reads)."""
+    copy = _copy.copy(option)
+    copy.expose_value, copy.envvar, copy.is_eager = False, None, True
+
+    def apply(ctx: Any, param: Any, value: Any) -> Any:
+        if value is not None and option.envvar:
+            os.environ[option.envvar if isinstance(option.envvar, str) else option.envvar[0]] = str(value)
+        return value
+
+    copy.callback = apply
+    return copy
+
+
 class Group(TyperGroup):
-    """The top-level group: parsing its own options and invoking every command happen inside `handled`."""
+    """The top-level group: parsing its own options and invoking every command happen inside `handled`;
+    its options are accepted after the command too (`ts eval X --runs-dir D`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        todo = list(self.commands.values())
+        while todo:
+            cmd = todo.pop()
+            todo += list(getattr(cmd, "commands", {}).values())  # a command group's commands (ts config ...)
+            names = {p.name for p in cmd.params}
+            cmd.params += [_global_option_of_command(p) for p in self.params if p.name not in names]
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         with handled():
