@@ -23,7 +23,8 @@ class Interrupted:
     seconds: float  # from the SIGINT to the exit of `ts`
     code: int
     output: str  # stdout + stderr after the SIGINT
-    survivors: list[str]  # command lines of descendants still alive a few seconds after the exit
+    before: str  # and before it
+    survivors: list[str]  # command lines of descendants still alive 10 s after the exit
 
     @property
     def lines(self) -> list[str]:
@@ -44,13 +45,17 @@ def _cmd(p: psutil.Process) -> str:
         return ""
 
 
-def interrupt_when(args: list[str], ready, env: dict, cwd: Path, timeout: float = 600.0) -> Interrupted:
-    """Run `ts *args`; once `ready(command lines of its descendants, output so far)` holds, SIGINT its group."""
+def interrupt_when(
+    args: list[str], ready, env: dict, cwd: Path, timeout: float = 600.0, kill_main: bool = False
+) -> Interrupted:
+    """Run `ts *args`; once `ready(command lines of its descendants, output so far)` holds, SIGINT its
+    group (a terminal's Ctrl-C), or with `kill_main` SIGKILL its main process alone (kill -9 PID)."""
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(
             TS + args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True, text=True
         )
         me = psutil.Process(proc.pid)
+        kids: list[psutil.Process] = []
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -65,21 +70,28 @@ def interrupt_when(args: list[str], ready, env: dict, cwd: Path, timeout: float 
             kids = _children(me)  # everything it started, the guard included
             before = len(text)
             t0 = time.monotonic()
-            os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+            if kill_main:
+                os.kill(proc.pid, signal.SIGKILL)
+            else:
+                os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
             try:
                 code = proc.wait(timeout=180)
             except subprocess.TimeoutExpired:
                 code = -1
             seconds = time.monotonic() - t0
-            end = time.monotonic() + 5.0
+            end = time.monotonic() + 10.0
             while time.monotonic() < end and any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids):
                 time.sleep(0.1)
             survivors = [_cmd(k) for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
             out.seek(0)
-            return Interrupted(seconds, code, out.read()[before:], survivors)
+            text = out.read()
+            return Interrupted(seconds, code, text[before:], text[:before], survivors)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            for k in _children(me):
-                k.kill()
+            for k in kids:  # whatever outlived it (a failed test): not left for the next one
+                try:
+                    k.kill()
+                except psutil.Error:
+                    pass

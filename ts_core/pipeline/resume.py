@@ -91,7 +91,7 @@ def resume_line(run: RunDir, cfg: RunConfig) -> str | None:
         return f"run {run.run_id} is complete ({len(done)} stages, {cfg.iterations} iterations): nothing to run"
     k, s = todo[0]
     at = f"iteration {k} ({s})" if k >= 0 else "the evaluation of θ_0"
-    return f"{head}: {len(done)} stages done, continuing at {at}"
+    return f"{head}: {len(done)} stage{'s' if len(done) != 1 else ''} done, continuing at {at}"
 
 
 def _manifest_hash(run: RunDir, k: int, stage: str) -> str | None:
