@@ -88,6 +88,7 @@ class _MessageOnlyForUserErrors(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and is_user_error(exc) and not os.environ.get("TS_DEBUG"):
             record.exc_info, record.exc_text = None, None
+            record.ts_user_error = True  # for the console: `ts` prints this one itself (_QuietConsole)
         return True
 
 
@@ -128,17 +129,39 @@ def exit_interrupted() -> None:
 
 
 class _SilentAfterCtrlC(logging.Filter):
-    """After a Ctrl-C, Prefect's console records ("Crash detected! Execution was aborted by an
-    interrupt signal", "Finished in state Crashed()") say nothing the one `interrupted` line does not;
-    the flow's state still reaches the server (the UI shows it Crashed). TS_DEBUG=1 keeps them."""
+    """After a Ctrl-C, Prefect's records ("Crash detected! Execution was aborted by an interrupt
+    signal", "Finished in state Crashed()") say nothing the one `interrupted` line does not; the
+    flow's state still reaches the server (the UI shows it Crashed). TS_DEBUG=1 keeps them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (_interrupted.is_set() and record.name.startswith("prefect") and not os.environ.get("TS_DEBUG"))
 
 
+class _QuietConsole(logging.Filter):
+    """On the terminal only (the API keeps every record): a user's mistake is the one line `ts` prints,
+    so Prefect's "Encountered exception ... CheckpointError(...)" and the "Finished in state Failed(...)"
+    records that follow it stay off the console."""
+
+    seen_user_error = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if os.environ.get("TS_DEBUG"):
+            return True
+        if getattr(record, "ts_user_error", False):
+            _QuietConsole.seen_user_error = True
+            return False
+        if _QuietConsole.seen_user_error and record.name in PREFECT_RUN_LOGGERS:
+            return not record.getMessage().startswith("Finished in state Failed")
+        return True
+
+
 def quiet_prefect_logs() -> None:
-    """One line for a user's mistake (`quiet_user_error_tracebacks`), none after a Ctrl-C: the filter
-    on the console handlers Prefect's records reach (the root logger's and `prefect`'s), once."""
+    """One line for a user's mistake and none after a Ctrl-C: filters on Prefect's run loggers
+    (`quiet_user_error_tracebacks`, `_SilentAfterCtrlC`) and on the console handlers Prefect's
+    records reach (the root logger's and `prefect`'s: Prefect has set them up once prefect.main is
+    imported), once each."""
+    import prefect.main  # noqa: F401 - Prefect's logging configuration: its console handlers exist after it
+
     quiet_user_error_tracebacks()
     for name in PREFECT_RUN_LOGGERS:  # the flow's and tasks' records ("Crash detected!") are logged here
         log = logging.getLogger(name)
@@ -146,8 +169,9 @@ def quiet_prefect_logs() -> None:
             log.addFilter(_SilentAfterCtrlC())
     for name in ("", "prefect"):  # and what other Prefect loggers print
         for h in logging.getLogger(name).handlers:
-            if not any(isinstance(f, _SilentAfterCtrlC) for f in h.filters):
-                h.addFilter(_SilentAfterCtrlC())
+            for kind in (_SilentAfterCtrlC, _QuietConsole):
+                if not any(isinstance(f, kind) for f in h.filters):
+                    h.addFilter(kind())
 
 
 def _click_exceptions() -> Any:

@@ -108,5 +108,18 @@ def _server_class() -> Any:
                 preexec_fn=die_with_parent,
             )
 
+        def stop(self) -> None:
+            # Prefect's stop, without its "Stopping temporary server" line at the end of every command.
+            proc, self.server_process = self.server_process, None
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            self._instances.pop(getattr(self, "_instance_key", self.port), None)
+            self.running = False
+
     _CLASS = OwnSessionServer
     return _CLASS
