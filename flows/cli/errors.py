@@ -140,7 +140,8 @@ class _SilentAfterCtrlC(logging.Filter):
 class _QuietConsole(logging.Filter):
     """On the terminal only (the API keeps every record): a user's mistake is the one line `ts` prints,
     so Prefect's "Encountered exception ... CheckpointError(...)" and the "Finished in state Failed(...)"
-    records that follow it stay off the console."""
+    records that follow it stay off the console; so do the "Finished in state Skipped(...)" of a
+    resumed run's done stages (one resume line says it)."""
 
     seen_user_error = False
 
@@ -150,6 +151,8 @@ class _QuietConsole(logging.Filter):
         if getattr(record, "ts_user_error", False):
             _QuietConsole.seen_user_error = True
             return False
+        if record.name == "prefect.task_runs" and record.getMessage().startswith("Finished in state Skipped("):
+            return False  # a resumed run's done stages: `ts train` says it in one line (pipeline/resume.py)
         if _QuietConsole.seen_user_error and record.name in PREFECT_RUN_LOGGERS:
             return not record.getMessage().startswith("Finished in state Failed")
         return True
