@@ -105,12 +105,13 @@ def quiet_user_error_tracebacks() -> None:
 
 def exit_interrupted() -> None:
     """End the `ts` process after a Ctrl-C, now. The command's own cleanup has run as the interrupt
-    unwound it (run lock, persistent trainer, trackers, the flow's final state); what is left to stop
-    is stopped here (verifier pools, the temporary Prefect server, in that order), and the interpreter's
+    unwound it (run lock, persistent trainer, the flow's final state); what is left is stopped here
+    (trackers flushed, verifier pools, the temporary Prefect server, in that order), and the interpreter's
     teardown is skipped: joining executor threads and finalizing torch took 5-10 s on a loaded machine.
     Anything else this process started is in the child guard's hands. Only the real CLI calls this
     (flows/cli/__init__.py main); in-process callers of `handled` get typer.Exit(130)."""
     for module, name in (
+        ("thinking_seeds.pipeline.session", "close_trackers"),  # the user's trackers flush what they hold
         ("thinking_seeds.data.rewards", "close_shared_verifiers"),
         ("thinking_seeds.flows.cli.prefect_server", "stop_server"),
     ):
