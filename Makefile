@@ -21,6 +21,8 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/ts train --preset tiny --run-id $(RUN_ID)
 	$(BIN)/ts report $(RUN_ID)
+	@echo "demo done: open the report above; next: $(BIN)/ts eval $(RUN_ID) --split test, $(BIN)/ts runs," \
+	  "or extend the run with $(BIN)/ts train --run-id $(RUN_ID) --set iterations=20"
 
 # ruff over the whole tree (lint rules and formatting; settings in pyproject.toml). CI runs it first.
 lint: install

@@ -19,6 +19,7 @@ the run directory's manifests are the only record of what is done (see `tasks/st
 
 from __future__ import annotations
 
+import sys
 from contextlib import AbstractContextManager
 
 from prefect import flow, get_run_logger
@@ -27,8 +28,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from thinking_seeds.config import RunConfig, load_config
+from thinking_seeds.flows.cli.output import evaluation_line
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
+from thinking_seeds.pipeline.resume import continued_config, record_extension
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import drop_session
 from thinking_seeds.pipeline.stage_prepare import check_inputs
@@ -80,7 +83,8 @@ class TrainProgress(AbstractContextManager):
 
     def step(self, k: int, stage: str, m: dict) -> None:
         self.done += 1
-        self.bar.update(self.task_id, advance=1, description=f"{self.run.run_id}: iteration {k} {stage}")
+        what = {"prepare": "prepare"}.get(stage, f"iteration {k} {stage}" if k >= 0 else "evaluate θ_0")
+        self.bar.update(self.task_id, advance=1, description=f"{self.run.run_id}: {what}")
 
     def iteration_done(self, k: int) -> None:
         update_progress_artifact(
@@ -89,7 +93,9 @@ class TrainProgress(AbstractContextManager):
             description=f"run {self.run.run_id}: iteration {k} done",
         )
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
+        if kind is KeyboardInterrupt:
+            self.bar.live.transient = True  # a Ctrl-C ends in one line: the bar goes
         self.bar.stop()
 
 
@@ -115,11 +121,13 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
     """Train (or resume) run `run_id` with `preset` and dotted `overrides`; returns the run directory."""
     log = get_run_logger()
     cfg = load_config(preset, overrides or [])
-    h = cfg.config_hash()
     run = RunDir.for_run(run_id)
     check_inputs(run, cfg)  # the data files and the model directory, before the lock creates the run directory
     run.acquire_lock()
     try:
+        cfg = continued_config(run, cfg)  # an existing run: the same config, or more iterations (resume.py)
+        record_extension(run, cfg)
+        h = cfg.config_hash()
         log.info("run %s (%s, config %s): %d iterations", run.root, cfg.algorithm, h, cfg.iterations)
         with TrainProgress(cfg, run) as bar:
 
@@ -153,7 +161,8 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
     finally:
         drop_ahead(run)
         drop_session(run)  # the stage tasks' shared Session
-        close_trainers()  # the run's persistent trainer (update.launcher=accelerate), if one was started
+        # the run's persistent trainer (update.launcher=accelerate), if one was started (Ctrl-C: terminated now)
+        close_trainers(at_once=sys.exc_info()[0] is KeyboardInterrupt)
         run.release_lock()
     log.info("run %s done: %s", run.run_id, run.root)
     return str(run.root)
@@ -162,7 +171,11 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
 def report_iteration(run: RunDir, k: int, manifests: list[dict]) -> None:
     """A table artifact with iteration k's metrics (k = -1: the evaluation of θ_0)."""
     merged = {n: v for m in manifests for n, v in m.get("metrics", {}).items()}
-    get_run_logger().info("%s: %s", "θ_0" if k < 0 else f"iteration {k}", summary(merged) or "done")
+    trained = {n: v for n, v in merged.items() if n != "eval/accuracy"}
+    if k >= 0:  # the iteration first, then the evaluation of the policy it trained (as ts train --no-prefect)
+        get_run_logger().info("iteration %d: %s", k, summary(trained) or "done")
+    if "eval/accuracy" in merged:
+        get_run_logger().info("%s", evaluation_line(k + 1, merged))
     rows = iteration_table(k, manifests)
     if rows:
         label = "θ_0 evaluation" if k < 0 else f"iteration {k}"

@@ -73,7 +73,7 @@ def stage_task(stage: str) -> Task:
         if not skipped:
             return asdict(m)
         why = f"skipped (manifest): {stage} {k} is complete in {run_dir}, outputs intact"
-        get_run_logger().info(why)
+        get_run_logger().debug(why)  # one resume line says it for the whole run (pipeline/resume.py)
         return Completed(name=SKIPPED, message=why, data=asdict(m))
 
     # Prefect keys a task by its function's qualified name: one per stage, as with hand-written tasks.

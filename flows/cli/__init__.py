@@ -1,5 +1,6 @@
 """`ts`: the command line of thinking-seeds.
 
+    ts [--runs-dir D] COMMAND ...     (global options may also follow the command: ts eval X --runs-dir D)
     ts train --preset tiny --run-id demo [--set prefix.ratio_max=0.5 ...] [--no-prefect]
     ts check RUN_ID
     ts trainer-node --run-id RUN_ID --machine-rank R      (another machine of a run's trainer group)
@@ -26,8 +27,18 @@ from pathlib import Path
 
 import typer
 
-from thinking_seeds.flows.cli import compare, config, evaluate, report, train
-from thinking_seeds.flows.cli.errors import EXIT_USER_ERROR, Group, is_user_error
+from thinking_seeds.flows.cli.prefect_server import prefect_defaults
+
+prefect_defaults()  # before any command imports Prefect: no telemetry unless the user asked for it
+
+from thinking_seeds.flows.cli import compare, config, evaluate, report, train  # noqa: E402
+from thinking_seeds.flows.cli.errors import (  # noqa: E402
+    EXIT_INTERRUPTED,
+    EXIT_USER_ERROR,
+    Group,
+    exit_interrupted,
+    is_user_error,
+)
 
 __all__ = ["EXIT_USER_ERROR", "app", "main"]
 
@@ -70,5 +81,10 @@ app.command("trainer-node")(train.trainer_node)
 app.add_typer(config.config_app, name="config")
 
 
-def main() -> None:  # pragma: no cover - `python -m thinking_seeds.flows.cli`
-    app()
+def main() -> None:  # pragma: no cover - the `ts` script and `python -m thinking_seeds.flows.cli`
+    try:
+        app()
+    except SystemExit as e:
+        if e.code == EXIT_INTERRUPTED:
+            exit_interrupted()  # Ctrl-C: the one line is out; leave now (errors.py)
+        raise

@@ -173,6 +173,9 @@ def compare(
 
         path = run_comparison(spec, console=Console(stderr=True))
     else:
+        from thinking_seeds.flows.cli.prefect_server import start_prefect
+
+        start_prefect()
         from thinking_seeds.flows.compare import compare_flow
 
         path = compare_flow(spec)

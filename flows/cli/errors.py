@@ -16,6 +16,7 @@ and a command can ask `raise_if_interrupted()` at a point where a swallowed one 
 
 from __future__ import annotations
 
+import copy as _copy
 import logging
 import os
 import signal
@@ -87,6 +88,7 @@ class _MessageOnlyForUserErrors(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and is_user_error(exc) and not os.environ.get("TS_DEBUG"):
             record.exc_info, record.exc_text = None, None
+            record.ts_user_error = True  # for the console: `ts` prints this one itself (_QuietConsole)
         return True
 
 
@@ -99,6 +101,81 @@ def quiet_user_error_tracebacks() -> None:
         log = logging.getLogger(name)
         if not any(isinstance(f, _MessageOnlyForUserErrors) for f in log.filters):
             log.addFilter(_MessageOnlyForUserErrors())
+
+
+def exit_interrupted() -> None:
+    """End the `ts` process after a Ctrl-C, now. The command's own cleanup has run as the interrupt
+    unwound it (run lock, persistent trainer, the flow's final state); what is left is stopped here
+    (trackers flushed, verifier pools, the temporary Prefect server, in that order), and the interpreter's
+    teardown is skipped: joining executor threads and finalizing torch took 5-10 s on a loaded machine.
+    Anything else this process started is in the child guard's hands. Only the real CLI calls this
+    (flows/cli/__init__.py main); in-process callers of `handled` get typer.Exit(130)."""
+    for module, name in (
+        ("thinking_seeds.pipeline.session", "close_trackers"),  # the user's trackers flush what they hold
+        ("thinking_seeds.data.rewards", "close_shared_verifiers"),
+        ("thinking_seeds.flows.cli.prefect_server", "stop_server"),
+    ):
+        stop = getattr(sys.modules.get(module), name, None)
+        if stop is not None:
+            try:
+                stop()
+            except Exception:  # noqa: S110 - leaving anyway; the guard stops what is left
+                pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
+class _SilentAfterCtrlC(logging.Filter):
+    """After a Ctrl-C, Prefect's records ("Crash detected! Execution was aborted by an interrupt
+    signal", "Finished in state Crashed()") say nothing the one `interrupted` line does not; the
+    flow's state still reaches the server (the UI shows it Crashed). TS_DEBUG=1 keeps them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_interrupted.is_set() and record.name.startswith("prefect") and not os.environ.get("TS_DEBUG"))
+
+
+class _QuietConsole(logging.Filter):
+    """On the terminal only (the API keeps every record): a user's mistake is the one line `ts` prints,
+    so Prefect's "Encountered exception ... CheckpointError(...)" and the "Finished in state Failed(...)"
+    records that follow it stay off the console; so do the "Finished in state Skipped(...)" of a
+    resumed run's done stages (one resume line says it)."""
+
+    seen_user_error = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if os.environ.get("TS_DEBUG"):
+            return True
+        if getattr(record, "ts_user_error", False):
+            _QuietConsole.seen_user_error = True
+            return False
+        if record.name == "prefect.task_runs" and record.getMessage().startswith("Finished in state Skipped("):
+            return False  # a resumed run's done stages: `ts train` says it in one line (pipeline/resume.py)
+        if _QuietConsole.seen_user_error and record.name in PREFECT_RUN_LOGGERS:
+            return not record.getMessage().startswith("Finished in state Failed")
+        return True
+
+
+def quiet_prefect_logs() -> None:
+    """One line for a user's mistake and none after a Ctrl-C: filters on Prefect's run loggers
+    (`quiet_user_error_tracebacks`, `_SilentAfterCtrlC`) and on the console handlers Prefect's
+    records reach (the root logger's and `prefect`'s: Prefect has set them up once prefect.main is
+    imported), once each."""
+    import prefect.main  # noqa: F401 - Prefect's logging configuration: its console handlers exist after it
+
+    quiet_user_error_tracebacks()
+    for name in PREFECT_RUN_LOGGERS:  # the flow's and tasks' records ("Crash detected!") are logged here
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _SilentAfterCtrlC) for f in log.filters):
+            log.addFilter(_SilentAfterCtrlC())
+    for name in ("", "prefect"):  # and what other Prefect loggers print
+        for h in logging.getLogger(name).handlers:
+            for kind in (_SilentAfterCtrlC, _QuietConsole):
+                if not any(isinstance(f, kind) for f in h.filters):
+                    h.addFilter(kind())
 
 
 def _click_exceptions() -> Any:
@@ -153,8 +230,33 @@ def handled() -> Iterator[None]:
         raise typer.Exit(EXIT_USER_ERROR) from None
 
 
+def _global_option_of_command(option: Any) -> Any:
+    """A copy of a top-level option for a command (`ts eval X --runs-dir D`): no value of its own, its
+    callback sets what the top-level one sets (the environment variable it reads)."""
+    copy = _copy.copy(option)
+    copy.expose_value, copy.envvar, copy.is_eager = False, None, True
+
+    def apply(ctx: Any, param: Any, value: Any) -> Any:
+        if value is not None and option.envvar:
+            os.environ[option.envvar if isinstance(option.envvar, str) else option.envvar[0]] = str(value)
+        return value
+
+    copy.callback = apply
+    return copy
+
+
 class Group(TyperGroup):
-    """The top-level group: parsing its own options and invoking every command happen inside `handled`."""
+    """The top-level group: parsing its own options and invoking every command happen inside `handled`;
+    its options are accepted after the command too (`ts eval X --runs-dir D`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        todo = list(self.commands.values())
+        while todo:
+            cmd = todo.pop()
+            todo += list(getattr(cmd, "commands", {}).values())  # a command group's commands (ts config ...)
+            names = {p.name for p in cmd.params}
+            cmd.params += [_global_option_of_command(p) for p in self.params if p.name not in names]
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         with handled():

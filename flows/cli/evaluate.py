@@ -36,9 +36,9 @@ def eval_(
 ) -> None:
     """Evaluate a policy of a run on a held-out split (Prefect flow)."""
     _check_eval_target(run_id, step)  # before Prefect starts: a wrong run or step is one line
-    from thinking_seeds.store.run_dir import guard_children
+    from thinking_seeds.flows.cli.prefect_server import start_prefect
 
-    guard_children()  # the temporary Prefect server dies with this process
+    start_prefect()  # the temporary server dies with this process; a user's mistake stays one line
     from thinking_seeds.flows.evaluate import evaluate_flow
 
     res = evaluate_flow(run_id=run_id, step=step, split=split.value)
@@ -59,6 +59,11 @@ def _check_eval_target(run_id: str, step: int | None) -> None:
             f"run {run_id!r} has no policy step {step} (it has {ranges(steps) or 'none'}); "
             f"pass --step with one of them, or leave --step out for the latest"
         )
+    from thinking_seeds.store.checkpoints import list_checkpoints, verify_checkpoint
+
+    complete = list_checkpoints(run.policy_root)
+    if step is not None or complete:  # damaged weights: one line here, before Prefect starts
+        verify_checkpoint(run.policy(complete[-1].step if step is None else step))
 
 
 def ranges(steps: list[int]) -> str:

@@ -50,6 +50,11 @@ def detail_lines(text: str) -> None:
     Console(stderr=True, soft_wrap=True, highlight=False).print(Text(text.rstrip("\n"), style="dim"))
 
 
+def evaluation_line(step: int, metrics: dict[str, float]) -> str:
+    """The evaluation of θ_step, labelled by the policy step it evaluates (θ_4: after iteration 3)."""
+    return f"θ_{step}: eval/accuracy {metrics['eval/accuracy']:.4f}"
+
+
 def warn(notes: list[str]) -> None:
     for note in notes:
         error_line(note, "warning: ", "yellow")

@@ -15,11 +15,17 @@ def report(
     no_prefect: bool = typer.Option(False, "--no-prefect", help="Write the report in this process (no Prefect)."),
 ) -> None:
     """Write runs/RUN_ID/reports/report.md with plots and tables; print its path."""
+    from thinking_seeds.flows.cli.evaluate import existing_run
+
+    existing_run(run_id)  # before Prefect starts: a wrong run id is one line, at once
     if no_prefect:
         from thinking_seeds.evals.report import write_report
 
         path = str(write_report(run_id))
     else:
+        from thinking_seeds.flows.cli.prefect_server import start_prefect
+
+        start_prefect()
         from thinking_seeds.flows.report import report_flow
 
         path = report_flow(run_id)

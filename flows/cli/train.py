@@ -21,32 +21,44 @@ def train(
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: section.key=value (repeatable)."),
     no_prefect: bool = typer.Option(False, "--no-prefect", help="Run the plain loop in this process (no Prefect)."),
 ) -> None:
-    """Train (or resume) a run: the stages of every iteration, as a Prefect flow or a plain loop."""
+    """Train (or resume) a run: the stages of every iteration, as a Prefect flow or a plain loop.
+    Raising --set iterations on a finished or stopped run extends it."""
     from thinking_seeds.config import load_config
-    from thinking_seeds.store.run_dir import RunDir
+    from thinking_seeds.pipeline.resume import continued_config, resume_line
+    from thinking_seeds.store.run_dir import RunDir, guard_children
 
+    guard_children()  # first: the Prefect server, the verifier's workers, the trainer die with this process
     cfg = load_config(preset, set_)  # fail fast on a bad preset / key, before Prefect or torch start
     run = RunDir.for_run(run_id)
     from thinking_seeds.pipeline.stage_prepare import check_inputs
 
     check_inputs(run, cfg)  # a user's data sets and model directory: refuse a bad one before anything is written
+    cfg = continued_config(run, cfg)  # an existing run started with another config: one line naming the keys
     con = console()
-    if not no_prefect:
-        from thinking_seeds.flows.cli.errors import quiet_user_error_tracebacks
-        from thinking_seeds.flows.train import train_flow
+    line = resume_line(run, cfg)
+    if line:
+        con.print(line)
+    try:
+        if not no_prefect:
+            from thinking_seeds.flows.cli.prefect_server import start_prefect
 
-        quiet_user_error_tracebacks()
-        result = train_flow(preset=preset, run_id=run_id, overrides=list(set_) or None)
-        con.print(f"[green]run finished:[/] {result}")
-        con.print(f"report: ts report {run_id}")
-        return
-    _train_plain(run, cfg, con)
+            start_prefect()  # the temporary server in its own session: Ctrl-C reaches only ts
+            from thinking_seeds.flows.train import train_flow
+
+            train_flow(preset=preset, run_id=run_id, overrides=list(set_) or None)
+        else:
+            _train_plain(run, cfg, con)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted (Ctrl-C); the same command resumes run {run_id}") from None
+    con.print(f"[green]run finished:[/] {run.root}")
+    con.print(f"next: `ts report {run_id}` (plots and tables), `ts eval {run_id}`, or `ts runs`")
 
 
 def _train_plain(run: Any, cfg: Any, con: Console) -> None:
     """The plain loop in this process, with a progress bar over every stage of every iteration."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from thinking_seeds.flows.cli.output import evaluation_line
     from thinking_seeds.pipeline.graph import STAGES
     from thinking_seeds.pipeline.loop import summary
     from thinking_seeds.pipeline.loop import train as train_loop
@@ -70,19 +82,21 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
         def on_stage(k: int, stage: str, m: Any) -> None:
             seen.update(m.metrics)
             progress.advance(task)
-            if stage == "evaluate" and "eval/accuracy" in m.metrics:
-                progress.console.print(f"step {k + 1}: eval/accuracy {m.metrics['eval/accuracy']:.4f}")
-            if stage == "evaluate" and k >= 0:
+            if stage == "evaluate" and k >= 0:  # the iteration first, then the evaluation of what it trained
                 progress.console.print(
                     f"iteration {k}: " + (summary({n: v for n, v in seen.items() if n != "eval/accuracy"}) or "done")
                 )
+            if stage == "evaluate" and "eval/accuracy" in m.metrics:
+                progress.console.print(evaluation_line(k + 1, m.metrics))
             i = STAGES.index(stage) if k >= 0 else len(STAGES) - 1
             nk, ns = (k, STAGES[i + 1]) if i + 1 < len(STAGES) else (k + 1, STAGES[0])
             progress.update(task, description=label(nk, ns) if nk < cfg.iterations else "done")
 
-        train_loop(run, cfg, on_stage=on_stage)
-    con.print(f"[green]run finished:[/] {run.root}")
-    con.print(f"report: ts report {run.run_id}")
+        try:
+            train_loop(run, cfg, on_stage=on_stage)
+        except KeyboardInterrupt:
+            progress.live.transient = True  # a Ctrl-C ends in one line: the bar goes
+            raise
 
 
 def trainer_node(

@@ -18,6 +18,7 @@ This package is the public face: import from `thinking_seeds.config`. Inside it,
 
 from thinking_seeds.algorithms import ALGORITHMS, AlgorithmName  # the one list of methods
 from thinking_seeds.config.loading import (
+    EXTENSION_FILE,
     ConfigError,
     available_presets,
     config_from_dict,
@@ -48,6 +49,7 @@ from thinking_seeds.config.sections import (
 __all__ = [
     "ALGORITHMS",
     "DEVICE_RE",
+    "EXTENSION_FILE",
     "AdvantageConfig",
     "AlgorithmName",
     "CheckpointConfig",

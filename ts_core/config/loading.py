@@ -4,6 +4,7 @@ errors that name the dotted key, the value and what is allowed.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from thinking_seeds.config.run_config import RunConfig
 from thinking_seeds.config.sections import CHECK_OUTSIDE
 
 __all__ = [
+    "EXTENSION_FILE",
     "ConfigError",
     "available_presets",
     "config_from_dict",
@@ -198,5 +200,20 @@ def save_config(cfg: RunConfig, path: Path) -> None:
     path.write_text(yaml.dump(cfg.model_dump(mode="json"), Dumper=_YamlDumper, sort_keys=False))
 
 
+# Beside a run's config.yaml: {"iterations": N} once `ts train` extended the run. config.yaml itself is
+# written once, at the start: its bytes are hashed into the prepare manifest, which every stage chains to.
+EXTENSION_FILE = "extension.json"
+
+
 def load_saved_config(path: Path, check_outside: bool = True) -> RunConfig:
-    return config_from_dict(_read_yaml(path), origin=str(path), check_outside=check_outside)
+    """A run directory's config.yaml, with the run's extension (EXTENSION_FILE) applied when it has one."""
+    data = _read_yaml(path)
+    ext = path.with_name(EXTENSION_FILE)
+    if isinstance(data, dict) and ext.is_file():
+        try:
+            iterations = json.loads(ext.read_text())["iterations"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f'{ext} is damaged ({e}); it should read {{"iterations": N}}') from None
+        data = {**data, "started_iterations": data.get("started_iterations") or data.get("iterations")}
+        data["iterations"] = iterations
+    return config_from_dict(data, origin=str(path), check_outside=check_outside)

@@ -70,6 +70,12 @@ _HASH_OUT_AT_DEFAULT = {
 class RunConfig(_Section):
     algorithm: AlgorithmName = Field("thinking_seeds", description="Method preset (docs/algorithm.md §4).")
     iterations: int = Field(10, ge=1, description="Training iterations.")
+    started_iterations: int | None = Field(
+        None,
+        ge=1,
+        description="Set by `ts train` on a run it extends (iterations raised): the iterations the run was started "
+        "with. The config hash keeps that value, so the run's finished stages stay done; not for --set.",
+    )
     seed: int = Field(0, description="Seed for sampling and data order.")
     device: str = Field(
         "auto",
@@ -262,8 +268,22 @@ class RunConfig(_Section):
         return self.rollout.seeds_per_group > 0
 
     def config_hash(self) -> str:
-        """Stable hash of every setting that changes what is computed: part of each stage's cache key."""
+        """Stable hash of every setting that changes what is computed: part of each stage's cache key.
+
+        An extended run keeps the hash it started with (its identity, in every manifest and archive):
+        `iterations` hashes as `started_iterations`. Raising it changes no finished stage: the stage
+        seeds do not read it (pipeline/graph.py), and the evaluation at the old end stays done."""
+        data = self.hashed_settings()
+        if self.started_iterations is not None:
+            data["iterations"] = self.started_iterations
+        blob = json.dumps(data, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def hashed_settings(self) -> dict[str, Any]:
+        """The settings the config hash covers, as nested dicts (`iterations` as it is now): what a
+        resumed run's config is compared with, key by key (pipeline/resume.py)."""
         data = self.model_dump(mode="json")
+        data.pop("started_iterations", None)
         if self.update.num_processes * self.update.num_machines == 1:
             # One training process computes the same weights, bit for bit, wherever it runs
             # (tests/e2e/test_update_processes.py): a run may resume under another launcher, and runs
@@ -274,8 +294,7 @@ class RunConfig(_Section):
         for path, default in _HASH_OUT_AT_DEFAULT.items():
             if _get(data, path) == default:
                 _drop(data, path)
-        blob = json.dumps(data, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return data
 
 
 def _get(data: dict, path: tuple[str, ...]) -> Any:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import signal
 import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -161,7 +162,14 @@ class Verifier:
         # One ping per worker spawns them all now (3.11 spawns a worker per submit while none is
         # idle). Start-up failures surface here as one clear error instead of every item scored
         # 'error', and later stall windows need no start-up allowance.
-        pings = [pool.submit(ping) for _ in range(self.workers)]
+        # SIGINT blocked while they spawn: the mask is inherited, so a Ctrl-C that reaches the terminal's
+        # whole group while a worker's interpreter still starts (before worker_init ignores it) is no
+        # "Fatal Python error" traceback; this process still gets it, from the pending set.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pings = [pool.submit(ping) for _ in range(self.workers)]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         done, not_done = wait(pings, timeout=self.startup_grace_s)
         failure = next((f.exception() for f in done if f.exception() is not None), None)
         if not_done or failure is not None:
@@ -332,7 +340,9 @@ def shared_verifier(
 
 
 def close_shared_verifiers() -> None:
+    """At exit: stop the pools at once (killed, not shut down: nothing waits for a result any more, and a
+    chunk being scored would hold the exit of an interrupted run for up to timeout_s per item)."""
     with _SHARED_LOCK:
         for v in _SHARED.values():
-            v.close()
+            v._kill_pool()
         _SHARED.clear()

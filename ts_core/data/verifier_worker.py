@@ -81,6 +81,9 @@ def _score_custom(text: str, ground_truth: str, data_source: str, extra_json: st
 
 
 def worker_init(backend: Backend, fn: str | None = None) -> None:
+    # The terminal's Ctrl-C reaches every process of its group: a worker would print a traceback of
+    # its own. The parent stops the pool (or the worker exits with it, below).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent()
     if backend == "custom":
         global _custom_fn

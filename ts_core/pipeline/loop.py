@@ -13,12 +13,14 @@ the Prefect tasks call it too.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
+from thinking_seeds.pipeline.resume import continued_config, record_extension
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import Session, close_trackers
 from thinking_seeds.pipeline.stage_prepare import check_inputs, prepare
@@ -107,6 +109,8 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
     check_inputs(run, cfg)  # before the lock makes the run directory
     run.acquire_lock()
     try:
+        cfg = continued_config(run, cfg)  # an existing run: the same config, or more iterations (resume.py)
+        record_extension(run, cfg)
         run_prepare(run, cfg)
         prelaunch_trainer(run, cfg)  # update.launcher=accelerate: it starts beside θ_0's evaluation
         s = Session(run, cfg)
@@ -123,7 +127,8 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
             drop_ahead(run)
             s.close()
             close_trackers()
-            close_trainers()  # the persistent trainer of update.launcher=accelerate, if one was started
+            # the persistent trainer of update.launcher=accelerate, if one was started (Ctrl-C: terminated now)
+            close_trainers(at_once=sys.exc_info()[0] is KeyboardInterrupt)
     finally:
         run.release_lock()
     return run

@@ -10,6 +10,7 @@ from thinking_seeds.data.rewards import check_reward_fn
 from thinking_seeds.data.sources import check_user_data, load_dataset
 from thinking_seeds.engine.lora import check_targets_of
 from thinking_seeds.engine.models import check_model_files, load_model, resolve_model_path
+from thinking_seeds.pipeline.resume import continued_config
 from thinking_seeds.pipeline.session import Timer
 from thinking_seeds.store.atomic import atomic_path
 from thinking_seeds.store.checkpoints import save_checkpoint, verify_checkpoint
@@ -38,6 +39,7 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
     if run.config_path.exists():
         old = load_saved_config(run.config_path)
         if old.config_hash() != cfg.config_hash():
+            continued_config(run, cfg)  # another config: the line that names its keys
             raise ValueError(
                 f"run {run.root} was started with another config (hash {old.config_hash()} != {cfg.config_hash()}); "
                 "resume it with the same preset and --set values, or choose a new --run-id"

@@ -110,8 +110,14 @@ class PersistentTrainer:
             env.setdefault("OMP_NUM_THREADS", "1")
             env.setdefault("ACCELERATE_DISABLE_RICH", "1")
             with self.log_path.open("wb") as log:
+                # Its own session: the terminal's Ctrl-C reaches only the pipeline, which stops it (close).
                 self.proc = subprocess.Popen(
-                    self.cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+                    self.cmd,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent,
+                    start_new_session=True,
                 )
         except BaseException:
             self.listener.close()
@@ -312,10 +318,10 @@ def drop_trainer(t: PersistentTrainer, at_once: bool = True) -> None:
     t.close(at_once)
 
 
-def close_trainers() -> None:
-    """Stop every trainer of this process (the end of a run, or exit)."""
+def close_trainers(at_once: bool = False) -> None:
+    """Stop every trainer of this process (the end of a run, or exit; at_once: a Ctrl-C, terminate now)."""
     for t in list(_TRAINERS.values()):
-        t.close()
+        t.close(at_once=at_once)
     _TRAINERS.clear()
 
 

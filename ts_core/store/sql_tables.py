@@ -115,6 +115,13 @@ def configs(runs: list[Path]) -> pa.Table:
             created = datetime.fromtimestamp(int(path.stat().st_mtime), tz=UTC)
         if not isinstance(cfg, dict):
             cfg = {}
+        ext = run / "extension.json"  # an extended run's end (config/loading.py EXTENSION_FILE; not imported:
+        # `ts sql` starts without pydantic); config.yaml keeps its start
+        if cfg and ext.is_file():
+            try:
+                cfg = {**cfg, "iterations": json.loads(ext.read_text())["iterations"]}
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
 
         def _int(v: Any) -> int | None:
             return v if isinstance(v, int) and not isinstance(v, bool) else None

@@ -1,0 +1,99 @@
+"""`ts train` on a run directory that exists: resume it, extend it, or refuse, in one line each.
+
+A run's identity is the config it was started with: config.yaml, written once (its bytes are hashed
+into the prepare manifest, which every stage's manifest chains to), and its config hash, recorded in
+every manifest and in a comparison's archive. The same command resumes the run at its first stage
+without a manifest. Raising `iterations` extends a finished or stopped run: the new end is recorded
+beside config.yaml (config/loading.py EXTENSION_FILE) and the config keeps hashing as it started
+(`RunConfig.started_iterations`), so every finished stage stays done -- the stage seeds do not read
+`iterations` (graph.stage_seed) and the evaluation of the old end stays on disk. Any other change is
+refused, naming each key with its old and new value.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from thinking_seeds.config import EXTENSION_FILE, RunConfig, load_saved_config
+from thinking_seeds.pipeline.graph import STAGES
+from thinking_seeds.store.atomic import atomic_write
+from thinking_seeds.store.run_dir import RunDir
+
+__all__ = ["changed_settings", "continued_config", "record_extension", "resume_line"]
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def changed_settings(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """The hashed settings whose values differ: dotted key -> (old value, new value)."""
+    a, b = _flat(old.hashed_settings()), _flat(new.hashed_settings())
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def continued_config(run: RunDir, cfg: RunConfig) -> RunConfig:
+    """`cfg` as run `run` continues with it: itself for a new run, the run's identity kept
+    (`started_iterations`) for an existing one; ValueError (one line) for a config the run did not start with."""
+    if not run.config_path.is_file():
+        return cfg
+    saved = load_saved_config(run.config_path, check_outside=False)  # iterations: the run's current end
+    changed = changed_settings(saved, cfg)
+    started = saved.started_iterations
+    if set(changed) == {"iterations"} and cfg.iterations > saved.iterations:
+        started = started or saved.iterations  # extend it
+    elif changed:
+        shown = "; ".join(f"{k} {_show(a)} -> {_show(b)}" for k, (a, b) in changed.items())
+        hint = (
+            f"a run is extended, never shortened: pass --set iterations={saved.iterations} (or more)"
+            if set(changed) == {"iterations"}
+            else "resume it with the same preset and --set values (raising iterations extends it)"
+        )
+        raise ValueError(
+            f"run {run.run_id} ({run.root}) was started with another config: {shown}; {hint}, or choose a new --run-id"
+        )
+    return cfg.model_copy(update={"started_iterations": started})
+
+
+def _show(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, (str, list, dict)) or v is None else str(v)
+
+
+def record_extension(run: RunDir, cfg: RunConfig) -> None:
+    """Write the run's new end beside its config.yaml when `cfg` extends it (its lock held)."""
+    if cfg.started_iterations is None or not run.config_path.is_file():
+        return
+    if load_saved_config(run.config_path, check_outside=False).iterations != cfg.iterations:
+        atomic_write(run.root / EXTENSION_FILE, json.dumps({"iterations": cfg.iterations}) + "\n")
+
+
+def resume_line(run: RunDir, cfg: RunConfig) -> str | None:
+    """One line for a run that has finished stages ("resuming demo: 47 stages done, continuing at
+    iteration 6 (continuation)"); None for a new run. Counts manifests of this config (reads no output)."""
+    order = [(0, "prepare"), (-1, "evaluate")] + [(k, s) for k in range(cfg.iterations) for s in STAGES]
+    h = cfg.config_hash()
+    done = [(k, s) for k, s in order if _manifest_hash(run, k, s) == h]
+    if not done:
+        return None
+    before = load_saved_config(run.config_path, check_outside=False).iterations if run.config_path.is_file() else 0
+    head = f"resuming {run.run_id}"
+    if 0 < before < cfg.iterations:
+        head = f"extending {run.run_id} from {before} to {cfg.iterations} iterations"
+    todo = [(k, s) for k, s in order if (k, s) not in set(done)]
+    if not todo:
+        return f"run {run.run_id} is complete ({len(done)} stages, {cfg.iterations} iterations): nothing to run"
+    k, s = todo[0]
+    at = f"iteration {k} ({s})" if k >= 0 else "the evaluation of θ_0"
+    return f"{head}: {len(done)} stage{'s' if len(done) != 1 else ''} done, continuing at {at}"
+
+
+def _manifest_hash(run: RunDir, k: int, stage: str) -> str | None:
+    m = run.read_manifest(k, stage)
+    return m.config_hash if m is not None else None
