@@ -211,10 +211,12 @@ class PrefixConfig(_Section):
     cut: Literal["token", "line"] = Field(
         "token", description="Cut the draft at a token, or back to the last step boundary."
     )
-    loss: Literal["clip", "shaped", "capped", "context"] = Field(
+    loss: Literal["clip", "shaped", "capped", "context", "position"] = Field(
         "clip",
         description="Loss on prefix tokens (docs/algorithm.md §3). Default `clip`: it had the best test accuracy at "
-        "every seed and the largest strategy diversity on average in docs/results/ablation-loss.",
+        "every seed and the largest strategy diversity on average in docs/results/ablation-loss. `position`: the clip "
+        "term of prefix token t (0-based) of an L-token prefix weighted by w = 1 - t/L (our own position-aware form; "
+        "not yet ablated).",
     )
     shaped_gamma: float = Field(0.1, gt=0.0, description="LUFFY policy shaping f(p)=p/(p+γ).")
     cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")
