@@ -242,6 +242,17 @@ class PrefixConfig(_Section):
         "tested, and it drops failed drafts, so none stays the default.",
     )
 
+    when: Literal["always", "on_failure"] = Field(
+        "always",
+        description="Which prompts get seeds. always: every prompt, seeds_per_group of its group_size samples. "
+        "on_failure (adaptive, success-conditioned): θ_k first samples group_size - seeds_per_group on-policy "
+        "responses per prompt; only a prompt none of them solved (reward < 1) gets drafts, continued in its "
+        "remaining seeds_per_group slots, and every other prompt gets that many more on-policy samples, so each "
+        "group keeps group_size samples. Needs filter=correct_draft (a seed comes only from a draft verified "
+        "correct; a wrong draft's slot is on-policy). Drafts of k are then sampled in the seeds stage after θ_k's "
+        "probe, never ahead (pipeline.overlap drafts nothing). Metrics seeding/* (draft_tokens: the cost).",
+    )
+
     @model_validator(mode="after")
     def _ranges(self) -> PrefixConfig:
         if self.ratio_min > self.ratio_max:
@@ -250,6 +261,11 @@ class PrefixConfig(_Section):
             raise ValueError(
                 "prefix.filter=correct_draft needs each whole draft's reward, and prefix.ratio_of=budget stops "
                 "drafts at their cut: set prefix.ratio_of=draft or prefix.filter=none"
+            )
+        if self.when == "on_failure" and self.filter != "correct_draft":
+            raise ValueError(
+                "prefix.when=on_failure seeds a failing prompt only from drafts verified correct: "
+                "set prefix.filter=correct_draft (and prefix.ratio_of=draft)"
             )
         return self
 
