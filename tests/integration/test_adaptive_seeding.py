@@ -1,6 +1,6 @@
 """prefix.when=on_failure on a tiny run (pipeline/adaptive_seeding.py): θ_k's probe decides who gets
 seeds, only correct drafts are continued, groups keep group_size samples, the cost is reported, and a
-resumed run, or one with pipeline.overlap on, is the same run.
+resumed run is the same run (pipeline.overlap on: e2e/test_adaptive_seeding_overlap.py).
 
 The random tiny model earns nothing from chain_sum's checker, so a user reward function (reward.fn)
 scores a response 1 when its characters' codes sum to a multiple of 3: about a third of the samples,
@@ -21,10 +21,10 @@ from thinking_seeds.pipeline.loop import train
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows
 from thinking_seeds.store.run_dir import RunDir
 
-MODULE = '''
+MODULE = """
 def thirds(data_source, solution_str, ground_truth, extra_info):
     return 1.0 if sum(map(ord, solution_str)) % 3 == 0 else 0.0
-'''
+"""
 G, S = 4, 2
 
 
@@ -102,16 +102,11 @@ def test_only_failing_prompts_get_seeds_and_only_from_correct_drafts(adaptive_ru
     assert seeded_anywhere and solved_anywhere, "the check would be vacuous: no seeds, or no solved probe"
 
 
-def test_resume_and_overlap_give_the_same_run(adaptive_run, tmp_path, tiny_model_dir, reward_module):
+def test_a_resumed_run_is_the_same_run(adaptive_run, tmp_path):
+    """Iteration 1 from its seeds stage on, recomputed from the manifests before it (probe, drafts,
+    second samples: each with its own seed), ends with the same weights, rollouts and prefixes."""
     run, cfg = adaptive_run
-    # Resume: iteration 1 from its seeds stage on, recomputed from the manifests before it.
     again = copy_run(run, tmp_path / "resumed")
     for stage in ("seeds", "continuation", "verify", "update", "evaluate"):
         again.manifest_path(1, stage).unlink(missing_ok=True)
     _assert_same_results(train(again, cfg), run, cfg.iterations)
-    # pipeline.overlap on (scheduling only: the same config hash) drafts nothing ahead: the same run.
-    on = load_config("tiny", overrides(tiny_model_dir, reward_module, "pipeline.overlap=true"))
-    assert on.config_hash() == cfg.config_hash()
-    other = train(RunDir.for_run("adaptive", tmp_path / "overlap"), on)
-    assert "perf/seeds_ahead" not in other.read_manifest(1, "seeds").metrics
-    _assert_same_results(other, run, cfg.iterations)
