@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from thinking_seeds.algo.losses import LossInputs, LossSettings, aggregate, compute_policy_loss, kl_penalty
+from thinking_seeds.algo.losses import (
+    LossInputs,
+    LossSettings,
+    aggregate,
+    compute_policy_loss,
+    kl_penalty,
+    prefix_position_weights,
+)
 
 
 def make_inputs(logprobs, old=None, behaviour=None, adv=(1.0,), mask=None, prefix=None, seeded=None, entropy=None):
@@ -141,6 +148,30 @@ def test_capped_prefix_bounds_but_keeps_gradient():
     # Value: -(2 + 1 + 1 + 1) / 4
     assert out.loss.item() == pytest.approx(-5.0 / 4)
     assert out.stats.metrics()["actor/pg_clipfrac/prefix"] == 0.0
+
+
+def test_prefix_position_weights_decay_linearly_along_each_prefix():
+    # Row 0: a 4-token prefix -> 1, 3/4, 1/2, 1/4; row 1: a 2-token prefix -> 1, 1/2; off the prefix 1.
+    w = prefix_position_weights(torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.bool))
+    assert w.tolist() == [[1.0, 0.75, 0.5, 0.25, 1.0], [1.0, 0.5, 1.0, 1.0, 1.0], [1.0] * 5]
+
+
+def test_position_prefix_loss_weighs_the_clip_term_by_depth():
+    # Ratios 1 everywhere, A = 1, token-mean over 4 tokens: prefix token t of L = 3 gets -w(t)/4 with
+    # w = 1, 2/3, 1/3; the continuation token keeps -1/4. Value: -(1 + 2/3 + 1/3 + 1) / 4 = -0.75.
+    lp = [[-1.0, -1.0, -1.0, -1.0]]
+    inp = make_inputs(lp, adv=[1.0], prefix=[[1, 1, 1, 0]], seeded=[True])
+    out, g = grad_of(inp, LossSettings(prefix_loss="position"))
+    assert g[0].tolist() == pytest.approx([-0.25, -1 / 6, -1 / 12, -0.25])
+    assert out.loss.item() == pytest.approx(-0.75)
+    # The clip still zeroes a prefix token whose ratio leaves the trust region (token 1: e^-1/0.25 > 1.28).
+    out, g = grad_of(seeded_batch(), LossSettings(prefix_loss="position"))
+    assert g[0].tolist() == pytest.approx([-0.25, 0.0, -0.25, -0.25])
+    assert out.stats.metrics()["actor/pg_clipfrac/prefix"] == pytest.approx(0.5)
+    # A negative advantage: the weight scales the push down the same way (1, then 1/2 of a 2-token prefix).
+    inp = make_inputs([[-1.0, -1.0, -1.0]], adv=[-1.0], prefix=[[1, 1, 0]], seeded=[True])
+    _, g = grad_of(inp, LossSettings(prefix_loss="position"))
+    assert g[0].tolist() == pytest.approx([1 / 3, 1 / 6, 1 / 3])
 
 
 def test_kl_estimators():

@@ -10,6 +10,8 @@ that actually wrote it*:
         shaped   ψ = f(π_θ)·A,  f(p) = p / (p + γ), no clip        (LUFFY policy shaping)
         capped   ψ = min(r, c_max)·A with the weight held fixed    (truncated importance weight)
         context  no gradient: the prefix is only context          (PrefixRL / QuestA)
+        position the clip term times w(t) = 1 − t/L for prefix token t = 0..L−1 of a prefix of L
+                 tokens (our own definition; `prefix_position_weights`)
 
 The loss is −ψ aggregated with verl's `loss_agg_mode`, plus optional entropy bonus and KL penalty.
 The trainer never sees rewards, only `advantages` (prime-rl's split).
@@ -27,7 +29,7 @@ import torch
 
 from thinking_seeds.algo.stats import Stats
 
-PrefixLoss = Literal["clip", "shaped", "capped", "context"]
+PrefixLoss = Literal["clip", "shaped", "capped", "context", "position"]
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 POPULATIONS = ("on_policy", "continuation", "prefix")
 
@@ -164,6 +166,26 @@ def capped_surrogate(
     return loss, torch.zeros_like(loss, dtype=torch.bool)
 
 
+# `position` is the clip surrogate; compute_policy_loss then weighs it by prefix_position_weights.
+SURROGATES["position"] = clipped_surrogate
+
+
+def prefix_position_weights(prefix_mask: torch.Tensor) -> torch.Tensor:
+    """`prefix.loss=position`: w(t) = 1 − t/L on prefix token t (0-based) of a row whose prefix has L tokens,
+    1 off the prefix. Detached constants: w = 1, 1 − 1/L, …, 1/L from the first prefix token to the last.
+
+    Our own definition (not a published form): a prefix token at depth t is conditioned on t off-policy
+    tokens before it, so its ratio π_θ/π_h measures the policy on a context it did not choose; the
+    weight trusts the shallow tokens fully and the deepest, next to the cut, least (never 0, so
+    every prefix token keeps some gradient). Positions are counted along the mask, so the prefix
+    need not start at column 0.
+    """
+    m = prefix_mask.to(torch.float32)
+    t = m.cumsum(-1) - 1.0  # 0 at the first prefix token of each row
+    L = m.sum(-1, keepdim=True).clamp(min=1.0)
+    return torch.where(prefix_mask.bool(), 1.0 - t / L, torch.ones_like(m))
+
+
 # ---------------------------------------------------------------------------------------------
 # Aggregation (verl's names)
 # ---------------------------------------------------------------------------------------------
@@ -289,6 +311,8 @@ def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
     else:
         loss_mask = resp
         pre_loss, pre_clipped = get_surrogate(s.prefix_loss)(inp.logprobs, inp.behaviour_logprobs, adv, s)
+        if s.prefix_loss == "position":
+            pre_loss = pre_loss * prefix_position_weights(prefix).to(pre_loss.dtype)
     pre_ratio = torch.exp((inp.logprobs - inp.behaviour_logprobs).detach().clamp(-20.0, 20.0))
 
     token_loss = torch.where(prefix, pre_loss, own_loss)

@@ -64,6 +64,7 @@ _HASH_OUT_AT_DEFAULT = {
     ("loss", "rollout_correction"): "none",
     ("loss", "rollout_correction_cap"): 2.0,
     ("loss", "prefix_mismatch_metrics"): False,
+    ("prefix", "when"): "always",
 }
 
 
@@ -257,6 +258,11 @@ class RunConfig(_Section):
             raise ValueError(
                 "advantage.baseline=same_seed compares continuations of one seed: set "
                 "rollout.continuations_per_seed >= 2"
+            )
+        if self.prefix.when == "on_failure" and seeds and self.rollout.filter_groups:
+            raise ValueError(
+                "prefix.when=on_failure is not implemented with rollout.filter_groups (its later rounds seed every "
+                "prompt): set one of them off"
             )
         if self.pool.size < 1 and not self.pool.include_initial and seeds > 0:
             raise ValueError("pool is empty: set pool.size >= 1 or pool.include_initial=true")

@@ -211,10 +211,12 @@ class PrefixConfig(_Section):
     cut: Literal["token", "line"] = Field(
         "token", description="Cut the draft at a token, or back to the last step boundary."
     )
-    loss: Literal["clip", "shaped", "capped", "context"] = Field(
+    loss: Literal["clip", "shaped", "capped", "context", "position"] = Field(
         "clip",
         description="Loss on prefix tokens (docs/algorithm.md §3). Default `clip`: it had the best test accuracy at "
-        "every seed and the largest strategy diversity on average in docs/results/ablation-loss.",
+        "every seed and the largest strategy diversity on average in docs/results/ablation-loss. `position`: the clip "
+        "term of prefix token t (0-based) of an L-token prefix weighted by w = 1 - t/L (our own position-aware form; "
+        "not yet ablated).",
     )
     shaped_gamma: float = Field(0.1, gt=0.0, description="LUFFY policy shaping f(p)=p/(p+γ).")
     cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")
@@ -240,6 +242,17 @@ class PrefixConfig(_Section):
         "tested, and it drops failed drafts, so none stays the default.",
     )
 
+    when: Literal["always", "on_failure"] = Field(
+        "always",
+        description="Which prompts get seeds. always: every prompt, seeds_per_group of its group_size samples. "
+        "on_failure (adaptive, success-conditioned): θ_k first samples group_size - seeds_per_group on-policy "
+        "responses per prompt; only a prompt none of them solved (reward < 1) gets drafts, continued in its "
+        "remaining seeds_per_group slots, and every other prompt gets that many more on-policy samples, so each "
+        "group keeps group_size samples. Needs filter=correct_draft (a seed comes only from a draft verified "
+        "correct; a wrong draft's slot is on-policy). Drafts of k are then sampled in the seeds stage after θ_k's "
+        "probe, never ahead (pipeline.overlap drafts nothing). Metrics seeding/* (draft_tokens: the cost).",
+    )
+
     @model_validator(mode="after")
     def _ranges(self) -> PrefixConfig:
         if self.ratio_min > self.ratio_max:
@@ -248,6 +261,11 @@ class PrefixConfig(_Section):
             raise ValueError(
                 "prefix.filter=correct_draft needs each whole draft's reward, and prefix.ratio_of=budget stops "
                 "drafts at their cut: set prefix.ratio_of=draft or prefix.filter=none"
+            )
+        if self.when == "on_failure" and self.filter != "correct_draft":
+            raise ValueError(
+                "prefix.when=on_failure seeds a failing prompt only from drafts verified correct: "
+                "set prefix.filter=correct_draft (and prefix.ratio_of=draft)"
             )
         return self
 

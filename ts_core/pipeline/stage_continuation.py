@@ -40,28 +40,39 @@ def continuation(s: Session, k: int) -> Manifest:
 
 
 def sample_groups(
-    s: Session, k: int, prompts: list[Prompt], prefixes: list[PrefixRow], seed: int, t: Timer
+    s: Session,
+    k: int,
+    prompts: list[Prompt],
+    prefixes: list[PrefixRow],
+    seed: int,
+    t: Timer,
+    n_on: dict[str, int] | None = None,
+    first_id: int = 0,
 ) -> tuple[list[RolloutRow], int]:
     """Lay out each prompt's group (n_on on-policy slots, then each seed `continuations_per_seed`
     times in a row: verify's same_seed baseline relies on this order), generate the rest in one
-    engine call seeded by `seed`; the rows (pending) and the tokens generated."""
+    engine call seeded by `seed`; the rows (pending) and the tokens generated.
+
+    `n_on` (prompt id -> on-policy slots; default group_size - seeds_per_group each) and `first_id` (the
+    first sample_id) lay out part of a group: prefix.when=on_failure samples a group in two calls
+    (pipeline/adaptive_seeding.py)."""
     cfg, run, tok = s.cfg, s.run, s.tokenizer
     seeds_of: dict[str, list[PrefixRow]] = defaultdict(list)
     for r in prefixes:
         seeds_of[r.prompt_id].append(r)
-    n_on = cfg.rollout.group_size - cfg.rollout.seeds_per_group
+    n_default = cfg.rollout.group_size - cfg.rollout.seeds_per_group
     T = cfg.rollout.max_new_tokens
     rows: list[RolloutRow] = []
     ctx, caps, gen_rows = [], [], []  # what the engine continues: contexts, token budgets, row indices
     for p in prompts:
         pids = encode_prompt(tok, p.chat())
         # prefix.filter: a wrong draft's slot goes to an on-policy sample (None)
-        group = [None] * n_on + [
+        group = [None] * (n_default if n_on is None else n_on[p.prompt_id]) + [
             r if _keep_seed(cfg, r) else None
             for r in seeds_of[p.prompt_id]
             for _ in range(cfg.rollout.continuations_per_seed)
         ]
-        for j, seed_row in enumerate(group):
+        for j, seed_row in enumerate(group, start=first_id):
             on_policy = seed_row is None
             prefix = [] if on_policy else seed_row.prefix_token_ids
             full = not on_policy and seed_row.prefix_ratio >= 1.0

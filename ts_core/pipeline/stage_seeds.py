@@ -74,6 +74,8 @@ def draft_ahead(s: Session, k: int) -> bool:
     cfg = s.cfg
     if not cfg.seeded or cfg.prefix.source != "historical" or s.run.manifest_path(k, "seeds").exists():
         return False
+    if cfg.prefix.when == "on_failure":  # θ_k's own probe picks the prompts: nothing to draft before it exists
+        return False
     try:
         pool, members = s.pool_members(k)
         if not members:

@@ -11,13 +11,13 @@ a stage whose outputs are intact; the plain loop and the Prefect tasks both go t
     update_launcher.py  the update through `accelerate launch` (the command; one launch per update)
     trainer_client.py   the run's persistent trainer: launched once, sent every update (a socket)
     stage_*.py          prepare, snapshot, seeds, continuation, verify, update, evaluate
+    adaptive_seeding.py seeds and continuation with prefix.when=on_failure (else the plain bodies)
 """
 
 from __future__ import annotations
 
-from thinking_seeds.pipeline.stage_continuation import continuation
+from thinking_seeds.pipeline.adaptive_seeding import continuation_stage, seeds_stage
 from thinking_seeds.pipeline.stage_evaluate import evaluate
-from thinking_seeds.pipeline.stage_seeds import seeds
 from thinking_seeds.pipeline.stage_snapshot import snapshot
 from thinking_seeds.pipeline.stage_update import update
 from thinking_seeds.pipeline.stage_verify import verify
@@ -26,8 +26,8 @@ __all__ = ["STAGE_FUNCS"]
 
 STAGE_FUNCS = {
     "snapshot": snapshot,
-    "seeds": seeds,
-    "continuation": continuation,
+    "seeds": seeds_stage,
+    "continuation": continuation_stage,
     "verify": verify,
     "update": update,
     "evaluate": evaluate,
