@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-AlgorithmName = Literal["grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds"]
+AlgorithmName = Literal[
+    "grpo", "dr_grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds", "thinking_seeds_adaptive"
+]
 
 # Order: the on-policy baselines first, then the off-policy methods, the paper's method last.
 ALGORITHMS: tuple[str, ...] = get_args(AlgorithmName)

@@ -236,7 +236,7 @@ class RunConfig(_Section):
             raise ValueError(
                 f"algorithm={self.algorithm} mixes whole trajectories: prefix.ratio_min and ratio_max must be 1.0"
             )
-        if self.algorithm in ("thinking_seeds", "prefix_context") and self.prefix.ratio_max >= 1.0:
+        if self.algorithm in ("thinking_seeds", "thinking_seeds_adaptive", "prefix_context") and self.prefix.ratio_max >= 1.0:
             raise ValueError(
                 f"algorithm={self.algorithm} continues a prefix: "
                 "prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)"
