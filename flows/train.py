@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
+from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import drop_session
 from thinking_seeds.pipeline.stage_prepare import check_inputs
@@ -150,8 +151,10 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 ev = stage(evaluate_task, k, theta)  # held-out accuracy of θ_{k+1}
                 report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
                 bar.iteration_done(k)
+        flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
     finally:
         drop_ahead(run)
+        forget_run(run)  # this process's in-memory policies of the run
         drop_session(run)  # the stage tasks' shared Session
         close_trainers()  # the run's persistent trainer (update.launcher=accelerate), if one was started
         run.release_lock()

@@ -46,6 +46,7 @@ _HASH_ALWAYS_OUT = (
     ("reward", "workers"),
     ("update", "main_process_ip"),
     ("update", "main_process_port"),
+    ("checkpoint", "every"),  # where θ is kept between updates (memory or disk), not what it is
 )
 _HASH_OUT_AT_DEFAULT = {
     ("update", "mixed_precision"): "no",

@@ -418,6 +418,18 @@ class UpdateConfig(_Section):
 
 
 class CheckpointConfig(_Section):
+    every: int = Field(
+        10,
+        ge=1,
+        description="Write θ with its AdamW state to policy/step_k/ every this many iterations (and at the "
+        "end of the run and at pool.snapshot_every iterations, whose snapshots are the pool). Between "
+        "checkpoints the trainer hands θ to the engine in memory, and a resumed run replays the updates "
+        "since the newest checkpoint from the stored rollouts (bit-identical on the CPU). 10: a crash "
+        "costs at most 9 replayed updates (a fraction of an iteration each: no sampling), while the "
+        "write (~4.4 s/GB; 84 GB at 7B with AdamW) is paid once per 10 iterations, off the critical "
+        "path. The vLLM engine, Ray workers, LoRA and update.launcher=accelerate_per_update read θ from "
+        "its file: there every step is written, as before.",
+    )
     keep_last: int | None = Field(
         None,
         ge=1,

@@ -71,7 +71,7 @@ def continuation(s: Session, k: int) -> Manifest:
         cfg.rollout.temperature, cfg.rollout.top_p, T, seed=stage_seed(cfg, k, "continuation"), feed_context=True
     )
     # Sharded by rollout.batch_size: this process's engine, or the Ray rollout workers (Session.generate).
-    gens = s.generate(run.policy(k), ctx, params, max_new=caps, timer=t)
+    gens = s.generate(s.policy(k), ctx, params, max_new=caps, timer=t)
     for i, g in zip(gen_rows, gens, strict=True):
         r = rows[i]
         r.token_ids = r.token_ids + g.token_ids

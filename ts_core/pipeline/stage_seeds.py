@@ -112,14 +112,14 @@ def historical_rows(
     """Pool `members` write drafts (one engine call per member over all prompts, or one for all of them
     with rollout.lora_requests), scored, then cut at
     λ; with prefix.ratio_of=budget each draft stops at its cut and is not scored."""
-    cfg, run, tok = s.cfg, s.run, s.tokenizer
+    cfg, tok = s.cfg, s.tokenizer
     prompts, n_drafts = s.iteration_prompts(k), _drafts_per_prompt(s)
     budget = cfg.prefix.ratio_of == "budget"
     T = cfg.rollout.max_new_tokens
     rng = random.Random(stage_seed(cfg, k, "seeds"))
     # Before the first snapshot is historical (iteration 0), θ_0 itself writes the seeds:
     # its ratio π_θ/π_h is exactly 1 there, so the group keeps its shape for every method.
-    sources = {c.step: c.path for c in members} or {k: run.policy(k)}
+    sources = {c.step: c.path for c in members} or {k: s.policy(k)}
     plan = []  # (prompt, seed index, source step, λ); the draws' order is part of the seed
     for p in prompts:
         for j in range(n_drafts):

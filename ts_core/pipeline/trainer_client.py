@@ -92,6 +92,7 @@ class PersistentTrainer:
 
     def __init__(self, run: RunDir, cfg: RunConfig):
         self.key = _key(run, cfg)
+        self.held_id: str | None = None  # the policy the trainer holds (pipeline/policy_chain.py), once known
         self.machines, self.run_id = cfg.update.num_machines, run.run_id
         self.lock = threading.Lock()
         self.conn: socket.socket | None = None
@@ -178,31 +179,37 @@ class PersistentTrainer:
             self._ready()
         return self
 
-    def update(self, run: RunDir, k: int, ref: Path | None) -> dict:
-        """θ_k + rollouts_k -> θ_{k+1} in the trainer; its metrics. TrainerDied / ValueError on failure."""
-        job = {
-            "op": "update",
-            "policy": str(run.policy(k)),
-            "rollouts": str(run.rollouts(k)),
-            "out_root": str(run.policy_root),
-            "step": k + 1,
-            "config": str(run.config_path),
-            "ref": str(ref) if ref is not None else None,
-        }
+    def job(self, job: dict, what: str) -> dict:
+        """One job (pipeline/policy_chain.py: an update chain, or a flush); the answer. TrainerDied /
+        ValueError on failure. A handed-over θ is read from shared memory here and its file removed."""
         with self.lock:
             self._ready()
             try:
                 self.file.write(json.dumps(job).encode() + b"\n")
                 self.file.flush()
             except OSError as e:
-                raise self._died(f"could not take the update of iteration {k} ({e})") from e
-            answer = self._read(f"died in the update of iteration {k}")
+                raise self._died(f"could not take the {what} ({e})") from e
+            answer = self._read(f"died in the {what}")
         if answer.get("ok"):
-            return answer["metrics"]
-        msg = f"update of iteration {k} failed in the persistent trainer: {answer['type']}: {answer['error']}"
+            if answer.get("weights"):
+                from safetensors.torch import load_file
+
+                path = Path(answer["weights"])
+                try:
+                    answer["weights"] = load_file(str(path))
+                finally:
+                    path.unlink(missing_ok=True)
+            return answer
+        msg = f"{what} failed in the persistent trainer: {answer['type']}: {answer['error']}"
         if answer["type"] in ("ValueError", "ConfigError", "DataError", "CheckpointError", "ModelError"):
             raise ValueError(msg)  # a mistake the user can fix: one line (flows/cli/errors.py)
         raise RuntimeError(f"{msg}\n{answer['traceback']}")
+
+    @property
+    def handoff_dir(self) -> Path:
+        """Where the trainer puts θ for this process: shared memory (/dev/shm) where there is one."""
+        shm = Path("/dev/shm")
+        return (shm / self.dir.name) if shm.is_dir() and os.access(shm, os.W_OK) else self.dir / "handoff"
 
     def close(self, at_once: bool = False) -> None:
         """Ask the trainer to stop, wait for it (then terminate, then kill), remove the socket's folder.
@@ -229,6 +236,7 @@ class PersistentTrainer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        shutil.rmtree(self.handoff_dir, ignore_errors=True)
         for f in (self.file, self.conn, self.listener):
             if f is not None:
                 try:
@@ -319,14 +327,22 @@ def close_trainers() -> None:
     _TRAINERS.clear()
 
 
-def persistent_update(run: RunDir, cfg: RunConfig, k: int, ref: Path | None) -> dict:
-    """The update of iteration k in the run's persistent trainer; any failure drops the trainer."""
+def persistent_job(run: RunDir, cfg: RunConfig, job: dict, what: str) -> dict:
+    """One job in the run's persistent trainer (launched if needed); any failure drops the trainer."""
     t = trainer_for(run, cfg)
+    if job.get("op") == "update" and job.get("handoff"):
+        job = {**job, "handoff": str(t.handoff_dir)}
     try:
-        return t.update(run, k, ref)
+        return t.job(job, what)
     except (ValueError, TrainerDied, RuntimeError):
         drop_trainer(t, at_once=False)  # it answered an error and is exiting, or it is gone already
         raise
     except BaseException:
         drop_trainer(t)  # Ctrl-C, or anything else in the middle of an update: stop it now
         raise
+
+
+def held_trainer(run: RunDir, cfg: RunConfig) -> PersistentTrainer | None:
+    """The run's live persistent trainer in this process, if there is one (nothing is launched)."""
+    t = _TRAINERS.get(_key(run, cfg))
+    return t if t is not None and t.alive() else None
