@@ -8,10 +8,11 @@ whether or not the file exists, and the weights come from memory when they are h
 
 In process (update.launcher=in_process) the tensors are the trainer's own parameters (no copy: the
 engine copies them into its model); the entry is dropped before the next update changes them in
-place (`drop`). From the persistent trainer they arrive through shared memory (a safetensors file in
-/dev/shm, read once and unlinked: pipeline/trainer_client.py). A CUDA trainer in this process could
-publish its device tensors the same way (the engine's load_state_dict copies device to device); one in
-another process would publish CUDA IPC handles instead of the /dev/shm file: the hook is `publish`.
+place (`drop`). From the persistent trainer their bytes arrive on its socket, read straight into
+tensors (pipeline/trainer_client.py; faster than a /dev/shm file: bench/weight_handoff.py). A CUDA
+trainer in this process could publish its device tensors the same way (the engine's load_state_dict
+copies device to device); one in another process would send CUDA IPC handles instead of bytes
+(trainer_server.send_weights / trainer_client.receive_weights): that is the hook.
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ in-process iteration: BENCHMARKS.md). This process group is started once by the 
   rank runs the same job); while none comes it broadcasts an idle beat every 30 s, so no rank sits in
   a collective long enough to hit its timeout (30 minutes: the limit of a hung update);
 - the job runs the very trainer code of the per-update launch (`trainer.update_state`); rank 0
-  answers one JSON line with the metrics and, with "handoff", the path of θ_{k+1}'s weights in
-  shared memory (`share_weights`: the pipeline's engine reads them; no file on disk). Every
+  answers one JSON line with the metrics and, with "handoff", θ_{k+1}'s tensors' bytes right after
+  it on the socket (`send_weights`: the pipeline's engine loads them; no file). On CUDA the hook
+  for IPC handles instead of bytes is `send_weights` / trainer_client.receive_weights. Every
   `checkpoint.every` iterations θ_{k+1} is also written to `policy/step_<k+1>/` with its AdamW
   state, from a CPU copy in a background thread (train/resident.py).
 
@@ -90,29 +91,33 @@ class Server:
         metrics, replayed = self.resident.run(job, job["start"])
         answer: dict = {"metrics": metrics, "replayed": replayed}
         if job.get("handoff") and self.acc.is_main_process:
-            answer["weights"] = str(share_weights(self.resident.weights(), Path(job["handoff"])))
+            answer["weights"] = weights_header(self.resident.weights())  # the bytes follow the answer
         return answer
 
 
-def share_weights(state: dict, folder: Path) -> Path:
-    """θ for the pipeline's engine, in shared memory: one safetensors file in `folder` (/dev/shm), which
-    the pipeline reads once and removes (pipeline/trainer_client.py). Tied tensors are written once.
-    Measured against the same bytes through the socket: bench/weight_handoff.py."""
-    from safetensors.torch import save_file
+def weights_header(state: dict) -> list[list]:
+    """[name, dtype, shape] of each tensor `send_weights` sends (a tensor tied to an earlier one, once)."""
+    return [[name, str(t.dtype).removeprefix("torch."), list(t.shape)] for name, t in _unique(state).items()]
 
+
+def send_weights(f, state: dict) -> None:
+    """θ's tensors for the pipeline's engine, their bytes straight after the answer line on the socket
+    (no file; received by trainer_client.receive_weights). Measured against a safetensors file in
+    /dev/shm on the same bytes: the socket took 0.45-0.76x its time (bench/weight_handoff.py)."""
+    for t in _unique(state).values():
+        f.write(memoryview(t.detach().to("cpu").contiguous().view(torch.uint8).numpy()))
+    f.flush()
+
+
+def _unique(state: dict) -> dict:
     seen: set[tuple] = set()
-    unique = {}
+    out = {}
     for name, t in state.items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
         if key not in seen:
             seen.add(key)
-            unique[name] = t.detach().to("cpu").contiguous()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"weights-{os.getpid()}.safetensors"
-    tmp = path.with_suffix(".tmp")
-    save_file(unique, str(tmp))
-    os.replace(tmp, path)
-    return path
+            out[name] = t
+    return out
 
 
 def _error(e: Exception) -> dict:
@@ -179,6 +184,8 @@ def serve(accelerator, sock_path: str) -> None:
             raise
         if main:
             _send(f, {"ok": True, **answer})
+            if answer.get("weights"):
+                send_weights(f, server.resident.weights())
 
 
 def main() -> None:
