@@ -4,9 +4,10 @@
 thinking_seeds.train.trainer_server` when the run starts (`prelaunch_trainer`, right after prepare:
 it starts while θ_0 is evaluated and iteration 0 samples; else the first update stage of the run
 launches it), in this process, and sends it every update of the run as one JSON line over a Unix
-socket; the answer is one JSON line with the metrics. The
-stage itself is unchanged: the trainer writes θ_{k+1} to `policy/step_<k+1>/`, the update stage
-verifies it and writes the manifest, so resume works as with the other launchers.
+socket (a chain of updates: pipeline/policy_chain.py); the answer is one JSON line with the
+metrics, followed by θ_{k+1}'s tensors' bytes when the engine takes them from memory
+(`receive_weights`). The trainer writes `policy/step_<k+1>/` itself at checkpoint steps; the update
+stage writes the manifest, so resume works as with the other launchers.
 
 Why a socket the pipeline listens on: the pipeline learns of a dead trainer at once (EOF) and the
 trainer of a dead pipeline (EOF); a file queue would need polling and leases on both sides. The
@@ -21,7 +22,7 @@ has a deadline (`START_TIMEOUT_S`); a job has none, since an update may legitima
 a trainer that dies in it is reported within `POLL_S`, and one hung in a collective raises there
 after the trainer's collective timeout (30 minutes, trainer_server.py) and exits. After any failure
 the handle is dropped, so the next update (a retry, or the resumed run) launches a fresh trainer,
-which reloads θ_k from disk.
+which reloads the newest checkpoint and replays the updates since.
 
 A group across machines (update.num_machines > 1): this launch is machine rank 0; every other
 machine runs `ts trainer-node` (`join_trainer_group`: the same launch from the run's config.yaml with
