@@ -463,6 +463,16 @@ class PipelineConfig(_Section):
     """How the stages are scheduled, never what they compute: left out of the config hash, so a run
     resumes with any of these and its stage manifests and outputs are the same."""
 
+    seeds_block: int = Field(
+        1,
+        ge=1,
+        description="Draft the seeds of up to this many coming iterations at once, while the pool stays the "
+        "same (until the next snapshot joins it): each member's weights are loaded once per block instead of "
+        "once per iteration (at 7B a load is a 15 GB read), the drafts of the later iterations wait in memory "
+        "for their seeds stage. The same members, picks, source ages and samples, bit for bit (every "
+        "(member, iteration) call keeps its own shards and seeds). 1: each iteration drafts its own.",
+    )
+
     overlap: bool | None = Field(
         None,
         description="Sample iteration k+1's seeds while update k runs (their writers are pool snapshots older "

@@ -199,17 +199,31 @@ def ensure_policy(run: RunDir, cfg: RunConfig, step: int) -> Path:
 
 
 def flush_checkpoints(run: RunDir, cfg: RunConfig) -> None:
-    """Wait until the checkpoint being written in the background (if any) is on disk; raise its error."""
+    """Wait until the checkpoint being written in the background (if any) is on disk (raise its error),
+    then apply checkpoint.keep_last to it."""
     if cfg.update.launcher == "in_process":
         res = _RESIDENTS.get(str(run.root.resolve()))
         if res is not None:
             res.flush()
-        return
-    from thinking_seeds.pipeline.trainer_client import held_trainer
+    else:
+        from thinking_seeds.pipeline.trainer_client import held_trainer
 
-    t = held_trainer(run, cfg)
-    if t is not None and t.file is not None:
-        t.job({"op": "flush"}, "checkpoint write")
+        t = held_trainer(run, cfg)
+        if t is not None and t.file is not None:
+            t.job({"op": "flush"}, "checkpoint write")
+    prune_checkpoints(run, cfg)
+
+
+def prune_checkpoints(run: RunDir, cfg: RunConfig) -> list[int]:
+    """checkpoint.keep_last relative to the newest complete checkpoint (store/retention.py): that one,
+    the base of any replay, is always kept."""
+    keep = cfg.checkpoint
+    if keep.keep_last is None:
+        return []
+    from thinking_seeds.store.retention import prune_policies
+
+    newest = max(checkpoint_steps(run), default=0)
+    return prune_policies(run.policy_root, newest, keep.keep_last, keep.keep_every, run.file_hash)
 
 
 def forget_run(run: RunDir) -> None:

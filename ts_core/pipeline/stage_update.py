@@ -16,6 +16,7 @@ from thinking_seeds.pipeline.policy_chain import (
     held_policy,
     memory_handoff,
     policy_id,
+    prune_checkpoints,
     run_job,
 )
 from thinking_seeds.pipeline.session import Session, Timer
@@ -58,12 +59,7 @@ def update(s: Session, k: int) -> Manifest:
         m.outputs["policy"] = run.rel(out)  # no hash: the write may still run (policy_chain.update_output_ok)
     m.hashes["update"] = metrics_digest(metrics)
     if cfg.checkpoint.keep_last is not None:  # relative to the newest complete checkpoint: older steps may go
-        from thinking_seeds.pipeline.policy_chain import checkpoint_steps
-        from thinking_seeds.store.retention import prune_policies
-
-        keep, newest = cfg.checkpoint, max(checkpoint_steps(run), default=0)
-        pruned = prune_policies(run.policy_root, newest, keep.keep_last, keep.keep_every, run.file_hash)
-        metrics["checkpoint/pruned"] = float(len(pruned))
+        metrics["checkpoint/pruned"] = float(len(prune_checkpoints(run, cfg)))
     m.metrics = metrics
     m.seconds = t.seconds
     return m
