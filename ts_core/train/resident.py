@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from pathlib import Path
 
 from thinking_seeds.config import load_saved_config
@@ -134,8 +135,10 @@ class Resident:
 
     def save(self, job: dict, cfg, metrics: dict) -> None:
         """θ of the chain's end (with its AdamW state) to out_root/step_N, from CPU copies taken now."""
+        t0 = time.perf_counter()
         st, step = self.state, job["chain"][-1]["step"]
-        extra = {"metrics": metrics, "config_hash": cfg.config_hash(), "policy_id": self.held[0]}
+        # A copy: the caller goes on adding to `metrics` while the background thread writes `extra`.
+        extra = {"metrics": dict(metrics), "config_hash": cfg.config_hash(), "policy_id": self.held[0]}
         self.writer.wait()  # the copies are taken after the previous write: at most one set in memory
         if job["save"] != "background":  # written now, from the model itself (LoRA adapters too)
             st.model.eval()
@@ -147,16 +150,13 @@ class Resident:
             finally:
                 st.model.train()
                 st.model.config.use_cache = False
+            metrics["perf/save_s"] = time.perf_counter() - t0  # on the critical path
             return
-        model, optimizer, tok, root = (
-            FrozenModel(st.model),
-            snapshot_optimizer(st.optimizer),
-            st.tok,
-            Path(job["out_root"]),
-        )
+        model, optimizer, tok, root = FrozenModel(st.model), snapshot_optimizer(st.optimizer), st.tok, Path(job["out_root"])
         self.writer.submit(
             lambda: save_checkpoint(model, tok, root, step, extra, optimizer=optimizer, overwrite=True), background=True
         )
+        metrics["perf/save_s"] = time.perf_counter() - t0  # the wait for the last write and the CPU copies
 
     def weights(self) -> dict:
         """The held θ's tensors (the trainer's own, not a copy: the next update changes them in place)."""
