@@ -152,7 +152,8 @@ class Resident:
                 st.model.config.use_cache = False
             metrics["perf/save_s"] = time.perf_counter() - t0  # on the critical path
             return
-        model, optimizer, tok, root = FrozenModel(st.model), snapshot_optimizer(st.optimizer), st.tok, Path(job["out_root"])
+        model, optimizer = FrozenModel(st.model), snapshot_optimizer(st.optimizer)
+        tok, root = st.tok, Path(job["out_root"])
         self.writer.submit(
             lambda: save_checkpoint(model, tok, root, step, extra, optimizer=optimizer, overwrite=True), background=True
         )
