@@ -69,7 +69,7 @@ def test_explicit_cpu_device_runs(tmp_path, tiny_overrides):
     try:
         eng = s.engine()
         assert eng.device == torch.device("cpu") and next(eng.model.parameters()).dtype == torch.float32
-        m = update(s, 0)
+        m = update_done(s, 0)
     finally:
         s.close()
     assert math.isfinite(m.metrics["actor/pg_loss"]) and "actor/engine_logprob_diff/max" not in m.metrics
