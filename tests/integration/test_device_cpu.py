@@ -18,7 +18,6 @@ from safetensors.torch import load_file
 from tests.helpers import REPO
 from tests.helpers.update_run import DEVICE_UPDATE, update_done, verified_session
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.pipeline.stage_update import update
 
 # --- nothing assumes a device at import ---------------------------------------------------------
 
