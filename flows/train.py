@@ -31,6 +31,7 @@ from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.flows.cli.output import evaluation_line
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.loop import summary
+from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run
 from thinking_seeds.pipeline.resume import continued_config, record_extension
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import drop_session
@@ -158,8 +159,10 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 ev = stage(evaluate_task, k, theta)  # held-out accuracy of θ_{k+1}
                 report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
                 bar.iteration_done(k)
+        flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
     finally:
         drop_ahead(run)
+        forget_run(run)  # this process's in-memory policies of the run
         drop_session(run)  # the stage tasks' shared Session
         # the run's persistent trainer (update.launcher=accelerate), if one was started (Ctrl-C: terminated now)
         close_trainers(at_once=sys.exc_info()[0] is KeyboardInterrupt)

@@ -30,6 +30,7 @@ from safetensors.torch import load_file
 
 from tests.helpers.resume import _same_state, _state, kill_and_resume
 from tests.helpers.tiny import MOVING, TINY_RUN_ID
+from tests.helpers.update_run import update_done
 from thinking_seeds.config import load_config, save_config
 from thinking_seeds.pipeline.loop import train
 from thinking_seeds.pipeline.session import Session
@@ -108,12 +109,12 @@ def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
     # The next update (the same stage again, as a resumed run would) launches a fresh trainer.
     again, c1 = _copy(run, cfg, tmp_path / "again", launcher="accelerate")
     try:
-        m = update(Session(again, c1), 0)
+        m = update_done(Session(again, c1), 0)
     finally:
         close_trainers()
     assert m.metrics["perf/trainer_reloaded"] == 1.0
     ref, c0 = _copy(run, cfg, tmp_path / "ref", launcher="in_process")
-    update(Session(ref, c0), 0)
+    update_done(Session(ref, c0), 0)
     got, want = (load_file(str(r.policy(1) / "model.safetensors")) for r in (again, ref))
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)

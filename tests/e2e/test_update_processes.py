@@ -29,9 +29,8 @@ from safetensors.torch import load_file
 
 from tests.helpers import RESUME_DRIVER
 from tests.helpers.procs import procs_with
-from tests.helpers.update_run import DEVICE_UPDATE, update_copy, verified_session
+from tests.helpers.update_run import DEVICE_UPDATE, update_copy, update_done, verified_session
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.pipeline.stage_update import update
 from thinking_seeds.pipeline.trainer_client import close_trainers
 
 pytestmark = pytest.mark.slow
@@ -77,7 +76,7 @@ def test_bf16_under_accelerate_launch_on_cpu(tmp_path, tiny_overrides, launcher)
     )
     s.close()
     try:
-        m = update(Session(run, cfg), 0)
+        m = update_done(Session(run, cfg), 0)
     finally:
         close_trainers()
     assert all(math.isfinite(v) for v in m.metrics.values()), m.metrics

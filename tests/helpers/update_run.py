@@ -50,6 +50,16 @@ def make_verified_run(base: Path, tiny_overrides: list[str]) -> tuple[RunDir, ob
     return run, cfg
 
 
+def update_done(s: Session, k: int):
+    """The update stage k with its background checkpoint on disk (the loop waits for it at the next
+    snapshot or the run's end; a test reading θ_{k+1}'s files right after the stage waits here)."""
+    from thinking_seeds.pipeline.policy_chain import flush_checkpoints
+
+    m = update(s, k)
+    flush_checkpoints(s.run, s.cfg)
+    return m
+
+
 def update_copy(run: RunDir, cfg, tmp_path, name: str, launcher: str, n: int) -> tuple[dict[str, torch.Tensor], dict]:
     """θ_1 (name -> tensor) and the update's metrics, from a copy of the run updated by `launcher`."""
     dst = RunDir(tmp_path / name / run.run_id)
@@ -57,7 +67,7 @@ def update_copy(run: RunDir, cfg, tmp_path, name: str, launcher: str, n: int) ->
     c = cfg.model_copy(deep=True)
     c.update.launcher, c.update.num_processes = launcher, n
     try:
-        m = update(Session(dst, c), 0)
+        m = update_done(Session(dst, c), 0)
     finally:
         close_trainers()  # launcher=accelerate: the copy's persistent trainer
     assert m.outputs["policy"] == "policy/step_000001"

@@ -16,9 +16,8 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import REPO
-from tests.helpers.update_run import DEVICE_UPDATE, verified_session
+from tests.helpers.update_run import DEVICE_UPDATE, update_done, verified_session
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.pipeline.stage_update import update
 
 # --- nothing assumes a device at import ---------------------------------------------------------
 
@@ -69,7 +68,7 @@ def test_explicit_cpu_device_runs(tmp_path, tiny_overrides):
     try:
         eng = s.engine()
         assert eng.device == torch.device("cpu") and next(eng.model.parameters()).dtype == torch.float32
-        m = update(s, 0)
+        m = update_done(s, 0)
     finally:
         s.close()
     assert math.isfinite(m.metrics["actor/pg_loss"]) and "actor/engine_logprob_diff/max" not in m.metrics
@@ -132,7 +131,7 @@ def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
     assert means["actor/pg_clipfrac/on_policy"] == 0.0 and means["actor/pg_clipfrac/continuation"] == 0.0
 
     # The whole update stage: finite, the masters stay fp32 on disk, the optimizer state too.
-    m = update(Session(run, cfg), 0)
+    m = update_done(Session(run, cfg), 0)
     assert all(math.isfinite(v) for v in m.metrics.values()), m.metrics
     assert m.metrics["actor/engine_logprob_diff/max"] > 0
     w = load_file(str(run.policy(1) / "model.safetensors"))

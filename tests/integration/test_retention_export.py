@@ -22,6 +22,7 @@ SMALL = [
     "eval.seeded=false",
     "algorithm=grpo",
     "rollout.seeds_per_group=0",
+    "checkpoint.every=1",  # every step written: what retention bounds
 ]
 
 

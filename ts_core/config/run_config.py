@@ -46,6 +46,7 @@ _HASH_ALWAYS_OUT = (
     ("reward", "workers"),
     ("update", "main_process_ip"),
     ("update", "main_process_port"),
+    ("checkpoint", "every"),  # where θ is kept between updates (memory or disk), not what it is
 )
 _HASH_OUT_AT_DEFAULT = {
     ("update", "mixed_precision"): "no",
@@ -236,7 +237,10 @@ class RunConfig(_Section):
             raise ValueError(
                 f"algorithm={self.algorithm} mixes whole trajectories: prefix.ratio_min and ratio_max must be 1.0"
             )
-        if self.algorithm in ("thinking_seeds", "thinking_seeds_adaptive", "prefix_context") and self.prefix.ratio_max >= 1.0:
+        if (
+            self.algorithm in ("thinking_seeds", "thinking_seeds_adaptive", "prefix_context")
+            and self.prefix.ratio_max >= 1.0
+        ):
             raise ValueError(
                 f"algorithm={self.algorithm} continues a prefix: "
                 "prefix.ratio_max must be < 1.0 (use seq_mix for whole trajectories)"

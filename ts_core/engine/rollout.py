@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from thinking_seeds.engine.lora import is_adapter, merged_state_dict
+from thinking_seeds.store import live_weights
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,13 @@ class HFEngine:
     def load_weights(self, checkpoint_dir: str | Path) -> None:
         """Swap in another checkpoint's weights (same architecture) without rebuilding the model."""
         checkpoint_dir = Path(checkpoint_dir)
+        live = live_weights.lookup(checkpoint_dir)
+        if live is not None:  # θ handed over by the trainer (store/live_weights.py): no file is read
+            tag = f"live|{checkpoint_dir}|{live.policy_id}"
+            if self.loaded_from != tag:
+                self._load_state(live.state, checkpoint_dir)
+                self.loaded_from = tag
+            return
         files = [f for f in sorted(checkpoint_dir.glob("*.safetensors")) if f.name != "optimizer.safetensors"]
         # Identity of the weights on disk, not just the path: a re-run may rewrite a directory.
         tag = str(checkpoint_dir) + "|" + ",".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
@@ -256,6 +264,10 @@ class HFEngine:
             state = {k: v for f in files for k, v in load_file(str(f), device=str(self.device)).items()}
         if not state:
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
+        self._load_state(state, checkpoint_dir)
+        self.loaded_from = tag
+
+    def _load_state(self, state: dict, checkpoint_dir: Path) -> None:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         # Tied embeddings are saved once; anything else missing means another architecture.
         missing = [k for k in missing if "lm_head" not in k]
@@ -264,7 +276,6 @@ class HFEngine:
                 f"checkpoint {checkpoint_dir} does not fit the engine's model: "
                 f"missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
-        self.loaded_from = tag
 
     def set_model(self, model, tag: str | None = None) -> None:
         """Generate with an in-memory model (e.g. the policy right after an update)."""

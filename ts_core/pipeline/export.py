@@ -75,8 +75,12 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
     step = steps[-1] if step is None else step
     src = run.policy(step)
     if not src.is_dir():
-        why = "was pruned by checkpoint.keep_last" if is_pruned(src) else "does not exist"
-        raise ExportError(f"policy step {step} of run {run.run_id} {why}; steps on disk: {steps}")
+        why = (
+            "was pruned by checkpoint.keep_last"
+            if is_pruned(src)
+            else "has no checkpoint (θ is written every checkpoint.every iterations, at pool snapshots and at the end)"
+        )
+        raise ExportError(f"policy step {step} of run {run.run_id} {why}; steps with a checkpoint: {steps}")
     verified(src)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):

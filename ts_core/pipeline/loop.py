@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
+from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run, update_output_ok
 from thinking_seeds.pipeline.resume import continued_config, record_extension
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import Session, close_trackers
@@ -57,7 +58,7 @@ def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
     """
     upstream = s.run.upstream_digests(upstream_of(stage, k))
     done = s.run.completed(k, stage, s.cfg.config_hash(), upstream)
-    if done is not None:
+    if done is not None and (stage != "update" or update_output_ok(s.run, done, k)):
         return Outcome(done, skipped=True)
     m = STAGE_FUNCS[stage](s, k)
     m.upstream = upstream
@@ -123,8 +124,10 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
                     m = update_outcome(s, k).manifest if stage == "update" else run_stage(s, stage, k)
                     if on_stage:
                         on_stage(k, stage, m)
+            flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
         finally:
             drop_ahead(run)
+            forget_run(run)
             s.close()
             close_trackers()
             # the persistent trainer of update.launcher=accelerate, if one was started (Ctrl-C: terminated now)

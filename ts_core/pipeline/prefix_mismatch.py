@@ -27,13 +27,20 @@ from thinking_seeds.engine.models import resolve_device
 from thinking_seeds.engine.scoring import score_responses
 from thinking_seeds.pipeline.rows import RolloutRow
 from thinking_seeds.pipeline.session import Session
+from thinking_seeds.store import live_weights
 
 
 def _trainer_logprobs(s: Session, path, rows: list[RolloutRow]) -> list[list[float]]:
     """log π(prefix tokens) under the checkpoint at `path`, in the trainer's numerics."""
     cfg = s.cfg
     device = resolve_device(cfg.device)
-    model, tok = load_policy(path, cfg.model.dtype, cfg.model.lora)
+    live = live_weights.lookup(path)
+    if live is not None:  # θ_k between checkpoints (checkpoint.every): the trainer's weights, held in memory
+        model, tok = load_policy(s.run.policy(0), cfg.model.dtype, cfg.model.lora)
+        model.load_state_dict(live.state, strict=False)
+        model.tie_weights()
+    else:
+        model, tok = load_policy(path, cfg.model.dtype, cfg.model.lora)
     model.to(device).eval()
     bf16 = cfg.update.mixed_precision == "bf16"
     amp = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
@@ -62,7 +69,7 @@ def prefix_mismatch(s: Session, k: int, rows: list[RolloutRow]) -> dict[str, flo
         return {}
     _, members = s.pool_members(k)
     paths = {c.step: c.path for c in members}
-    paths.setdefault(k, s.run.policy(k))  # iteration 0: θ_0 writes its own seeds
+    paths.setdefault(k, s.policy(k))  # iteration 0: θ_0 writes its own seeds
     by_source: dict[int, list[int]] = defaultdict(list)
     for i, r in enumerate(seeded):
         by_source[r.source_step].append(i)
@@ -70,7 +77,7 @@ def prefix_mismatch(s: Session, k: int, rows: list[RolloutRow]) -> dict[str, flo
     for step, idx in sorted(by_source.items()):
         for i, lp in zip(idx, _trainer_logprobs(s, paths[step], [seeded[i] for i in idx]), strict=True):
             h_lp[i] = lp
-    theta_lp = _trainer_logprobs(s, s.run.policy(k), seeded)
+    theta_lp = _trainer_logprobs(s, s.policy(k), seeded)
     metrics: dict[str, float] = {}
     by_age: dict[int, list[int]] = defaultdict(list)
     for i, r in enumerate(seeded):

@@ -38,6 +38,7 @@ class Ahead:
     rows: list[PrefixRow]
     members: Fingerprint
     seconds: dict[str, float]
+    banked: bool = False  # drafted with an earlier iteration's seeds (pipeline.seeds_block): no seconds here
 
 
 _AHEAD: dict[tuple[str, int, str], Ahead] = {}
@@ -75,6 +76,11 @@ def _key(s: Session, k: int) -> tuple[str, int, str]:
 def put_ahead(s: Session, k: int, ahead: Ahead) -> None:
     with _LOCK:
         _AHEAD[_key(s, k)] = ahead
+
+
+def has_ahead(s: Session, k: int) -> bool:
+    with _LOCK:
+        return _key(s, k) in _AHEAD
 
 
 def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | None:

@@ -145,6 +145,13 @@ class Session:
     def _load_engine(self):
         return build_engine(self.run.policy(0), self.cfg)
 
+    def policy(self, step: int) -> Path:
+        """θ_step for the engine: its checkpoint's path, whose weights the engine takes from memory when
+        the trainer handed them over (pipeline/policy_chain.py), replayed if neither is here."""
+        from thinking_seeds.pipeline.policy_chain import ensure_policy
+
+        return ensure_policy(self.run, self.cfg, step)
+
     def use_weights(self, ckpt: Path, timer: Timer | None = None) -> None:
         eng = self.engine(timer)
         with (timer or Timer())("weight_swap"):

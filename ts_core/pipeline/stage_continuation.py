@@ -102,7 +102,7 @@ def sample_groups(
                 gen_rows.append(len(rows) - 1)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=seed, feed_context=True)
     # Sharded by rollout.batch_size: this process's engine, or the Ray rollout workers (Session.generate).
-    gens = s.generate(run.policy(k), ctx, params, max_new=caps, timer=t)
+    gens = s.generate(s.policy(k), ctx, params, max_new=caps, timer=t)
     finished: dict[int, bool] = {}
     for i, g in zip(gen_rows, gens, strict=True):
         r = rows[i]

@@ -44,7 +44,7 @@ def evaluate_policy(
     """
     cfg = s.cfg
     t = t or Timer()
-    s.use_weights(s.run.policy(step), t)
+    s.use_weights(s.policy(step), t)
     prompts = s.prompts(cfg.eval.split)[: cfg.eval.prompts]
     with t("generation"):
         res = evaluate_prompts(
@@ -102,7 +102,7 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
                 pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
                 L = seed_length(g.token_ids, g.finished, plan[j][2], cfg.prefix.ratio_of, T, cfg.prefix.cut, pieces)
                 drafts[j] = g.token_ids[:L]
-    s.use_weights(s.run.policy(step), t)
+    s.use_weights(s.policy(step), t)
     with t("generation"):
         res = evaluate_prompts(
             s.engine(t),

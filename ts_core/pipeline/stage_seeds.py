@@ -20,7 +20,7 @@ from thinking_seeds.engine.models import encode_prompt
 from thinking_seeds.engine.rollout import SamplingParams
 from thinking_seeds.pipeline.graph import stage_seed
 from thinking_seeds.pipeline.rows import PrefixRow, write_rows
-from thinking_seeds.pipeline.seeds_ahead import Ahead, fingerprint, put_ahead, take_ahead
+from thinking_seeds.pipeline.seeds_ahead import Ahead, fingerprint, has_ahead, put_ahead, take_ahead
 from thinking_seeds.pipeline.session import Session, Timer, mean
 from thinking_seeds.store.checkpoints import CheckpointInfo
 from thinking_seeds.store.historical_pool import HistoricalPool
@@ -58,7 +58,9 @@ def seeds(s: Session, k: int) -> Manifest:
         "seeds/mean_prefix_len": sum(lens) / max(1, len(lens)),
         "seeds/draft_reward": mean(r.draft_reward for r in rows if r.draft_reward is not None),
     }
-    if ahead is not None:  # its seconds (same names: the same work) were spent beside update k-1
+    if ahead is not None and ahead.banked:  # drafted with an earlier iteration's (pipeline.seeds_block)
+        m.metrics["perf/seeds_banked"] = 1.0
+    elif ahead is not None:  # its seconds (same names: the same work) were spent beside update k-1
         m.metrics["perf/seeds_ahead"] = 1.0
     m.seconds = t.seconds
     return m
@@ -76,12 +78,14 @@ def draft_ahead(s: Session, k: int) -> bool:
         return False
     if cfg.prefix.when == "on_failure":  # θ_k's own probe picks the prompts: nothing to draft before it exists
         return False
+    if has_ahead(s, k):  # drafted already, with an earlier iteration's block (pipeline.seeds_block)
+        return True
     try:
         pool, members = s.pool_members(k)
         if not members:
             return False
         t = Timer()
-        rows = historical_rows(s, k, pool, members, t)
+        rows = historical_rows(s, k, pool, members, t)  # with pipeline.seeds_block: the block's too
         put_ahead(s, k, Ahead(rows, fingerprint(members), t.seconds))
         return True
     except Exception as e:  # the stage samples them again and reports its own error
@@ -122,6 +126,21 @@ def prefixes_for(s: Session, k: int, prompts: list[Prompt], tag: str, t: Timer) 
     return historical_rows(s, k, pool, members, t, prompts=prompts, tag=tag)
 
 
+def seed_block(s: Session, k: int) -> list[int]:
+    """The iterations whose seeds are drafted together with k's (pipeline.seeds_block): k and the next
+    ones while the pool stays what it is at k (no snapshot joins it: snapshot j is historical from j+1
+    on) and their seeds are still to write. θ_0 writing its own seeds (an empty pool) drafts alone."""
+    cfg, ks = s.cfg, [k]
+    if not s.pool_members(k)[1]:
+        return ks
+    while len(ks) < cfg.pipeline.seeds_block and ks[-1] % cfg.pool.snapshot_every != 0:
+        j = ks[-1] + 1
+        if j >= cfg.iterations or s.run.manifest_path(j, "seeds").exists() or has_ahead(s, j):
+            break
+        ks.append(j)
+    return ks
+
+
 def historical_rows(
     s: Session,
     k: int,
@@ -134,8 +153,51 @@ def historical_rows(
     """Pool `members` write drafts (one engine call per member over all prompts, or one for all of them
     with rollout.lora_requests), scored, then cut at
     λ; with prefix.ratio_of=budget each draft stops at its cut and is not scored. `prompts` (default:
-    the iteration's) and `tag` (default '': the seeds stage's own seeds) serve prefixes_for."""
-    cfg, run, tok = s.cfg, s.run, s.tokenizer
+    the iteration's) and `tag` (default '': the seeds stage's own seeds) serve prefixes_for, which
+    drafts for one iteration alone. With pipeline.seeds_block the seeds stage's own call drafts the
+    seeds of the next iterations of the block too and keeps them for their seeds stages (`put_ahead`)."""
+    if prompts is not None or tag:
+        return block_rows(s, [k], pool, members, t, prompts=prompts, tag=tag)[k]
+    ks = seed_block(s, k)
+    rows = block_rows(s, ks, pool, members, t)
+    for j in ks[1:]:
+        put_ahead(s, j, Ahead(rows[j], fingerprint(members), {}, banked=True))
+    return rows[k]
+
+
+def block_rows(
+    s: Session,
+    ks: list[int],
+    pool: HistoricalPool,
+    members: list[CheckpointInfo],
+    t: Timer,
+    prompts: list[Prompt] | None = None,
+    tag: str = "",
+) -> dict[int, list[PrefixRow]]:
+    """The seed rows of iterations `ks` (one pool): every (member, iteration) call as each iteration
+    alone makes it (its own contexts, shards and seeds: the same samples), ordered by member so the
+    engine loads each member's weights once for the whole block."""
+    plans = {j: _plan(s, j, pool, members, prompts, tag) for j in ks}
+    calls = [(step, j, call) for j in ks for step, call in plans[j][1]]
+    calls.sort(key=lambda c: (c[0], c[1]))  # member first: consecutive calls share its weights
+    # Sharded by rollout.batch_size (Session.generate_many): one weight swap and call per member, on this
+    # process's engine or the Ray rollout workers; or, vLLM serving LoRA adapters per request, ONE call.
+    gens = s.generate_many([c for _, _, c in calls], timer=t)
+    out: dict[tuple[int, int], list] = {(step, j): g for (step, j, _), g in zip(calls, gens, strict=True)}
+    return {j: _rows(s, j, plans[j][0], plans[j][2], out, t) for j in ks}
+
+
+def _plan(
+    s: Session,
+    k: int,
+    pool: HistoricalPool,
+    members: list[CheckpointInfo],
+    prompts: list[Prompt] | None = None,
+    tag: str = "",
+):
+    """Iteration k's draws (prompt, seed index, source step, λ) in their seeded order, its engine
+    calls by source step, and the plan's row indices per source."""
+    cfg, tok = s.cfg, s.tokenizer
     prompts = s.iteration_prompts(k) if prompts is None else prompts
     n_drafts = _drafts_per_prompt(s)
     budget = cfg.prefix.ratio_of == "budget"
@@ -143,7 +205,7 @@ def historical_rows(
     rng = random.Random(stage_seed(cfg, k, "seeds" + tag))
     # Before the first snapshot is historical (iteration 0), θ_0 itself writes the seeds:
     # its ratio π_θ/π_h is exactly 1 there, so the group keeps its shape for every method.
-    sources = {c.step: c.path for c in members} or {k: run.policy(k)}
+    sources = {c.step: c.path for c in members} or {k: s.policy(k)}
     plan = []  # (prompt, seed index, source step, λ); the draws' order is part of the seed
     for p in prompts:
         for j in range(n_drafts):
@@ -152,20 +214,23 @@ def historical_rows(
     by_source: dict[int, list[int]] = defaultdict(list)
     for i, (_, _, step, _) in enumerate(plan):
         by_source[step].append(i)
-    order = sorted(by_source.items())
     calls = []  # one per pool member: (checkpoint, contexts, params with its own seed, max_new)
-    for step, idx in order:
+    for step, idx in sorted(by_source.items()):
         ctx = [encode_prompt(tok, plan[i][0].chat()) for i in idx]
         seed = stage_seed(cfg, k, f"seeds/{step}{tag}")
         params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=seed)
         # ratio_of=budget: each draft stops at its cut; the tokens before it are the same samples.
         caps = [budget_tokens(plan[i][3], T) for i in idx] if budget else None
-        calls.append((sources[step], ctx, params, caps))
-    # Sharded by rollout.batch_size (Session.generate_many): one weight swap and call per member, on this
-    # process's engine or the Ray rollout workers; or, vLLM serving LoRA adapters per request, ONE call.
+        calls.append((step, (sources[step], ctx, params, caps)))
+    return plan, calls, dict(by_source)
+
+
+def _rows(s: Session, k: int, plan: list, by_source: dict, gens: dict, t: Timer) -> list[PrefixRow]:
+    cfg, tok = s.cfg, s.tokenizer
+    T, budget = cfg.rollout.max_new_tokens, cfg.prefix.ratio_of == "budget"
     drafts: dict[int, object] = {}
-    for (_, idx), gens in zip(order, s.generate_many(calls, timer=t), strict=True):
-        for i, g in zip(idx, gens, strict=True):
+    for step, idx in by_source.items():
+        for i, g in zip(idx, gens[(step, k)], strict=True):
             drafts[i] = g
     rewards: list[float | None] = [None] * len(plan)  # ratio_of=budget: no draft has its end
     if not budget:

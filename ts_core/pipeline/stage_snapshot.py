@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from thinking_seeds.pipeline.policy_chain import flush_checkpoints
 from thinking_seeds.pipeline.session import Session, Timer
 from thinking_seeds.store.checkpoints import snapshot_checkpoint, verify_checkpoint
 from thinking_seeds.store.manifest import Manifest
@@ -15,6 +16,8 @@ def snapshot(s: Session, k: int) -> Manifest:
     if k % cfg.pool.snapshot_every == 0:
         dst = run.pool_root / f"step_{k:06d}"
         if not (dst / "manifest.json").exists():
+            with t("checkpoint_wait"):  # θ_k's checkpoint (always due at a snapshot) may still be written
+                flush_checkpoints(run, cfg)
             with t("io"):
                 snapshot_checkpoint(run.policy(k), run.pool_root, k, extra={"iteration": k})
         verify_checkpoint(dst)

@@ -10,6 +10,7 @@ a stage whose outputs are intact; the plain loop and the Prefect tasks both go t
     rows.py             PrefixRow, RolloutRow: the Parquet tables the stages hand each other
     update_launcher.py  the update through `accelerate launch` (the command; one launch per update)
     trainer_client.py   the run's persistent trainer: launched once, sent every update (a socket)
+    policy_chain.py     where θ_k is (memory or a checkpoint), its identity, the replay that brings it back
     stage_*.py          prepare, snapshot, seeds, continuation, verify, update, evaluate
     adaptive_seeding.py seeds and continuation with prefix.when=on_failure (else the plain bodies)
 """

@@ -4,9 +4,10 @@
 thinking_seeds.train.trainer_server` when the run starts (`prelaunch_trainer`, right after prepare:
 it starts while θ_0 is evaluated and iteration 0 samples; else the first update stage of the run
 launches it), in this process, and sends it every update of the run as one JSON line over a Unix
-socket; the answer is one JSON line with the metrics. The
-stage itself is unchanged: the trainer writes θ_{k+1} to `policy/step_<k+1>/`, the update stage
-verifies it and writes the manifest, so resume works as with the other launchers.
+socket (a chain of updates: pipeline/policy_chain.py); the answer is one JSON line with the
+metrics, followed by θ_{k+1}'s tensors' bytes when the engine takes them from memory
+(`receive_weights`). The trainer writes `policy/step_<k+1>/` itself at checkpoint steps; the update
+stage writes the manifest, so resume works as with the other launchers.
 
 Why a socket the pipeline listens on: the pipeline learns of a dead trainer at once (EOF) and the
 trainer of a dead pipeline (EOF); a file queue would need polling and leases on both sides. The
@@ -21,7 +22,7 @@ has a deadline (`START_TIMEOUT_S`); a job has none, since an update may legitima
 a trainer that dies in it is reported within `POLL_S`, and one hung in a collective raises there
 after the trainer's collective timeout (30 minutes, trainer_server.py) and exits. After any failure
 the handle is dropped, so the next update (a retry, or the resumed run) launches a fresh trainer,
-which reloads θ_k from disk.
+which reloads the newest checkpoint and replays the updates since.
 
 A group across machines (update.num_machines > 1): this launch is machine rank 0; every other
 machine runs `ts trainer-node` (`join_trainer_group`: the same launch from the run's config.yaml with
@@ -92,6 +93,7 @@ class PersistentTrainer:
 
     def __init__(self, run: RunDir, cfg: RunConfig):
         self.key = _key(run, cfg)
+        self.held_id: str | None = None  # the policy the trainer holds (pipeline/policy_chain.py), once known
         self.machines, self.run_id = cfg.update.num_machines, run.run_id
         self.lock = threading.Lock()
         self.conn: socket.socket | None = None
@@ -184,31 +186,43 @@ class PersistentTrainer:
             self._ready()
         return self
 
-    def update(self, run: RunDir, k: int, ref: Path | None) -> dict:
-        """θ_k + rollouts_k -> θ_{k+1} in the trainer; its metrics. TrainerDied / ValueError on failure."""
-        job = {
-            "op": "update",
-            "policy": str(run.policy(k)),
-            "rollouts": str(run.rollouts(k)),
-            "out_root": str(run.policy_root),
-            "step": k + 1,
-            "config": str(run.config_path),
-            "ref": str(ref) if ref is not None else None,
-        }
+    def job(self, job: dict, what: str) -> dict:
+        """One job (pipeline/policy_chain.py: an update chain, or a flush); the answer. TrainerDied /
+        ValueError on failure. A handed-over θ is read from shared memory here and its file removed."""
         with self.lock:
             self._ready()
             try:
                 self.file.write(json.dumps(job).encode() + b"\n")
                 self.file.flush()
             except OSError as e:
-                raise self._died(f"could not take the update of iteration {k} ({e})") from e
-            answer = self._read(f"died in the update of iteration {k}")
+                raise self._died(f"could not take the {what} ({e})") from e
+            answer = self._read(f"died in the {what}")
+            if answer.get("ok") and answer.get("weights"):
+                answer["weights"] = self.receive_weights(answer["weights"], what)
         if answer.get("ok"):
-            return answer["metrics"]
-        msg = f"update of iteration {k} failed in the persistent trainer: {answer['type']}: {answer['error']}"
+            return answer
+        msg = f"{what} failed in the persistent trainer: {answer['type']}: {answer['error']}"
         if answer["type"] in ("ValueError", "ConfigError", "DataError", "CheckpointError", "ModelError"):
             raise ValueError(msg)  # a mistake the user can fix: one line (flows/cli/errors.py)
         raise RuntimeError(f"{msg}\n{answer['traceback']}")
+
+    def receive_weights(self, header: list, what: str) -> dict:
+        """θ's tensors, whose bytes follow the answer line (trainer_server.send_weights), read straight
+        into tensors of this process: the hand-over that measured faster than /dev/shm
+        (bench/weight_handoff.py)."""
+        import torch
+
+        out = {}
+        for name, dtype, shape in header:
+            t = torch.empty(shape, dtype=getattr(torch, dtype))
+            buf, got = memoryview(t.view(torch.uint8).numpy()).cast("B"), 0
+            while got < len(buf):
+                n = self.file.readinto(buf[got:])
+                if not n:
+                    raise self._died(f"{what}: its socket closed while sending θ")
+                got += n
+            out[name] = t
+        return out
 
     def close(self, at_once: bool = False) -> None:
         """Ask the trainer to stop, wait for it (then terminate, then kill), remove the socket's folder.
@@ -325,14 +339,20 @@ def close_trainers(at_once: bool = False) -> None:
     _TRAINERS.clear()
 
 
-def persistent_update(run: RunDir, cfg: RunConfig, k: int, ref: Path | None) -> dict:
-    """The update of iteration k in the run's persistent trainer; any failure drops the trainer."""
+def persistent_job(run: RunDir, cfg: RunConfig, job: dict, what: str) -> dict:
+    """One job in the run's persistent trainer (launched if needed); any failure drops the trainer."""
     t = trainer_for(run, cfg)
     try:
-        return t.update(run, k, ref)
+        return t.job(job, what)
     except (ValueError, TrainerDied, RuntimeError):
         drop_trainer(t, at_once=False)  # it answered an error and is exiting, or it is gone already
         raise
     except BaseException:
         drop_trainer(t)  # Ctrl-C, or anything else in the middle of an update: stop it now
         raise
+
+
+def held_trainer(run: RunDir, cfg: RunConfig) -> PersistentTrainer | None:
+    """The run's live persistent trainer in this process, if there is one (nothing is launched)."""
+    t = _TRAINERS.get(_key(run, cfg))
+    return t if t is not None and t.alive() else None

@@ -21,6 +21,7 @@ picks seed writers `store.historical_pool`. transformers is imported lazily.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -44,7 +45,7 @@ from thinking_seeds.store.checkpoint_format import (
     read_manifest,
     rebuild_hint,
 )
-from thinking_seeds.store.optimizer_state import save_optimizer_state
+from thinking_seeds.store.optimizer_state import OptimizerSnapshot, save_optimizer_state
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -60,6 +61,8 @@ __all__ = [
     "list_checkpoints",
     "rebuild_hint",
     # defined here
+    "FrozenModel",
+    "cpu_state_dict",
     "load_checkpoint",
     "save_checkpoint",
     "snapshot_checkpoint",
@@ -80,7 +83,7 @@ def save_checkpoint(
     step: int,
     extra: dict | None = None,
     *,
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: torch.optim.Optimizer | OptimizerSnapshot | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write `root/step_{step:06d}/` atomically and return its path.
@@ -93,6 +96,9 @@ def save_checkpoint(
         optimizer: if given, its state is saved as optimizer.safetensors (see save_optimizer_state)
             inside the same atomic directory, hashed like the weights.
         overwrite: replace an existing checkpoint of this step instead of failing.
+
+    A background write passes a `FrozenModel` (CPU copies taken before the model trains on) and an
+    OptimizerSnapshot.
     """
     if not isinstance(step, int) or step < 0:
         raise ValueError(f"save_checkpoint: step must be an int >= 0, got {step!r}")
@@ -126,7 +132,9 @@ def save_checkpoint(
         manifest = {
             "step": step,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "param_count": sum(p.numel() for p in model.parameters()),
+            "param_count": model.param_count
+            if isinstance(model, FrozenModel)
+            else sum(p.numel() for p in model.parameters()),
             "sha256": {p.relative_to(tmp).as_posix(): _sha256(p) for p in files},
             "extra": extra,
         }
@@ -141,6 +149,48 @@ def save_checkpoint(
         raise
     _fsync(root)
     return final
+
+
+def cpu_state_dict(model) -> dict[str, torch.Tensor]:
+    """A CPU copy of the model's state dict, taken now (the model may train on meanwhile). Tensors
+    that share storage (tied embeddings) share their copy too, so save_pretrained sees them tied."""
+    copies: dict[tuple, torch.Tensor] = {}
+    out = {}
+    for name, t in model.state_dict().items():
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+        if key not in copies:
+            copies[key] = t.detach().to("cpu", copy=True)
+        out[name] = copies[key]
+    return out
+
+
+class FrozenModel:
+    """A model as it is now, on the CPU: weights, config and generation config copied, so a background
+    thread can write it (save_checkpoint) while the live model trains on and flips its config."""
+
+    def __init__(self, model) -> None:
+        self.config = copy.deepcopy(model.config)
+        self.config.use_cache = True  # as an eval-mode save writes it (the trainer is in train mode now)
+        gen = getattr(model, "generation_config", None)
+        self.generation_config = copy.deepcopy(gen) if gen is not None else None
+        self.weights = cpu_state_dict(model)
+        self.param_count = sum(p.numel() for p in model.parameters())
+
+    def save_pretrained(self, directory: Path) -> None:
+        """config.json, generation_config.json and model.safetensors (a tensor tied to an earlier one
+        is left out, as save_pretrained does: from_pretrained ties it again)."""
+        from safetensors.torch import save_file
+
+        self.config.save_pretrained(directory)
+        if self.generation_config is not None:
+            self.generation_config.save_pretrained(directory)
+        seen: set[int] = set()
+        unique = {}
+        for name, t in self.weights.items():
+            if id(t) not in seen:
+                seen.add(id(t))
+                unique[name] = t
+        save_file(unique, str(Path(directory) / "model.safetensors"), metadata={"format": "pt"})
 
 
 def snapshot_checkpoint(src: Path, root: Path, step: int, extra: dict | None = None) -> Path:

@@ -7,7 +7,9 @@ moments instead of restarting them.
 
 from __future__ import annotations
 
+import copy
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,36 @@ import torch
 from thinking_seeds.store.atomic import atomic_path
 from thinking_seeds.store.checkpoint_format import CheckpointError
 
-__all__ = ["load_optimizer_state", "save_optimizer_state"]
+__all__ = ["OptimizerSnapshot", "load_optimizer_state", "save_optimizer_state", "snapshot_optimizer"]
 
 _OPTIMIZER_FORMAT = "thinking-seeds/optimizer-v1"
 
 
-def save_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
+@dataclass(frozen=True)
+class OptimizerSnapshot:
+    """An optimizer's state_dict copied to the CPU: what a background checkpoint writes while the live
+    optimizer goes on stepping (`snapshot_optimizer`); save_optimizer_state takes it like an optimizer."""
+
+    name: str
+    sd: dict
+
+    def state_dict(self) -> dict:
+        return self.sd
+
+
+def snapshot_optimizer(optimizer: torch.optim.Optimizer) -> OptimizerSnapshot:
+    """A CPU copy of the optimizer's state, detached from the tensors the next step changes."""
+    sd = optimizer.state_dict()
+    state = {
+        idx: {k: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v for k, v in st.items()}
+        for idx, st in sd["state"].items()
+    }
+    return OptimizerSnapshot(
+        type(optimizer).__name__, {"state": state, "param_groups": copy.deepcopy(sd["param_groups"])}
+    )
+
+
+def save_optimizer_state(optimizer: torch.optim.Optimizer | OptimizerSnapshot, path: Path) -> None:
     """Save optimizer.state_dict() as safetensors (no pickle), atomically.
 
     Per-parameter tensors become `state.{param_index}.{key}` (AdamW: exp_avg, exp_avg_sq, step);
@@ -55,7 +81,7 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, path: Path) -> None:
         ) from e
     metadata = {
         "format": _OPTIMIZER_FORMAT,
-        "optimizer": type(optimizer).__name__,
+        "optimizer": optimizer.name if isinstance(optimizer, OptimizerSnapshot) else type(optimizer).__name__,
         "param_groups": groups,
         "scalar_state": json.dumps(scalars),
     }

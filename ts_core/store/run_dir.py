@@ -3,7 +3,7 @@
     runs/<run_id>/
       config.yaml                       the validated config of the run
       data/{train,validation,test}.parquet
-      policy/step_XXXXXX/               θ_k with optimizer state (written by the update stage)
+      policy/step_XXXXXX/               θ_k with optimizer state, every checkpoint.every steps (update stage)
       checkpoints/step_XXXXXX/          the historical pool's snapshots (weights only)
       corpus/prefixes/iteration=K/prefixes.parquet
       rollouts/iteration=K/{generated,rollouts}.parquet

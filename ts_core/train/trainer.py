@@ -122,9 +122,9 @@ def load_state(
 
 
 def update_state(
-    st: TrainState, rollouts_path: Path, out_root: Path, step: int, cfg: RunConfig, accelerator=None, keep=False
+    st: TrainState, rollouts_path: Path, out_root: Path | None, step: int, cfg: RunConfig, accelerator=None, keep=False
 ) -> dict:
-    """Train `st` on the rollouts and save it as `out_root/step_{step}`; the metrics.
+    """Train `st` on the rollouts and save it as `out_root/step_{step}` (None: no file); the metrics.
 
     keep=True (the persistent trainer): the weights stay on the training device and in train mode
     after the save, ready for the next update; otherwise θ_{k+1} is written from a CPU copy.
@@ -184,15 +184,16 @@ def update_state(
     metrics["perf/load_s"] = t1 - t0  # the rollouts, the π_old recompute, accelerate's prepare
     # keep=True on a GPU: save_pretrained and the optimizer state copy tensors to the host themselves
     # (same bytes), without moving the DDP-wrapped module off its device.
-    save_checkpoint(
-        to_save,
-        tok,
-        Path(out_root),
-        step,
-        extra={"metrics": metrics, "config_hash": cfg.config_hash()},
-        optimizer=optimizer,
-        overwrite=True,
-    )
+    if out_root is not None:  # None: θ_{k+1} stays in memory (train/resident.py writes checkpoints)
+        save_checkpoint(
+            to_save,
+            tok,
+            Path(out_root),
+            step,
+            extra={"metrics": metrics, "config_hash": cfg.config_hash()},
+            optimizer=optimizer,
+            overwrite=True,
+        )
     metrics["perf/save_s"] = time.perf_counter() - t3
     if keep:
         model.train()

@@ -13,35 +13,38 @@ imports, a process group and a model load every iteration (~5 s on the tiny pres
 in-process iteration: BENCHMARKS.md). This process group is started once by the pipeline
 (pipeline/trainer_client.py) and then serves update jobs:
 
-- rank 0 connects to the pipeline's Unix socket `S` and reads one JSON job per line
-  (`{"op": "update", "policy", "rollouts", "out_root", "step", "config", "ref"}` or `{"op": "stop"}`),
-  then broadcasts it to the other ranks (broadcast_object_list: every rank runs the same job);
-  while none comes it broadcasts an idle beat every 30 s, so no rank sits in a collective long
-  enough to hit its timeout (30 minutes: the limit of a hung update);
-- the job runs the very trainer code of the per-update launch (`trainer.update_state`), which writes
-  θ_{k+1} to `policy/step_<k+1>/` exactly as before; rank 0 answers one JSON line with the metrics.
-  The pipeline verifies the checkpoint and writes the stage manifest: the on-disk contract, and so
-  resume, are those of the other launchers.
+- rank 0 connects to the pipeline's Unix socket `S` and reads one JSON job per line (an update
+  job of train/resident.py: a chain of updates from a checkpoint, whether to write the end's
+  checkpoint, whether to hand its weights over; `{"op": "flush"}`: wait for the checkpoint being
+  written; `{"op": "stop"}`), then broadcasts it to the other ranks (broadcast_object_list: every
+  rank runs the same job); while none comes it broadcasts an idle beat every 30 s, so no rank sits in
+  a collective long enough to hit its timeout (30 minutes: the limit of a hung update);
+- the job runs the very trainer code of the per-update launch (`trainer.update_state`); rank 0
+  answers one JSON line with the metrics and, with "handoff", θ_{k+1}'s tensors' bytes right after
+  it on the socket (`send_weights`: the pipeline's engine loads them; no file). On CUDA the hook
+  for IPC handles instead of bytes is `send_weights` / trainer_client.receive_weights. Every
+  `checkpoint.every` iterations θ_{k+1} is also written to `policy/step_<k+1>/` with its AdamW
+  state, from a CPU copy in a background thread (train/resident.py).
 
-Model and AdamW stay in memory between jobs, tagged with the identity of the checkpoint they equal
-(the sha256 of its manifest.json, which hashes every file, plus the config hash and the reference).
-A job whose base checkpoint has another identity -- the first job, a resumed run, a redone stage, a
-checkpoint rewritten under us -- reloads from disk first. Rank 0 decides and broadcasts the decision
-with the job, so every rank reloads or none does. Keeping θ in memory is therefore only ever used
-when it equals the file the per-update launch would have read: the same weights, bit for bit
-(tests/e2e/test_update_processes.py).
+Model and AdamW stay in memory between jobs, tagged with the identity of the policy they are (a
+digest of the run's manifests: pipeline/policy_chain.py) plus the config hash and the reference.
+A job whose chain does not start from what is held -- the first job, a resumed run, a redone stage
+-- loads the chain's base checkpoint and replays the updates since (train/resident.py). Rank 0
+decides and broadcasts the decision with the job, so every rank reloads or none does. Keeping θ in
+memory therefore gives what the per-update launch reading the same checkpoint and rollouts would:
+the same weights, bit for bit (tests/e2e/test_update_processes.py).
 
 Dying: the pipeline going away closes the socket (EOF: rank 0 broadcasts a stop and every rank
 exits) and, for a kill -9 in the middle of an update, PR_SET_PDEATHSIG takes the launcher and its
 workers down (update_launcher._die_with_parent; each worker sets it towards its own parent too), so
-no orphan writes θ_{k+1} behind a resumed run. A failing job answers its error and exits non-zero:
+no orphan writes θ_{k+1} behind a resumed run (on EOF a checkpoint still being written is given up:
+a resumed run replays it; a stop waits for it). A failing job answers its error and exits non-zero:
 a rank that raised alone would leave the others waiting in a collective.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import select
@@ -53,8 +56,7 @@ from pathlib import Path
 
 import torch
 
-from thinking_seeds.config import load_saved_config
-from thinking_seeds.train.trainer import TrainState, load_state, update_state
+from thinking_seeds.train.resident import Resident
 
 # A collective that waits longer than this raises (and the trainer exits, which the pipeline sees): a
 # hung update fails instead of hanging. Idle ranks never wait that long: while no job comes, rank 0
@@ -62,14 +64,6 @@ from thinking_seeds.train.trainer import TrainState, load_state, update_state
 # Both can be set in the environment (seconds), for the tests and for a cluster with slow collectives.
 COLLECTIVE_TIMEOUT = timedelta(seconds=float(os.environ.get("TS_TRAINER_COLLECTIVE_TIMEOUT_S", 1800)))
 IDLE_BEAT_S = float(os.environ.get("TS_TRAINER_IDLE_BEAT_S", 30))
-
-
-def checkpoint_identity(path: Path) -> str | None:
-    """The sha256 of a checkpoint's manifest.json (it lists every file's sha256), or None if absent."""
-    try:
-        return hashlib.sha256((Path(path) / "manifest.json").read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
 
 
 def die_with_parent() -> None:
@@ -86,35 +80,48 @@ def die_with_parent() -> None:
 
 
 class Server:
-    """The trainer's state between jobs: θ in memory and which checkpoint it equals."""
+    """The trainer's state between jobs (train/resident.py: θ in memory, named by its lineage)."""
 
     def __init__(self, accelerator):
         self.acc = accelerator
-        self.state: TrainState | None = None
-        self.holds: tuple | None = None  # (checkpoint identity, config hash, ref) of the state, on rank 0
-
-    def needs_reload(self, job: dict) -> bool:
-        """On rank 0: does the job's base checkpoint differ from what is in memory?"""
-        cfg_hash = load_saved_config(Path(job["config"]), check_outside=False).config_hash()
-        want = (checkpoint_identity(Path(job["policy"])), cfg_hash, job.get("ref"))
-        return self.state is None or want[0] is None or want != self.holds
+        self.resident = Resident(accelerator)
 
     def run(self, job: dict) -> dict:
-        cfg = load_saved_config(Path(job["config"]), check_outside=False)
-        ref = Path(job["ref"]) if job.get("ref") else None
-        reloaded = job["reload"]
-        if reloaded:
-            self.state = None
-            self.acc.free_memory()  # drop the last state's DDP wrapper and optimizer references
-            self.state = load_state(Path(job["policy"]), cfg, ref, self.acc)
-        metrics = update_state(
-            self.state, Path(job["rollouts"]), Path(job["out_root"]), job["step"], cfg, self.acc, keep=True
-        )
-        if self.acc.is_main_process:
-            out = Path(job["out_root"]) / f"step_{job['step']:06d}"
-            self.holds = (checkpoint_identity(out), cfg.config_hash(), job.get("ref"))
-            metrics["perf/trainer_reloaded"] = float(reloaded)
-        return metrics
+        """One job on every rank (`job["start"]`: rank 0's plan); rank 0's answer."""
+        metrics, replayed = self.resident.run(job, job["start"])
+        answer: dict = {"metrics": metrics, "replayed": replayed}
+        if job.get("handoff") and self.acc.is_main_process:
+            answer["weights"] = weights_header(self.resident.weights())  # the bytes follow the answer
+        return answer
+
+
+def weights_header(state: dict) -> list[list]:
+    """[name, dtype, shape] of each tensor `send_weights` sends (a tensor tied to an earlier one, once)."""
+    return [[name, str(t.dtype).removeprefix("torch."), list(t.shape)] for name, t in _unique(state).items()]
+
+
+def send_weights(f, state: dict) -> None:
+    """θ's tensors for the pipeline's engine, their bytes straight after the answer line on the socket
+    (no file; received by trainer_client.receive_weights). Measured against a safetensors file in
+    /dev/shm on the same bytes: the socket took 0.45-0.76x its time (bench/weight_handoff.py)."""
+    for t in _unique(state).values():
+        f.write(memoryview(t.detach().to("cpu").contiguous().view(torch.uint8).numpy()))
+    f.flush()
+
+
+def _unique(state: dict) -> dict:
+    seen: set[tuple] = set()
+    out = {}
+    for name, t in state.items():
+        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if key not in seen:
+            seen.add(key)
+            out[name] = t
+    return out
+
+
+def _error(e: Exception) -> dict:
+    return {"ok": False, "type": type(e).__name__, "error": str(e), "traceback": traceback.format_exc()}
 
 
 def _send(f, msg: dict) -> None:
@@ -146,23 +153,39 @@ def serve(accelerator, sock_path: str) -> None:
         if main:
             job = _receive(conn, f)
             if job.get("op") == "update":
-                job["reload"] = server.needs_reload(job)
+                job["start"] = server.resident.plan(job)
             box = [job]
         if accelerator.num_processes > 1:
             torch.distributed.broadcast_object_list(box, src=0)
         job = box[0]
         if job.get("op") == "idle":
             continue
+        if job.get("op") == "flush":  # the pipeline waits for the checkpoint in progress (snapshot, end)
+            try:
+                server.resident.flush()
+            except Exception as e:
+                if main:
+                    _send(
+                        f, {"ok": False, "type": type(e).__name__, "error": str(e), "traceback": traceback.format_exc()}
+                    )
+                raise
+            if main:
+                _send(f, {"ok": True})
+            continue
         if job.get("op") != "update":
+            if job.get("reason") != "eof":  # a stop: the last checkpoint first; EOF: the pipeline is gone
+                server.resident.flush()
             break
         try:
-            metrics = server.run(job)
+            answer = server.run(job)
         except Exception as e:
             if main:
-                _send(f, {"ok": False, "type": type(e).__name__, "error": str(e), "traceback": traceback.format_exc()})
+                _send(f, _error(e))
             raise
         if main:
-            _send(f, {"ok": True, "metrics": metrics})
+            _send(f, {"ok": True, **answer})
+            if answer.get("weights"):
+                send_weights(f, server.resident.weights())
 
 
 def main() -> None:

@@ -1,0 +1,71 @@
+"""Policies held in memory instead of on disk: θ_k between two checkpoints (`checkpoint.every`).
+
+The update hands θ_{k+1} to this process as a state dict (`publish`), keyed by the path its
+checkpoint would have (`runs/<id>/policy/step_k`) and tagged with the policy's identity (a digest of
+the manifests it was computed from: pipeline/policy_chain.py). Every engine load goes through
+`lookup(path)` first (engine/rollout.py HFEngine.load_weights), so a stage names θ_k by its path
+whether or not the file exists, and the weights come from memory when they are here.
+
+In process (update.launcher=in_process) the tensors are the trainer's own parameters (no copy: the
+engine copies them into its model); the entry is dropped before the next update changes them in
+place (`drop`). From the persistent trainer their bytes arrive on its socket, read straight into
+tensors (pipeline/trainer_client.py; faster than a /dev/shm file: bench/weight_handoff.py). A CUDA
+trainer in this process could publish its device tensors the same way (the engine's load_state_dict
+copies device to device); one in another process would send CUDA IPC handles instead of bytes
+(trainer_server.send_weights / trainer_client.receive_weights): that is the hook.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["LiveWeights", "clear", "drop", "lookup", "publish"]
+
+KEEP = 2  # θ_k and θ_{k+1}: the evaluation of θ_{k+1} and the continuation of k+1 read the newest
+
+
+@dataclass(frozen=True)
+class LiveWeights:
+    """A policy in memory: its identity (the same θ always has the same one) and its tensors."""
+
+    policy_id: str
+    state: dict[str, torch.Tensor]
+
+
+_HELD: dict[str, LiveWeights] = {}
+_LOCK = threading.Lock()
+
+
+def _key(path: Path | str) -> str:
+    return str(Path(path).resolve())
+
+
+def publish(path: Path | str, policy_id: str, state: dict[str, torch.Tensor]) -> None:
+    """Hold `state` as the weights of the policy whose checkpoint would be `path` (the oldest goes)."""
+    with _LOCK:
+        _HELD.pop(_key(path), None)
+        _HELD[_key(path)] = LiveWeights(policy_id, state)
+        while len(_HELD) > KEEP:
+            _HELD.pop(next(iter(_HELD)))
+
+
+def lookup(path: Path | str) -> LiveWeights | None:
+    with _LOCK:
+        return _HELD.get(_key(path))
+
+
+def drop(path: Path | str) -> None:
+    with _LOCK:
+        _HELD.pop(_key(path), None)
+
+
+def clear(root: Path | str | None = None) -> None:
+    """Forget the policies of one run (those under `root`), or all of them."""
+    prefix = None if root is None else _key(root) + "/"
+    with _LOCK:
+        for k in [k for k in _HELD if prefix is None or k.startswith(prefix)]:
+            del _HELD[k]
