@@ -42,7 +42,8 @@ def _eval(*args):
 def test_eval_on_own_data_per_source(run, tmp_path):
     data = _benchmark(run, tmp_path / "mine.parquet")
     base = str(run.root.parent)
-    out = json.loads(_eval("tiny", "--data", str(data), "--no-prefect", "--samples", "4", "-f", "json", "--runs-dir", base))
+    args = ["tiny", "--data", str(data), "--no-prefect", "--samples", "4", "--runs-dir", base]
+    out = json.loads(_eval(*args, "-f", "json"))
     assert set(out) == {"run_id", "step", "data", "reward", "samples", "metrics", "by_source", "seconds", "path"}
     assert (out["run_id"], out["step"], out["samples"], out["reward"]) == ("tiny", 2, 4, "math_verify")
     m = out["metrics"]
@@ -60,7 +61,7 @@ def test_eval_on_own_data_per_source(run, tmp_path):
     stored = {r["name"]: r["value"] for r in read_table(run.metrics(2, "evaluate-data-mine")).to_pylist()}
     assert stored["eval/pass@4"] == m["pass@4"] and stored["eval/beta/prompts"] == 2.0
 
-    table = _eval("tiny", "--data", str(data), "--no-prefect", "--samples", "4", "--runs-dir", base)
+    table = _eval(*args)
     lines = table.splitlines()
     header = next(x for x in lines if "source" in x and "pass@1" in x)
     assert "maj@4" in header and "avg@4" in header
@@ -70,7 +71,7 @@ def test_eval_on_own_data_per_source(run, tmp_path):
 
 
 def test_eval_own_data_with_another_reward(run, tmp_path, monkeypatch, request):
-    (tmp_path / "always.py").write_text("def one(data_source, solution_str, ground_truth, extra_info):\n    return 1.0\n")
+    (tmp_path / "always.py").write_text("def one(data_source, solution_str, ground_truth, extra_info):\n  return 1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # spawn workers inherit sys.path
     request.addfinalizer(lambda: sys.modules.pop("always", None))
     data = _benchmark(run, tmp_path / "mine.parquet")
