@@ -47,7 +47,9 @@ def policy_step(run: RunDir, step: int | None) -> int:
     steps = [c.step for c in list_checkpoints(run.policy_root)]
     if step is None and steps:
         return steps[-1]
-    if step is None or step not in steps:
+    if step is None:
+        raise DataError(f"run {run.run_id!r} has no policy checkpoint yet (none in {run.policy_root}); train it first")
+    if step not in steps:
         have = _ranges(steps) or "none: train it first"
         raise DataError(
             f"run {run.run_id!r} has no policy step {step} (it has {have}); "
@@ -88,7 +90,7 @@ def evaluate_checkpoint(
     run = RunDir(Path(run_dir))
     if not run.config_path.exists():
         raise FileNotFoundError(f"{run.root} is not a run directory (no config.yaml); check the run id and TS_RUNS_DIR")
-    step = latest_policy_step(run) if step is None else step
+    step = policy_step(run, step)
     split_path = run.data_dir / f"{split}.parquet"
     if not split_path.exists():
         have = sorted(p.stem for p in run.data_dir.glob("*.parquet"))
