@@ -23,7 +23,15 @@ from thinking_seeds.tasks.artifacts import artifact_key
 from thinking_seeds.tasks.checkpoint_eval import evaluate_checkpoint_task, evaluate_data_task
 
 
-@flow(name="evaluate", flow_run_name="evaluate-{run_id}-{split}")
+def _flow_run_name() -> str:
+    """evaluate-<run>-<split>, or evaluate-<run>-<file stem> for a user's file."""
+    from prefect.runtime import flow_run
+
+    p = flow_run.parameters
+    return f"evaluate-{p.get('run_id')}-{Path(p['data']).stem if p.get('data') else p.get('split', 'validation')}"
+
+
+@flow(name="evaluate", flow_run_name=_flow_run_name)
 def evaluate_flow(
     run_id: str,
     step: int | None = None,

@@ -189,3 +189,7 @@ def test_evaluate_flow_names_its_task_run_after_the_step(in_runs, tmp_path):
     out = state.result()
     assert (out["step"], sorted(out["by_source"]), out["metrics"]["samples"]) == (2, ["src0", "src1"], 4)
     assert set(_task_states(state, 1)) == {"evaluate-step-2-mine"}
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(state.state_details.flow_run_id).name == f"evaluate-{RUN_ID}-mine"
