@@ -17,7 +17,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from thinking_seeds.pipeline.checkpoint_eval import policy_step
+from thinking_seeds.pipeline.policy_steps import policy_step
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks.artifacts import artifact_key
 from thinking_seeds.tasks.checkpoint_eval import evaluate_checkpoint_task, evaluate_data_task

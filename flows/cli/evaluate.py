@@ -63,7 +63,7 @@ def eval_(
     if data is None and (reward is not None or prompts is not None or max_new_tokens is not None):
         raise typer.BadParameter("--reward, --prompts and --max-new-tokens go with --data FILE.parquet")
     run = existing_run(run_id)  # before Prefect starts: a wrong run, step or file is one line
-    from thinking_seeds.pipeline.checkpoint_eval import policy_step
+    from thinking_seeds.pipeline.policy_steps import policy_step
 
     step = policy_step(run, step)
     if data is not None:

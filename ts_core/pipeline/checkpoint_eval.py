@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import load_saved_config
+from thinking_seeds.pipeline.policy_steps import policy_step
 from thinking_seeds.pipeline.session import Session, Timer
 from thinking_seeds.pipeline.stage_evaluate import evaluate_policy
 from thinking_seeds.store.checkpoints import list_checkpoints
-from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import RunDir
 
 # The final evaluation of a policy on the whole test split (its metrics stage name): a comparison's
@@ -39,34 +39,6 @@ def latest_policy_step(run: RunDir) -> int:
     if not ckpts:
         raise FileNotFoundError(f"run {run.root} has no policy checkpoint under {run.policy_root}; train it first")
     return ckpts[-1].step
-
-
-def policy_step(run: RunDir, step: int | None) -> int:
-    """`step` if the run has a policy checkpoint of it (None: the latest); else DataError in one line
-    listing the steps it has."""
-    steps = [c.step for c in list_checkpoints(run.policy_root)]
-    if step is None and steps:
-        return steps[-1]
-    if step is None:
-        raise DataError(f"run {run.run_id!r} has no policy checkpoint yet (none in {run.policy_root}); train it first")
-    if step not in steps:
-        have = _ranges(steps) or "none: train it first"
-        raise DataError(
-            f"run {run.run_id!r} has no policy step {step} (it has {have}); "
-            "pass --step with one of them, or leave --step out for the latest"
-        )
-    return step
-
-
-def _ranges(steps: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    out: list[list[int]] = []
-    for x in steps:
-        if out and out[-1][1] == x - 1:
-            out[-1][1] = x
-        else:
-            out.append([x, x])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
 def evaluate_checkpoint(

@@ -25,8 +25,8 @@ from thinking_seeds.data.rewards import shared_verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.evals.benchmark import ScoredSample, benchmark_metrics, math_verify_pairs
 from thinking_seeds.evals.evaluation import evaluate_prompts
-from thinking_seeds.pipeline.checkpoint_eval import policy_step
 from thinking_seeds.pipeline.graph import stage_seed
+from thinking_seeds.pipeline.policy_steps import policy_step
 from thinking_seeds.pipeline.session import Session, Timer
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.parquet_io import DataError
