@@ -76,7 +76,9 @@ def evaluate_checkpoint_on_data(
     path = Path(data_path)
     rows = load_dataset(path)[:prompts] if prompts is not None else load_dataset(path)
     cfg = load_saved_config(run.config_path)
-    cfg.reward = reward_config(reward, cfg.reward)
+    # A copy, not a validated assignment: the run's checks tie reward to data.source (reasoning-gym data
+    # is scored by its checkers), but what is scored here is the file, whatever the run trained on.
+    cfg = cfg.model_copy(update={"reward": reward_config(reward, cfg.reward)})
     _check_reward_fits(cfg.reward, rows, path)
     n = cfg.eval.samples if samples is None else samples
     if n < 1:
