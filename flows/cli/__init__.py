@@ -4,7 +4,8 @@
     ts train --preset tiny --run-id demo [--set prefix.ratio_max=0.5 ...] [--no-prefect]
     ts check RUN_ID
     ts trainer-node --run-id RUN_ID --machine-rank R      (another machine of a run's trainer group)
-    ts eval RUN_ID [--step N] [--split validation|test]
+    ts eval RUN_ID [--step N] [--split validation|test | --data FILE.parquet [--reward SPEC]] [--no-prefect]
+    ts data asdiv --out asdiv.parquet                 (a public benchmark as a verl-schema file)
     ts export RUN_ID --out DIR [--step N]
     ts report RUN_ID
     ts compare --methods grpo,thinking_seeds --seeds 0,1,2 [--set k=v] [--sweep k=v1,v2] --id NAME [--no-prefect]
@@ -31,7 +32,7 @@ from thinking_seeds.flows.cli.prefect_server import prefect_defaults
 
 prefect_defaults()  # before any command imports Prefect: no telemetry unless the user asked for it
 
-from thinking_seeds.flows.cli import compare, config, evaluate, report, train  # noqa: E402
+from thinking_seeds.flows.cli import compare, config, data, evaluate, report, train  # noqa: E402
 from thinking_seeds.flows.cli.errors import (  # noqa: E402
     EXIT_INTERRUPTED,
     EXIT_USER_ERROR,
@@ -79,6 +80,7 @@ app.command("compact")(report.compact)
 app.command("check")(train.check)
 app.command("trainer-node")(train.trainer_node)
 app.add_typer(config.config_app, name="config")
+app.add_typer(data.data_app, name="data")
 
 
 def main() -> None:  # pragma: no cover - the `ts` script and `python -m thinking_seeds.flows.cli`

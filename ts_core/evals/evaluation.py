@@ -125,8 +125,16 @@ def evaluate_prompts(
     samples = []
     if keep_samples:
         samples = [
-            {"prompt_id": prompts[i].prompt_id, "text": t, "reward": v.reward, "status": v.status}
-            for (i, _), t, v in zip(owners, texts, verdicts, strict=True)
+            {
+                "prompt_id": prompts[i].prompt_id,
+                "data_source": prompts[i].data_source,
+                "text": t,
+                "answer": v.answer,
+                "reward": v.reward,
+                "status": v.status,
+                "response_len": len(pre) + len(g.token_ids),
+            }
+            for (i, pre), t, v, g in zip(owners, texts, verdicts, gens, strict=True)
         ]
     return EvalResult(
         n=n,

@@ -121,9 +121,11 @@ def _series_plot(
     series: dict[str, list[tuple[int, float]]],
     styles: dict[str, str] | None = None,
     unit_range: bool = False,
+    fraction: bool = False,
 ) -> Path | None:
-    """Lines of (iteration, value) per label; None (and no file) when there is nothing to draw."""
-    series = {k: sorted(v) for k, v in series.items() if v}
+    """Lines of (iteration, value) per label; None (and no file) when there is nothing to draw. Lines
+    that coincide are drawn once, labelled "a = b"; `unit_range` / `fraction`: the y axis starts at 0."""
+    series = _merge_identical({k: sorted(v) for k, v in series.items() if v})
     if not series:
         return None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -135,18 +137,38 @@ def _series_plot(
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in series.items():
         xs, ys = zip(*pts, strict=True)
-        extra = {"color": "black"} if label == "all" else {}  # the population total stands out
-        ax.plot(xs, ys, (styles or {}).get(label, "-"), marker="o", markersize=3, label=label, **extra)
+        names = label.split(" = ")
+        extra = {"color": "black"} if "all" in names else {}  # the population total stands out
+        ax.plot(xs, ys, (styles or {}).get(names[0], "-"), marker="o", markersize=3, label=label, **extra)
     ax.set_title(title)
     ax.set_xlabel("iteration (policy step)")
     ax.set_ylabel(ylabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if unit_range:
-        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylim(0.0, 1.02)
+    elif fraction:  # a fraction is never negative: no axis below 0 (matplotlib pads all-zero data to ±0.04)
+        top = max(y for pts in series.values() for _, y in pts)
+        ax.set_ylim(0.0, top * 1.1 if top > 0 else 1.0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return atomic_write(path, lambda f: fig.savefig(f, format="png"))
+
+
+def _merge_identical(series: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """Series equal at every point (same iterations, values equal to float rounding) become one,
+    labelled "a = b" (accuracy = pass@1; on_policy = all when a run has one population)."""
+    out: list[tuple[list[str], list[tuple[int, float]]]] = []
+    for label, pts in series.items():
+        for names, seen in out:
+            if [x for x, _ in seen] == [x for x, _ in pts] and all(
+                math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for (_, a), (_, b) in zip(seen, pts, strict=True)
+            ):
+                names.append(label)
+                break
+        else:
+            out.append(([label], pts))
+    return {" = ".join(names): pts for names, pts in out}
 
 
 def _diversity_plot(path: Path, history: QueryResult, diversity: QueryResult) -> Path | None:
@@ -203,12 +225,16 @@ def _finite(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
-def _plots(reports: Path, results: dict[str, QueryResult]) -> dict[str, Path | None]:
+def _plots(
+    reports: Path, results: dict[str, QueryResult], populations: tuple[str, ...] = POPULATIONS, seeded: bool = True
+) -> dict[str, Path | None]:
+    """The PNGs of PLOTS (without prefix_diversity for a method without prefixes), each None where
+    there is nothing to draw; populations: those the method has."""
     ea, cf = results["entropy_accuracy"], results["clip_fraction"]
     acc: dict[str, list[tuple[int, float]]] = {"accuracy": []}
     styles = {"accuracy": "-"}
-    ent: dict[str, list[tuple[int, float]]] = {p: [] for p in POPULATIONS}
-    eff: dict[str, list[tuple[int, float]]] = {p: [] for p in POPULATIONS}
+    ent: dict[str, list[tuple[int, float]]] = {p: [] for p in populations}
+    eff: dict[str, list[tuple[int, float]]] = {p: [] for p in populations}
     for row in ea.to_dicts():
         it = row["iteration"]
         if _finite(row["accuracy"]):
@@ -217,7 +243,7 @@ def _plots(reports: Path, results: dict[str, QueryResult]) -> dict[str, Path | N
             if _finite(v):
                 acc.setdefault(f"pass@{k}", []).append((it, float(v)))
                 styles[f"pass@{k}"] = "--"
-        for p in POPULATIONS:
+        for p in populations:
             if _finite(row[f"entropy_{p}"]):
                 ent[p].append((it, float(row[f"entropy_{p}"])))
             if _finite(row[f"eff_entropy_{p}"]):
@@ -229,7 +255,7 @@ def _plots(reports: Path, results: dict[str, QueryResult]) -> dict[str, Path | N
     }
     clip: dict[str, list[tuple[int, float]]] = {}
     for row in cf.to_dicts():
-        if _finite(row["clipfrac"]):
+        if _finite(row["clipfrac"]) and row["population"] in populations:
             clip.setdefault(row["population"], []).append((row["iteration"], float(row["clipfrac"])))
     data = {
         "accuracy": (acc, styles),
@@ -241,14 +267,54 @@ def _plots(reports: Path, results: dict[str, QueryResult]) -> dict[str, Path | N
     for stem in PLOTS:
         path = reports / f"{stem}.png"
         if stem == "prefix_diversity":
-            out[stem] = _diversity_plot(path, results["prefix_diversity_history"], results["prefix_diversity"])
+            drawn = (
+                _diversity_plot(path, results["prefix_diversity_history"], results["prefix_diversity"])
+                if seeded
+                else None
+            )
+            if seeded:
+                out[stem] = drawn
         else:
             series, st = data[stem]
             title, ylabel = PLOTS[stem]
-            out[stem] = _series_plot(path, title, ylabel, series, st, unit_range=stem == "accuracy")
-        if out[stem] is None and path.exists():
+            out[stem] = drawn = _series_plot(
+                path, title, ylabel, series, st, unit_range=stem == "accuracy", fraction=stem == "clip_fraction"
+            )
+        if drawn is None and path.exists():
             path.unlink()  # a stale plot from an earlier report must not be shown as current
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# what the method has
+# ---------------------------------------------------------------------------------------------
+
+UNSEEDED_POPULATIONS = ("on_policy", "all")
+
+
+def _seeded(cfg: dict[str, Any]) -> bool:
+    """Whether the run's method trains on prefixes (rollout.seeds_per_group > 0; GRPO: no). A run
+    without a saved config shows everything."""
+    spg = _dotted(cfg, "rollout.seeds_per_group")
+    return spg is None or spg > 0
+
+
+def _without_columns(res: QueryResult, drop: set[str]) -> QueryResult:
+    keep = [i for i, c in enumerate(res.columns) if c not in drop]
+    return QueryResult([res.columns[i] for i in keep], [tuple(r[i] for i in keep) for r in res.rows])
+
+
+def _clip_rows(res: QueryResult, populations: tuple[str, ...]) -> tuple[QueryResult, list[str]]:
+    """The clip_fraction rows of the method's populations that clipped at some iteration, and the
+    populations left out because their clip fraction is 0 at every iteration (no ratio left the clip
+    range: on-policy tokens of a single-step update have ratio 1 and cannot clip)."""
+    if not res.rows:
+        return res, []
+    i_pop, i_clip = res.columns.index("population"), res.columns.index("clipfrac")
+    present = [p for p in populations if any(r[i_pop] == p for r in res.rows)]
+    never = [p for p in present if all(not r[i_clip] for r in res.rows if r[i_pop] == p)]
+    rows = [r for r in res.rows if r[i_pop] in populations and r[i_pop] not in never]
+    return QueryResult(res.columns, rows), never
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,10 +363,17 @@ def write_report(
     finally:
         con.close()
     cfg = json.loads(cfg_rows[0][0]) if cfg_rows and cfg_rows[0][0] else {}
+    # Leave out what the method does not have: a GRPO run has no prefix or continuation population,
+    # no prefix corpus and no prefix settings.
+    seeded = _seeded(cfg)
+    populations = POPULATIONS if seeded else UNSEEDED_POPULATIONS
+    absent = {f"{kind}_{p}" for kind in ("entropy", "eff_entropy") for p in POPULATIONS if p not in populations}
+    results["entropy_accuracy"] = _without_columns(results["entropy_accuracy"], absent)
+    results["clip_fraction"], never_clipped = _clip_rows(results["clip_fraction"], populations)
     reports = run.reports
     reports.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    plots = _plots(reports, results)
+    plots = _plots(reports, results, populations, seeded)
     steps["plots"] = time.perf_counter() - t
     if timings is not None:
         timings.update(steps)
@@ -323,15 +396,22 @@ def write_report(
             f"accuracy {format_cell(s.get('last_accuracy'))} "
             f"(best {format_cell(s.get('best_accuracy'))})"
         )
-        md.append(
-            f"- prefix corpus: {s.get('prefixes', 0)} seeds; rollouts: {s.get('rollouts', 0)}; "
-            f"pool snapshots: {s.get('pool_checkpoints', 0)}"
-        )
+        corpus = f"prefix corpus: {s.get('prefixes', 0)} seeds; " if seeded else ""
+        md.append(f"- {corpus}rollouts: {s.get('rollouts', 0)}; pool snapshots: {s.get('pool_checkpoints', 0)}")
     if cfg:
+        keys = [k for k in _HEADLINE_KEYS if seeded or not k.startswith("prefix.")]
+        md.append("- settings: " + ", ".join(f"`{k}={_dotted(cfg, k)}`" for k in keys if _dotted(cfg, k) is not None))
+    if not seeded:
         md.append(
-            "- settings: "
-            + ", ".join(f"`{k}={_dotted(cfg, k)}`" for k in _HEADLINE_KEYS if _dotted(cfg, k) is not None)
+            "- an on-policy method (rollout.seeds_per_group=0): every sample is the policy's own, so the report "
+            "has no prefix or continuation population and no prefix corpus"
         )
+    clip_note = (
+        f"Left out: {', '.join(never_clipped)}, whose clip fraction is 0 at every iteration (no importance ratio "
+        "left the clip range; on-policy tokens of a single-step update have ratio 1 and cannot clip)."
+        if never_clipped
+        else ""
+    )
     md.append("")
     md.append("## Curves")
     md.append("")
@@ -339,8 +419,13 @@ def write_report(
         title = PLOTS[stem][0]
         md.append(f"### {title}")
         md.append("")
-        md.append(f"![{title}]({stem}.png)" if path is not None else "_no data yet_")
-        md.append("")
+        note = clip_note if stem == "clip_fraction" else ""
+        if path is not None or not note:  # all populations left out: the note says why there is no plot
+            md.append(f"![{title}]({stem}.png)" if path is not None else "_no data yet_")
+            md.append("")
+        if note:
+            md.append(note)
+            md.append("")
         if stem == "prefix_diversity" and path is not None:
             md.append(
                 f"The numbers: `ts sql --query prefix_diversity_history --run-id {run_id}` (by iteration) and "
@@ -350,12 +435,18 @@ def write_report(
             md.append("")
     md.append("## Tables")
     md.append("")
-    for name in ("entropy_accuracy", "clip_fraction", "prefix_diversity", "seeded_solve_rate", "runs"):
+    tables = ("entropy_accuracy", "clip_fraction", "prefix_diversity", "seeded_solve_rate", "runs")
+    for name in [t for t in tables if seeded or t not in ("prefix_diversity", "seeded_solve_rate")]:
         desc = NAMED_QUERIES[name][0]
         md.append(f"### {name}")
         md.append("")
         md.append(f"{desc} (`ts sql --query {name} --run-id {run_id}`)")
         md.append("")
+        if name == "clip_fraction" and clip_note:
+            md.append(clip_note)
+            md.append("")
+            if not results[name].rows and name not in failed:
+                continue
         md.append(f"_the query failed: {failed[name]}_\n" if name in failed else markdown_table(results[name]))
     text = "\n".join(md).rstrip() + "\n"
     return atomic_write(reports / "report.md", text)

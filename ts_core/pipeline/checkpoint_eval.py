@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import load_saved_config
+from thinking_seeds.pipeline.policy_steps import policy_step
 from thinking_seeds.pipeline.session import Session, Timer
 from thinking_seeds.pipeline.stage_evaluate import evaluate_policy
 from thinking_seeds.store.checkpoints import list_checkpoints
@@ -61,7 +62,7 @@ def evaluate_checkpoint(
     run = RunDir(Path(run_dir))
     if not run.config_path.exists():
         raise FileNotFoundError(f"{run.root} is not a run directory (no config.yaml); check the run id and TS_RUNS_DIR")
-    step = latest_policy_step(run) if step is None else step
+    step = policy_step(run, step)
     split_path = run.data_dir / f"{split}.parquet"
     if not split_path.exists():
         have = sorted(p.stem for p in run.data_dir.glob("*.parquet"))

@@ -1,0 +1,119 @@
+"""What `ts eval` prints: a pass@k table (one row per data source and one over all prompts; k as
+columns), then the other numbers; `--format json` prints ONE object, `--format csv` the table.
+
+Both evaluations come out in one shape:
+
+    {"run_id": "demo", "step": 4, "split": "test" | "data": "asdiv.parquet", "samples": 8,
+     "metrics": {"prompts": 64, "samples": 512, "avg@8": .., "pass@1": .., "maj@1": .., "status": {"ok": 90, ..}},
+     "by_source": {"asdiv": {...}},   # --data only
+     "seeded": {...},                 # the explorable-space evaluation, when it ran
+     "path": "evals/...", "seconds": {...}}
+
+Counts (prompts, samples, statuses) are integers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import typer
+
+from thinking_seeds.flows.cli.output import OutputFormat, _jsonable, console, emit
+
+__all__ = ["print_result", "split_result"]
+
+_COUNTS = {"prompts", "samples"}
+
+
+def _metric_order(name: str) -> tuple[int, int, str]:
+    m = re.fullmatch(r"(avg|pass|maj)@(\d+)", name)
+    if m:
+        return (("avg", "pass", "maj").index(m.group(1)), int(m.group(2)), name)
+    return (3, 0, name)
+
+
+def _group(flat: dict[str, float], prefix: str) -> dict[str, Any]:
+    """The `prefix/*` numbers of a split evaluation as a group: accuracy as avg@n, counts as ints."""
+    out: dict[str, Any] = {}
+    status: dict[str, int] = {}
+    ks = [int(k.split("@")[1]) for k in flat if k.startswith(f"{prefix}/pass@")]
+    n = max(ks) if ks else None
+    for key, v in flat.items():
+        if not key.startswith(prefix + "/"):
+            continue
+        name = key[len(prefix) + 1 :]
+        if name.startswith("status_"):
+            status[name[7:]] = int(v)
+        elif name == "accuracy" and n is not None:
+            out[f"avg@{n}"] = v
+        elif name in _COUNTS:
+            out[name] = int(v)
+        else:
+            out[name] = v
+    if n is not None and "prompts" in out:
+        out["samples"] = out["prompts"] * n
+    ordered = {k: out[k] for k in sorted(out, key=lambda k: (k not in _COUNTS, _metric_order(k)))}
+    if status:
+        ordered["status"] = dict(sorted(status.items()))
+    return ordered
+
+
+def split_result(res: dict[str, Any]) -> dict[str, Any]:
+    """`evaluate_checkpoint`'s result (flat eval/* metrics) in the shape of the module docstring."""
+    flat = res["metrics"]
+    out: dict[str, Any] = {"run_id": res["run_id"], "step": res["step"], "split": res["split"]}
+    metrics = _group(flat, "eval")
+    ks = [int(k.split("@")[1]) for k in metrics if k.startswith("pass@")]
+    out["samples"] = max(ks) if ks else None
+    out["metrics"] = metrics
+    if any(k.startswith("eval_seeded/") for k in flat):
+        seeded = _group(flat, "eval_seeded")
+        seeded.setdefault("prompts", metrics.get("prompts"))
+        out["seeded"] = seeded
+    out["path"] = res.get("path")
+    out["seconds"] = {k.split("/", 2)[2]: round(v, 3) for k, v in flat.items() if k.startswith("time/evaluate/")}
+    return out
+
+
+def _table_rows(groups: dict[str, dict[str, Any]]) -> tuple[list[str], list[tuple]]:
+    names = sorted({k for g in groups.values() for k in g if re.fullmatch(r"(avg|pass|maj)@\d+", k)}, key=_metric_order)
+    columns = ["source", "prompts", *names]
+    rows = [(label, g.get("prompts"), *(g.get(k) for k in names)) for label, g in groups.items()]
+    return columns, rows
+
+
+def print_result(res: dict[str, Any], fmt: OutputFormat) -> None:
+    """Print a result of `ts eval` (either evaluation) as the module docstring says."""
+    out = res if "by_source" in res else split_result(res)
+    if fmt is OutputFormat.json:
+        typer.echo(json.dumps(_jsonable(out), indent=2))
+        return
+    groups: dict[str, dict[str, Any]] = dict(out.get("by_source", {}))
+    if "seeded" in out:
+        groups["all (seeded)"] = out["seeded"]
+    groups["all"] = out["metrics"]
+    columns, rows = _table_rows(groups)
+    if fmt is OutputFormat.csv:
+        emit(columns, rows, fmt)
+        return
+    on = f"{out['data']}" if "data" in out else f"the {out['split']} split"
+    title = f"{out['run_id']}: θ_{out['step']} on {on}, {out['samples']} samples per prompt"
+    if out.get("reward"):
+        title += f", reward {out['reward']}"
+    emit(columns, rows, fmt, title=title)
+    m = out["metrics"]
+    other = [
+        (k, v)
+        for k, v in m.items()
+        if k not in _COUNTS and k != "status" and not re.fullmatch(r"(avg|pass|maj)@\d+", k)
+    ]
+    con = console()
+    if m.get("status"):
+        counts = ", ".join(f"{s} {c}" for s, c in m["status"].items())
+        con.print(f"statuses: {counts} (of {m.get('samples')} samples)")
+    if other:
+        emit(["metric", "value"], other, fmt, title="other metrics (all prompts)")
+    if out.get("path"):
+        con.print(f"written: {out['path']}")
