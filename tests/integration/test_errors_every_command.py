@@ -52,6 +52,12 @@ def cases(runs: Path, tmp: Path, prefect: bool) -> dict[str, list[tuple[list[str
             (["trainer-node", "--run-id", "nosuch", "--machine-rank", "1", "--wait", "0", *d], f"no {runs}/nosuch/")
         ],
         "config": [(["config", "show", "--preset", str(tmp / "missing.yaml"), *d], missing)],
+        "data": [
+            (
+                ["data", "asdiv", "--out", str(tmp / "a.parquet"), "--source", str(tmp / "missing.jsonl"), *d],
+                f"no file {tmp / 'missing.jsonl'}",
+            ),
+        ],
     }
 
 

