@@ -3,16 +3,32 @@
 Every field has a help text (shown by `ts config keys`) and a validated range; checks that span
 several keys of one section live on that section (`_ranges`, `_seeds`). Checks across sections
 (the method against the seeding, the precision against the model dtype) live on RunConfig
-(config/run_config.py).
+(config/run_config.py). The sections of the iteration loop (rollout ... pipeline) live in
+sections_loop.py and are re-exported here; the shared base in section_base.py.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, model_validator
+
+from thinking_seeds.config.section_base import CHECK_OUTSIDE, LORA_REQUESTS_DEFAULT, _Section, checks_outside
+from thinking_seeds.config.sections_loop import (
+    AdvantageConfig,
+    CheckpointConfig,
+    ClusterConfig,
+    EvalConfig,
+    LossConfig,
+    PipelineConfig,
+    RolloutConfig,
+    UpdateConfig,
+)
 
 __all__ = [
+    "CHECK_OUTSIDE",
+    "LORA_REQUESTS_DEFAULT",
+    "checks_outside",
     "AdvantageConfig",
     "CheckpointConfig",
     "ClusterConfig",
@@ -29,30 +45,6 @@ __all__ = [
     "RolloutConfig",
     "UpdateConfig",
 ]
-
-
-# The validation context's switch for the checks of what a config names outside us (a reward fn's module,
-# reasoning-gym names, tracker packages): off in the trainer process, which trains on rollouts that are
-# already scored and imports none of them (a reward module on the driver's sys.path only is no error there).
-CHECK_OUTSIDE = "check_outside"
-
-
-def checks_outside(info: ValidationInfo) -> bool:
-    return (info.context or {}).get(CHECK_OUTSIDE, True)
-
-
-class _Section(BaseModel):
-    # Unknown keys are errors: a typo like `prefix.ratio_mx` must not be silently ignored. Strict
-    # types: a value is never coerced into another type, so `iterations=2.5` or `2.0`, a bool for
-    # a number, a number or 'yes_please' for a bool and a quoted "3" are refused, not guessed at
-    # (a float key still takes an int: `update.lr=1` is 1.0).
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
-
-
-# rollout.lora_requests's default, chosen by bench/vllm_lora.py (BENCHMARKS.md): on the CPU backend vLLM's LoRA
-# kernels are reference torch code and the one call was 2.1x slower than merged weights swapped per checkpoint
-# (SmolLM2, a pool of 4). Out of the config hash at the default.
-LORA_REQUESTS_DEFAULT = False
 
 
 class LoraSettings(_Section):
@@ -268,319 +260,3 @@ class PrefixConfig(_Section):
                 "set prefix.filter=correct_draft (and prefix.ratio_of=draft)"
             )
         return self
-
-
-class RolloutConfig(_Section):
-    engine: Literal["hf", "vllm"] = Field("hf", description="Generation engine.")
-    prompts_per_iteration: int = Field(16, ge=1, description="Prompts drawn per iteration.")
-    group_size: int = Field(8, ge=1, description="Samples per prompt (seeded + on-policy).")
-    seeds_per_group: int = Field(4, ge=0, description="How many of the group's samples start from a historical seed.")
-    temperature: float = Field(
-        1.0, gt=0.0, le=5.0, description="Sampling temperature (also used for training log-probs)."
-    )
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(96, ge=1, description="Longest response (prefix + continuation), in tokens.")
-    batch_size: int = Field(128, ge=1, description="Sequences generated together.")
-    continuations_per_seed: int = Field(
-        1,
-        ge=1,
-        description="Continue each seed this many times (seeds_per_group counts the seeded samples, so "
-        "seeds_per_group / continuations_per_seed drafts are written per prompt); >1 lets advantage.baseline=same_seed "
-        "judge a continuation against other continuations of the same seed.",
-    )
-    workers: int = Field(
-        1,
-        ge=1,
-        le=1024,
-        description="Rollout workers (cluster=ray: Ray actors, each holding an engine; cluster=local: must be 1). "
-        "Generation requests are cut into shards of rollout.batch_size, each with its own seed, so the samples "
-        "are the same with 1 worker or N.",
-    )
-    worker_gpus: float = Field(
-        0.0,
-        ge=0.0,
-        description="GPUs each Ray rollout worker reserves (0 on CPUs; rollout.tensor_parallel_size for vLLM on GPUs).",
-    )
-    tensor_parallel_size: int = Field(
-        1, ge=1, le=64, description="vLLM: GPUs one engine shards its model over (tensor parallelism)."
-    )
-    filter_groups: bool = Field(
-        False,
-        description="Dynamic sampling (DAPO, verl's filter_groups): drop groups whose rewards are all equal (all "
-        "right or all wrong, seeded samples included: zero advantage, no signal) and sample further prompts from the "
-        "training split, round after round, until prompts_per_iteration informative groups are kept or "
-        "rollout.max_rounds rounds are done (the batch is then smaller; with none kept, round 0 is trained as it is). "
-        "Extra rounds get their seeds drafted on demand by the same pool. Metrics rollout/filter_groups/*.",
-    )
-    max_rounds: int = Field(
-        3,
-        ge=1,
-        le=100,
-        description="filter_groups: most sampling rounds per iteration, the first included (verl's "
-        "max_num_gen_batches).",
-    )
-    lora_requests: bool = Field(
-        LORA_REQUESTS_DEFAULT,
-        description="vLLM with model.lora: true serves every checkpoint as its LoRA adapter on θ_0 (vLLM "
-        "enable_lora, one adapter per request), so the seeds stage samples all pool members in ONE engine call; "
-        "false merges each adapter into full weights (peft) and swaps them in, one call per checkpoint. Same "
-        "seeds either way; samples equal up to float rounding. Ignored with rollout.engine=hf or without "
-        "model.lora. Default false: on vLLM's CPU backend the swaps were 2.1x faster (BENCHMARKS.md, 'vLLM: "
-        "per-request LoRA adapters vs weight swaps'); on a GPU (punica kernels) measure with bench/vllm_lora.py.",
-    )
-
-    @model_validator(mode="after")
-    def _seeds(self) -> RolloutConfig:
-        if self.seeds_per_group > self.group_size:
-            raise ValueError(
-                f"rollout.seeds_per_group={self.seeds_per_group} must be in [0, rollout.group_size={self.group_size}]"
-            )
-        if self.seeds_per_group % self.continuations_per_seed:
-            raise ValueError(
-                f"rollout.seeds_per_group={self.seeds_per_group} must be a multiple of "
-                f"rollout.continuations_per_seed={self.continuations_per_seed}"
-            )
-        return self
-
-
-class ClusterConfig(_Section):
-    kind: Literal["local", "ray"] = Field(
-        "local",
-        description="Where generation and verification run: local (this process and its verifier pool) or ray "
-        "(rollout.workers / reward.workers Ray actors on a running cluster; needs the `ray` extra).",
-    )
-    address: str | None = Field(
-        None,
-        description="cluster=ray: the cluster's address HOST:PORT (as printed by `ray start --head`); "
-        "unset: the RAY_ADDRESS environment variable.",
-    )
-    shard_retries: int = Field(
-        3, ge=0, le=100, description="cluster=ray: times a shard is retried after its worker died."
-    )
-    weights: Literal["path", "object_store"] = Field(
-        "path",
-        description="cluster=ray: how rollout workers get a checkpoint's weights. path: they read it where the "
-        "driver wrote it (the runs directory on a filesystem every node mounts); object_store: the driver puts "
-        "its weight files into Ray's object store once per checkpoint and each worker copies them to its own disk "
-        "(no shared filesystem needed; not with model.lora).",
-    )
-    worker_cpus: float = Field(
-        1.0,
-        gt=0.0,
-        description="cluster=ray: CPUs each rollout or verifier actor reserves (Ray's num_cpus; the actors of "
-        "rollout.workers + reward.workers must fit the cluster at once).",
-    )
-    start_timeout_s: float = Field(
-        600.0, gt=0.0, description="cluster=ray: how long the workers may take to start before the run stops."
-    )
-
-
-class AdvantageConfig(_Section):
-    estimator: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group-relative advantage estimator.")
-    baseline: Literal["group", "on_policy", "same_seed"] = Field(
-        "group",
-        description="Whose rewards form a sample's baseline: the whole group; on-policy samples only (LUFFY's "
-        "split); or same_seed: a seeded sample only against the other continuations of its own seed, an on-policy "
-        "sample against the on-policy samples (needs rollout.continuations_per_seed >= 2). Default by the countdown "
-        "ablations (README, issue #9): neither alternative beat group at equal seed.",
-    )
-
-
-class LossConfig(_Section):
-    clip_ratio_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low.")
-    clip_ratio_high: float = Field(0.28, ge=0.0, description="PPO ε_high (clip-higher).")
-    clip_ratio_c: float | None = Field(
-        None, gt=1.0, description="Dual-clip constant c for negative advantages (None: off)."
-    )
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
-        "token-mean", description="How token losses become one number (verl names)."
-    )
-    entropy_coeff: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
-    kl_coef: float = Field(0.0, ge=0.0, description="KL-to-reference penalty weight (reference = initial model).")
-    kl_type: Literal["k1", "k3"] = Field("k3", description="KL estimator.")
-    rollout_correction: Literal["none", "token_tis", "seq_tis", "seq_mask"] = Field(
-        "none",
-        description="Correct the rollout–trainer mismatch (verl's decoupled rollout_correction): each token the engine "
-        "sampled with θ_k gets a detached loss weight ρ = π_trainer(θ_k) / π_engine: token_tis truncates it per token "
-        "at the cap (verl rollout_is=token, TRL vllm_importance_sampling_correction), seq_tis uses the sequence's "
-        "product truncated at the cap (rollout_is=sequence), seq_mask drops sequences whose product leaves "
-        "[1/cap, cap] (rollout_rs=sequence). Needs the trainer's π_old (update.recompute_old_logprobs, turned on). "
-        "Metrics rollout_corr/* (KL k1/k3, max |log ratio|, share truncated or masked) are logged whenever π_old "
-        "is recomputed.",
-    )
-    rollout_correction_cap: float = Field(
-        2.0,
-        gt=1.0,
-        description="loss.rollout_correction: the truncation cap of ρ (verl rollout_is_threshold, TRL "
-        "vllm_importance_sampling_cap); seq_mask keeps [1/cap, cap].",
-    )
-    prefix_mismatch_metrics: bool = Field(
-        False,
-        description="Split the prefix's π_θ/π_h gap into its two factors, by source age: the historical policy's age "
-        "(trainer's π_θk vs the trainer's rescoring of π_h) and the numerics of the engine that wrote the prefix "
-        "(engine-written behaviour log-probs vs that rescoring). Costs one forward of every pool member over its "
-        "prefixes, and one of θ_k, per iteration (in the verify stage). Metrics rollout_corr/prefix_*/age=*.",
-    )
-
-
-class UpdateConfig(_Section):
-    lr: float = Field(1e-4, gt=0.0, lt=1.0, description="AdamW learning rate.")
-    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
-    grad_clip: float = Field(1.0, gt=0.0, description="Max global grad norm.")
-    epochs: int = Field(1, ge=1, description="Passes over the iteration's rollouts.")
-    mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass (the batch split in this many parts).")
-    micro_batch_size: int = Field(
-        64,
-        ge=1,
-        description="Sequences per forward/backward (gradient accumulation); not used with max_tokens_per_micro_batch.",
-    )
-    max_tokens_per_micro_batch: int | None = Field(
-        None,
-        ge=1,
-        description="Token budget of a forward/backward instead of micro_batch_size sequences: each process's "
-        "sequences sorted by length and cut so that a micro-batch's input holds at most this many tokens (padded "
-        "layout: rows x (longest context + longest response); packed: the sum of its tokens; a longer sequence "
-        "trains alone). The loss is normalised by the mini-batch's global counts, so the gradient is the same as "
-        "with micro_batch_size (tested). None: micro_batch_size sequences in the shuffled order.",
-    )
-    packed: bool = Field(
-        False,
-        description="With max_tokens_per_micro_batch: run each micro-batch as one row of concatenated sequences, "
-        "positions restarting per sequence and no padding (transformers' packed-sequence masks: varlen kernels on "
-        "flash attention, a block-diagonal mask on sdpa/eager, where attention still spans the whole row).",
-    )
-    strategy: Literal["ddp", "fsdp2"] = Field(
-        "ddp",
-        description="How the accelerate launchers' processes share the model. ddp: every process holds the "
-        "whole model, gradients and AdamW state, gradients all-reduced. fsdp2: torch's fully_shard per decoder "
-        "layer and on the whole model (parameters, gradients and AdamW state sharded across processes; "
-        "all-gather before each layer, reduce-scatter after its backward); the full weights and optimizer state "
-        "are gathered to rank 0 to save θ_{k+1}, the same files as ddp. Needs a full fine-tune (no model.lora).",
-    )
-    mixed_precision: Literal["no", "bf16"] = Field(
-        "no",
-        description="bf16: the update's forward runs under bf16 autocast (in process: torch.autocast; accelerate "
-        "launcher: --mixed_precision bf16) with fp32 master weights and fp32 AdamW state (needs model.dtype=float32), "
-        "and the engine generates with bf16 weights; no: everything in model.dtype.",
-    )
-    recompute_old_logprobs: bool | None = Field(
-        None,
-        description="Recompute π_old with the trainer's own forward (same precision, same micro-batches as the "
-        "first optimizer step) instead of trusting the engine's log-probs. Unset: on exactly when engine and trainer "
-        "numerics differ (model.dtype=bfloat16 or update.mixed_precision=bf16), so on-policy ratios stay exactly 1; "
-        "false is refused then. Set true for vLLM in float32 if its parity matters to you.",
-    )
-    launcher: Literal["in_process", "accelerate", "accelerate_per_update"] = Field(
-        "accelerate",
-        description="Where the update runs. accelerate (default): a persistent trainer started once per run by "
-        "`accelerate launch` (num_processes processes: gloo DDP on CPU, NCCL on GPUs), launched when the run starts "
-        "and kept with model and optimizer in memory between updates; it reloads from disk whenever its base "
-        "checkpoint is not the one it holds (same weights, bit for bit, as a fresh launch; with one process the "
-        "same as in_process). in_process: in the pipeline's process, no second process (one model copy). "
-        "accelerate_per_update: a fresh `accelerate launch` for every update (seconds of start-up per iteration).",
-    )
-    num_processes: int = Field(
-        1,
-        ge=1,
-        description="Processes per machine for the accelerate launchers (one per GPU; on CPU, gloo processes). "
-        "The trainer group has num_processes x num_machines processes.",
-    )
-    num_machines: int = Field(
-        1,
-        ge=1,
-        description="Machines in the trainer group (launcher=accelerate only). The driver's machine runs machine "
-        "rank 0; every other machine joins with `ts trainer-node --run-id RUN --machine-rank R` and needs the runs "
-        "directory at the same path (a shared filesystem): docs/scaling.md.",
-    )
-    main_process_ip: str | None = Field(
-        None,
-        description="With num_machines > 1: the IP (or host name) of the driver's machine, where the trainer "
-        "group meets (accelerate's --main_process_ip); the other machines must reach it.",
-    )
-    main_process_port: int = Field(
-        29500,
-        ge=1,
-        le=65535,
-        description="With num_machines > 1: the port on main_process_ip where the trainer group meets (accelerate's "
-        "--main_process_port); must be free there. On one machine each launch takes a free port instead.",
-    )
-
-    @field_validator("mixed_precision", mode="before")
-    @classmethod
-    def _no_is_text(cls, v: Any) -> Any:
-        return "no" if v is False else v  # YAML 1.1 reads a bare `no` (accelerate's word) as false
-
-    @field_validator("betas", mode="before")
-    @classmethod
-    def _betas_from_yaml(cls, v: Any) -> Any:
-        return tuple(v) if isinstance(v, list) else v  # YAML (and config.yaml) has lists, not tuples
-
-
-class CheckpointConfig(_Section):
-    every: int = Field(
-        10,
-        ge=1,
-        description="Write θ with its AdamW state to policy/step_k/ every this many iterations (and at the "
-        "end of the run and at pool.snapshot_every iterations, whose snapshots are the pool). Between "
-        "checkpoints the trainer hands θ to the engine in memory, and a resumed run replays the updates "
-        "since the newest checkpoint from the stored rollouts (bit-identical on the CPU). 10: a crash "
-        "costs at most 9 replayed updates (a fraction of an iteration each: no sampling), while the "
-        "write (~4.4 s/GB; 84 GB at 7B with AdamW) is paid once per 10 iterations, off the critical "
-        "path. The vLLM engine, Ray workers, LoRA and update.launcher=accelerate_per_update read θ from "
-        "its file: there every step is written, as before.",
-    )
-    keep_last: int | None = Field(
-        None,
-        ge=1,
-        description="Keep only the last N policy steps (plus θ_0 and keep_every); None keeps all. The "
-        "historical pool's snapshots are separate and always kept.",
-    )
-    keep_every: int | None = Field(None, ge=1, description="With keep_last: also keep every N-th policy step.")
-
-
-class EvalConfig(_Section):
-    every: int = Field(5, ge=1, description="Evaluate every this many iterations (and at the end).")
-    prompts: int = Field(64, ge=1, description="Held-out prompts per evaluation.")
-    samples: int = Field(16, ge=1, description="Samples per prompt (pass@k for k up to this).")
-    temperature: float = Field(1.0, gt=0.0, description="Evaluation sampling temperature.")
-    split: Literal["validation", "test"] = Field("validation", description="Held-out split.")
-    test_samples: int = Field(
-        16,
-        ge=1,
-        description="Samples per prompt of a comparison's final evaluation on the whole "
-        "test split (pass@k for k up to this).",
-    )
-    seeded: bool = Field(
-        True,
-        description="At the final evaluation, also sample continuations of historical seeds "
-        "(λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) "
-        "for the explorable-space pass@k.",
-    )
-
-
-class PipelineConfig(_Section):
-    """How the stages are scheduled, never what they compute: left out of the config hash, so a run
-    resumes with any of these and its stage manifests and outputs are the same."""
-
-    seeds_block: int = Field(
-        1,
-        ge=1,
-        description="Draft the seeds of up to this many coming iterations at once, while the pool stays the "
-        "same (until the next snapshot joins it): each member's weights are loaded once per block instead of "
-        "once per iteration (at 7B a load is a 15 GB read), the drafts of the later iterations wait in memory "
-        "for their seeds stage. The same members, picks, source ages and samples, bit for bit (every "
-        "(member, iteration) call keeps its own shards and seeds). 1: each iteration drafts its own.",
-    )
-
-    overlap: bool | None = Field(
-        None,
-        description="Sample iteration k+1's seeds while update k runs (their writers are pool snapshots older "
-        "than θ_{k+1}, already on disk), in a thread of the pipeline's process, beside the in-process update or "
-        "while the accelerate trainer works; the seeds stage k+1 then only writes them: the same prefixes, "
-        "manifests and weights either way. It needs a core (or GPU) free for the drafts: on 2 idle CPU cores it "
-        "took 13-18% off an iteration of the tiny preset (SmolLM2 on vLLM: 14-16%), under other jobs' load nothing "
-        "(BENCHMARKS.md). Unset: on when this process samples on the CPU (cluster=local, HF engine or vLLM), where "
-        "that was measured; off on a GPU (the drafts' KV cache and the in-process update's activations would be in "
-        "memory together; not measured yet) and on Ray.",
-    )
