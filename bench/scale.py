@@ -1,7 +1,7 @@
 """What the pipeline itself costs per iteration as the model grows: random Qwen2 models of ~40M, ~150M
 and ~500M parameters, run through `ts train` for a few iterations, one code tree against another.
 
-    python bench/scale.py [--sizes 40M,150M,500M] [--methods grpo,thinking_seeds] [--iterations 3]
+    python bench/scale.py [--sizes 40M,150M,500M] [--methods grpo,thinking_seeds] [--iterations 4]
         [--rounds 1] [--old-python /path/to/old/tree/.venv/bin/python] [--no-prefect] [--set KEY=VALUE ...]
 
 The models are built in code (random weights, Qwen2 architecture, the bundled tiny model's character
@@ -203,7 +203,9 @@ def run_once(python: str, model_dir: Path, method: str, iterations: int, prefect
         "rollout.seeds_per_group=1" if method == "thinking_seeds" else "rollout.seeds_per_group=0",
         "rollout.max_new_tokens=32",
         "rollout.batch_size=8",
-        "pool.snapshot_every=2",
+        # Snapshots are checkpoints: this many iterations apart, the measured ones hand θ over in memory
+        # (new tree) where the old tree writes, hashes and reloads it every iteration.
+        "pool.snapshot_every=100",
         f"eval.every={iterations + 1}",
         "eval.prompts=1",
         "eval.samples=1",
@@ -245,7 +247,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="40M,150M,500M")
     ap.add_argument("--methods", default="grpo,thinking_seeds")
-    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--old-python", default=None, help="the interpreter of the tree to compare with (its runs: old)")
     ap.add_argument("--no-prefect", action="store_true", help="the plain loop instead of the Prefect flow")

@@ -33,7 +33,7 @@ from thinking_seeds.algo.adaptive_seeding import failed_prompts, second_on_polic
 from thinking_seeds.pipeline.graph import stage_seed
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows, write_rows
 from thinking_seeds.pipeline.session import Session, Timer, mean
-from thinking_seeds.pipeline.stage_continuation import continuation, sample_groups
+from thinking_seeds.pipeline.stage_continuation import continuation, generated_manifest, sample_groups
 from thinking_seeds.pipeline.stage_seeds import prefixes_for, seeds
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.prefix_aggregates import write_prefix_aggregates
@@ -104,14 +104,5 @@ def continue_on_failure(s: Session, k: int) -> Manifest:
         by_prompt[r.prompt_id].append(r)
     rows = [r for p in prompts for r in by_prompt[p.prompt_id]]
     generated += sum(len(r.token_ids) for r in probe)  # the probe's tokens are θ_k's rollouts too
-    with t("io"):
-        path = write_rows(RolloutRow, rows, run.generated(k))
-    m.record(run, "generated", path, rows=len(rows))
-    m.metrics = {
-        "rollout/generated_tokens": float(generated),
-        "rollout/response_len": mean(len(r.token_ids) for r in rows),
-        "rollout/truncated_frac": mean(float(bool(r.truncated)) for r in rows),
-        "seeding/seeded_samples_frac": mean(float(r.kind != "on_policy") for r in rows),
-    }
-    m.seconds = t.seconds
-    return m
+    seeded_frac = mean(float(r.kind != "on_policy") for r in rows)
+    return generated_manifest(s, m, k, rows, generated, t, **{"seeding/seeded_samples_frac": seeded_frac})

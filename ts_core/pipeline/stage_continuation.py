@@ -27,13 +27,22 @@ def continuation(s: Session, k: int) -> Manifest:
     with t("io"):
         pre = read_rows(PrefixRow, run.prefixes(k)) if cfg.seeded else []
     rows, generated = sample_groups(s, k, s.iteration_prompts(k), pre, stage_seed(cfg, k, "continuation"), t)
+    return generated_manifest(s, m, k, rows, generated, t)
+
+
+def generated_manifest(
+    s: Session, m: Manifest, k: int, rows: list[RolloutRow], generated: int, t: Timer, **metrics: float
+) -> Manifest:
+    """Write iteration k's generated rows (pending verification) and fill the continuation manifest:
+    the file, the token counts and `metrics` (the adaptive-seeding body adds its own)."""
     with t("io"):
-        path = write_rows(RolloutRow, rows, run.generated(k))
-    m.record(run, "generated", path, rows=len(rows))
+        path = write_rows(RolloutRow, rows, s.run.generated(k))
+    m.record(s.run, "generated", path, rows=len(rows))
     m.metrics = {
         "rollout/generated_tokens": float(generated),
         "rollout/response_len": mean(len(r.token_ids) for r in rows),
         "rollout/truncated_frac": mean(float(bool(r.truncated)) for r in rows),
+        **metrics,
     }
     m.seconds = t.seconds
     return m
