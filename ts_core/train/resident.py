@@ -140,19 +140,19 @@ class Resident:
         # A copy: the caller goes on adding to `metrics` while the background thread writes `extra`.
         extra = {"metrics": dict(metrics), "config_hash": cfg.config_hash(), "policy_id": self.held[0]}
         self.writer.wait()  # the copies are taken after the previous write: at most one set in memory
+        # fsdp2: the shards gathered by the update into one CPU copy (TrainState.gathered); ddp: the model
+        whole, opt = st.gathered or (st.model, st.optimizer)
         if job["save"] != "background":  # written now, from the model itself (LoRA adapters too)
-            st.model.eval()
-            st.model.config.use_cache = True
+            whole.eval()
+            whole.config.use_cache = True
             try:
-                save_checkpoint(
-                    st.model, st.tok, Path(job["out_root"]), step, extra, optimizer=st.optimizer, overwrite=True
-                )
+                save_checkpoint(whole, st.tok, Path(job["out_root"]), step, extra, optimizer=opt, overwrite=True)
             finally:
-                st.model.train()
-                st.model.config.use_cache = False
+                whole.train()
+                whole.config.use_cache = False
             metrics["perf/save_s"] = time.perf_counter() - t0  # on the critical path
             return
-        model, optimizer = FrozenModel(st.model), snapshot_optimizer(st.optimizer)
+        model, optimizer = FrozenModel(whole), snapshot_optimizer(opt)
         tok, root = st.tok, Path(job["out_root"])
         self.writer.submit(
             lambda: save_checkpoint(model, tok, root, step, extra, optimizer=optimizer, overwrite=True), background=True

@@ -86,6 +86,9 @@ class TrainState:
     world: int
     train_model: Any = None
     train_optimizer: Any = None
+    # fsdp2, rank 0: the last update's unsharded CPU copy and its AdamW (strategy.gathered), what a
+    # checkpoint is written from (train/resident.py); None under ddp, where `model` itself is whole.
+    gathered: tuple[Any, Any] | None = None
 
 
 def load_state(
@@ -172,6 +175,7 @@ def update_state(
         accelerator.wait_for_everyone()
         if cfg.update.strategy == "fsdp2":  # every rank sends its shards; rank 0 gets an unsharded CPU copy
             to_save, optimizer = gathered(model, st.optimizer, cfg, accelerator.is_main_process)
+            st.gathered = (to_save, optimizer)
         if not accelerator.is_main_process:
             if keep:
                 model.train()
