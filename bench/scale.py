@@ -277,7 +277,11 @@ def main() -> None:
             if rnd % 2:
                 order.reverse()
             for (tree, python), method in order:
-                r = run_once(python, models[s], method, a.iterations, not a.no_prefect, a.overrides, base)
+                try:
+                    r = run_once(python, models[s], method, a.iterations, not a.no_prefect, a.overrides, base)
+                except SystemExit as e:  # one failed run (e.g. out of memory) costs its row, not the bench
+                    print(f"  {s:>5} {method:<15} {tree}: FAILED, {str(e).splitlines()[0]}", flush=True)
+                    continue
                 results.setdefault((s, method, tree), []).append(r)
                 rows = r["rows"]
                 print(
@@ -294,7 +298,7 @@ def main() -> None:
     summary = {}
     for (s, method, tree), rs in results.items():
         rows = [row for r in rs for row in r["rows"]]
-        smallest = [row for r in results[(sizes[0], method, tree)] for row in r["rows"]]
+        smallest = [row for r in results.get((sizes[0], method, tree), rs) for row in r["rows"]]
         own, own0 = med(rows, "own"), med(smallest, "own")
         summary[f"{s}/{method}/{tree}"] = {
             "params": params[s],
@@ -312,6 +316,8 @@ def main() -> None:
     if a.old_python:
         print("\nnew / old own cost per iteration:")
         for s, method in itertools.product(sizes, a.methods.split(",")):
+            if f"{s}/{method}/new" not in summary or f"{s}/{method}/old" not in summary:
+                continue
             n, o = summary[f"{s}/{method}/new"]["own"], summary[f"{s}/{method}/old"]["own"]
             print(f"  {s:>5} {method:<15} {n:.2f}s / {o:.2f}s = {n / o:.2f}x")
     if a.json:
