@@ -49,6 +49,9 @@ def test_checkpoint_schedule(sparse_run):
         assert "update" in m.hashes  # the metrics digest: what the chain of digests rests on
         assert ("policy" in m.outputs) == (k + 1 in (2, 3, 4))
         assert update_output_ok(run, m, k)
+        # Background writes record no hash (the write may still run); the run's last one is written in
+        # place (no CPU copy beside the trainer's state at the end), so its hash is in the manifest.
+        assert ("policy" in m.hashes) == (k + 1 == cfg.iterations)
     info = run.policy(2) / "manifest.json"
     assert '"policy_id"' in info.read_text()
 
@@ -116,16 +119,18 @@ def test_kill_during_the_checkpoint_write_redoes_the_update(sparse_run, tmp_path
 
     ref, cfg, _ = sparse_run
     run = RunDir(copy_tree(ref.root, tmp_path / "runs" / "sparse"))
-    shutil.rmtree(run.policy(4))  # as a kill in θ_4's write leaves it (its temp folder is removed on takeover)
-    (run.policy_root / ".tmp_step_000004_x").mkdir()
-    m = run.read_manifest(3, "update")
-    assert not update_output_ok(run, m, 3)
-    assert checkpoint_steps(run) == [0, 2, 3]
+    # θ_3 (a pool snapshot) is written in the background; the run's last checkpoint, θ_4, in place.
+    shutil.rmtree(run.policy(3))  # as a kill in θ_3's write leaves it (its temp folder is removed on takeover)
+    (run.policy_root / ".tmp_step_000003_x").mkdir()
+    m = run.read_manifest(2, "update")
+    assert not update_output_ok(run, m, 2)
+    assert checkpoint_steps(run) == [0, 2, 4]
     real_rename = os.rename
     renamed = []
     monkeypatch.setattr(os, "rename", lambda a, b: (renamed.append(b), real_rename(a, b))[1])
     live_weights.clear()
     train(run, cfg)
-    assert str(run.policy(4)) in map(str, renamed)
-    assert not (run.policy_root / ".tmp_step_000004_x").exists()
+    assert str(run.policy(3)) in map(str, renamed)
+    assert not (run.policy_root / ".tmp_step_000003_x").exists()
+    assert _same_state(_state(run, 3), _state(ref, 3))
     assert _same_state(_state(run, 4), _state(ref, 4))

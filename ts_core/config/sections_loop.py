@@ -179,6 +179,14 @@ class LossConfig(_Section):
 
 class UpdateConfig(_Section):
     lr: float = Field(1e-4, gt=0.0, lt=1.0, description="AdamW learning rate.")
+    lr_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Ramp the learning rate linearly over the run's first this many optimizer steps (step n "
+        "uses lr·n/N), as verl's optim.lr_warmup_steps: a fresh AdamW's first steps move every weight by about "
+        "lr whatever its gradient's size, which is what the first updates of a small model feel most. The "
+        "count is AdamW's own step counter, so a resumed or replayed run ramps the same. 0: constant lr.",
+    )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     grad_clip: float = Field(1.0, gt=0.0, description="Max global grad norm.")

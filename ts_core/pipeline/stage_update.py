@@ -34,7 +34,10 @@ def update(s: Session, k: int) -> Manifest:
     t = Timer()
     out = run.policy(k + 1)
     handoff = memory_handoff(cfg)
-    save = ("background" if handoff else "sync") if checkpoint_due(cfg, k + 1) else None
+    # The run's last checkpoint is written in place: nothing follows that a background write could
+    # overlap, and the CPU copy a background write takes would double the trainer's memory at the end.
+    background = handoff and k + 1 < cfg.iterations
+    save = ("background" if background else "sync") if checkpoint_due(cfg, k + 1) else None
     if cfg.update.launcher == "accelerate_per_update":
         # The launcher's hand-over file sits with the manifests; `ts check` knows to skip it.
         metrics_path = run.manifest_path(k, "update_metrics")

@@ -101,9 +101,26 @@ def train_on_batch(
                 norm = norm.full_tensor()
             stats.add("actor/grad_norm", norm, 1)  # the mean over optimizer steps
             steps += 1
+            set_warmup_lr(optimizer, u.lr, u.lr_warmup_steps)
             optimizer.step()
     stats.add("actor/optimizer_steps", steps)
     return stats
+
+
+def warmup_lr(lr: float, step: int, warmup_steps: int) -> float:
+    """The learning rate of optimizer step `step` (1-based) under a linear warm-up of `warmup_steps`."""
+    return lr if warmup_steps <= 0 else lr * min(1.0, step / warmup_steps)
+
+
+def set_warmup_lr(optimizer: torch.optim.Optimizer, lr: float, warmup_steps: int) -> None:
+    """Set the lr of the step about to be taken. The step number is AdamW's own counter (state["step"],
+    saved with every checkpoint), not a count kept here, so resume and replay need nothing else."""
+    if warmup_steps <= 0:
+        return
+    for group in optimizer.param_groups:
+        first = next((p for p in group["params"] if p in optimizer.state), None)
+        done = int(optimizer.state[first]["step"]) if first is not None else 0
+        group["lr"] = warmup_lr(lr, done + 1, warmup_steps)
 
 
 def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
