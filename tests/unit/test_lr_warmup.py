@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from thinking_seeds.config import load_config
-from thinking_seeds.train.update_loop import set_warmup_lr, warmup_lr
+from thinking_seeds.train.update_loop import set_warmup_lr
 
 
 def _steps(opt, model, n, lr, warmup):
@@ -35,7 +35,6 @@ def test_no_warmup_leaves_the_lr_alone():
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     assert _steps(opt, model, 2, 1e-3, 0) == [3e-4, 3e-4]  # the optimizer's own lr, untouched
-    assert warmup_lr(1e-3, 1, 0) == 1e-3
 
 
 def test_hash_unchanged_at_zero_and_changed_when_set():

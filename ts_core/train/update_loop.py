@@ -15,6 +15,7 @@ import torch
 from thinking_seeds.algo.stats import Stats
 from thinking_seeds.config import RunConfig
 from thinking_seeds.train.batch import Batch, loss_token_count
+from thinking_seeds.train.lr_schedule import lr_factor
 from thinking_seeds.train.micro_batches import schedule
 from thinking_seeds.train.micro_loss import autocast, loss_settings, micro_loss, score
 
@@ -107,11 +108,6 @@ def train_on_batch(
     return stats
 
 
-def warmup_lr(lr: float, step: int, warmup_steps: int) -> float:
-    """The learning rate of optimizer step `step` (1-based) under a linear warm-up of `warmup_steps`."""
-    return lr if warmup_steps <= 0 else lr * min(1.0, step / warmup_steps)
-
-
 def set_warmup_lr(optimizer: torch.optim.Optimizer, lr: float, warmup_steps: int) -> None:
     """Set the lr of the step about to be taken. The step number is AdamW's own counter (state["step"],
     saved with every checkpoint), not a count kept here, so resume and replay need nothing else."""
@@ -120,7 +116,7 @@ def set_warmup_lr(optimizer: torch.optim.Optimizer, lr: float, warmup_steps: int
     for group in optimizer.param_groups:
         first = next((p for p in group["params"] if p in optimizer.state), None)
         done = int(optimizer.state[first]["step"]) if first is not None else 0
-        group["lr"] = warmup_lr(lr, done + 1, warmup_steps)
+        group["lr"] = lr * lr_factor(done, warmup_steps)  # a linear ramp, then constant
 
 
 def make_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:

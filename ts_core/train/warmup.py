@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import shutil
 import sys
@@ -44,6 +43,7 @@ from thinking_seeds.engine.models import (
 )
 from thinking_seeds.engine.rollout import HFEngine
 from thinking_seeds.evals.evaluation import evaluate_prompts
+from thinking_seeds.train.lr_schedule import lr_factor
 from thinking_seeds.train.warmup_state import STATE_FILE, ResumeError, corpus_digest, load_state, restore, save_state
 
 
@@ -66,16 +66,6 @@ def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torc
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(row_labels)] = torch.tensor(row_labels)
     return ids, lab, torch.tensor([len(r) for r in rows])
-
-
-def lr_factor(step: int, warmup_steps: int, total_steps: int | None = None, min_factor: float = 0.1) -> float:
-    """Learning-rate multiplier at optimizer step `step` (0-based): a linear ramp over `warmup_steps`,
-    then constant (total_steps None) or a cosine decay to `min_factor` at `total_steps`."""
-    warm = max(1, warmup_steps)
-    if step < warm or total_steps is None:
-        return min(1.0, (step + 1) / warm)
-    progress = min(1.0, (step - warm) / max(1, total_steps - warm))
-    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def sft_optimizer(
