@@ -4,10 +4,11 @@
     for k = 0 .. K-1:
         snapshot      θ_k joins the historical pool H        (every pool.snapshot_every)
         seeds         h ~ H writes drafts z; cut at λ·|z|     -> prefix corpus
-        continuation  θ_k continues every seed; on-policy samples
+        continuation  θ_k continues every seed; on-policy samples (θ_{k-s}: pipeline.max_staleness)
         verify        rewards, statuses, group advantages     -> rollouts
         update        loss of docs/algorithm.md §3                         -> θ_{k+1}
-                      (pipeline.overlap: seeds k+1 sampled meanwhile, seeds_ahead task)
+                      (pipeline.overlap: seeds k+1 sampled meanwhile, seeds_ahead task;
+                       pipeline.max_staleness: groups k+1 too, groups_ahead task)
         evaluate      held-out accuracy, pass@k of θ_{k+1}    (every eval.every)
 
 Re-running with the same run id resumes: a stage whose manifest is on disk, with the same config,
@@ -30,17 +31,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.flows.cli.output import evaluation_line
 from thinking_seeds.pipeline.graph import STAGES
+from thinking_seeds.pipeline.groups_ahead import drop_groups, staleness_due
 from thinking_seeds.pipeline.loop import summary
 from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run
 from thinking_seeds.pipeline.resume import continued_config, record_extension
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
-from thinking_seeds.pipeline.session import drop_session
+from thinking_seeds.pipeline.session import drop_session, session_for
+from thinking_seeds.pipeline.stage_continuation import prepare_ahead
 from thinking_seeds.pipeline.stage_prepare import check_inputs
 from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
     continuation_task,
     evaluate_task,
+    groups_ahead_task,
     prepare_task,
     seeds_ahead_task,
     seeds_task,
@@ -148,8 +152,12 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 rollouts = stage(verify_task, k, gen)  # rewards, group advantages
                 # pipeline.overlap: seeds k+1 sampled in a task-runner thread while θ_{k+1} trains in this one
                 # (a task run only when they are still to sample: a resumed run shows no idle ones)
+                # pipeline.max_staleness: seeds and groups k+1 sampled by θ_{k+1-s} meanwhile (groups_ahead.py)
                 ahead = None
-                if overlap_due(cfg, k) and not run.manifest_path(k + 1, "seeds").exists():
+                if staleness_due(cfg, k):
+                    if prepare_ahead(session_for(run), k + 1):
+                        ahead = groups_ahead_task.submit(str(run.root), k + 1)
+                elif overlap_due(cfg, k) and not run.manifest_path(k + 1, "seeds").exists():
                     ahead = seeds_ahead_task.submit(str(run.root), k + 1)
                 try:
                     theta = stage(update_task, k, theta, rollouts)  # θ_{k+1}
@@ -162,6 +170,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
         flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
     finally:
         drop_ahead(run)
+        drop_groups(run)
         forget_run(run)  # this process's in-memory policies of the run
         drop_session(run)  # the stage tasks' shared Session
         # the run's persistent trainer (update.launcher=accelerate), if one was started (Ctrl-C: terminated now)

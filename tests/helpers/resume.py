@@ -119,9 +119,11 @@ def _assert_same_results(run: RunDir, ref: RunDir, iterations: int) -> None:
     assert ev == ev_ref  # evaluate writes no timings into its metrics file
 
 
-def kill_and_resume(mode: str, pause: str, tiny_run, runs_dir: Path, env: dict, tmp_path: Path) -> None:
+def kill_and_resume(
+    mode: str, pause: str, tiny_run, runs_dir: Path, env: dict, tmp_path: Path, iterations: int = 2
+) -> None:
     """Run `mode` ("loop" | "flow") until it blocks at `pause` ("STAGE:K"), kill -9 its process group,
-    run it again, and check (a) and (b) against `tiny_run`."""
+    run it again, and check (a) and (b) against `tiny_run` (a finished run of `iterations`)."""
     reference, overrides = tiny_run.run, tiny_run.overrides
     assert reference.run_id == RUN_ID
     run = RunDir.for_run(RUN_ID, runs_dir)
@@ -160,4 +162,4 @@ def kill_and_resume(mode: str, pause: str, tiny_run, runs_dir: Path, env: dict, 
         assert not (run.root / ".prefect-results").exists()  # the manifests are the only resume record
 
     # (b) the same results as a run that was never interrupted
-    _assert_same_results(run, reference, 2)
+    _assert_same_results(run, reference, iterations)

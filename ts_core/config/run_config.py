@@ -111,7 +111,8 @@ class RunConfig(_Section):
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
     pipeline: PipelineConfig = Field(
-        default_factory=PipelineConfig, description="How the stages are scheduled (not part of the config hash)."
+        default_factory=PipelineConfig,
+        description="How the stages are scheduled (out of the config hash, but for max_staleness).",
     )
 
     @field_validator("reward", mode="before")
@@ -200,6 +201,28 @@ class RunConfig(_Section):
             raise ValueError(
                 f"update.recompute_old_logprobs=false with {self._precision_text()}: the engine's bf16 "
                 "log-probs are not the trainer's, so on-policy ratios would not be 1; leave it unset or true"
+            )
+        if self.pipeline.max_staleness > 0 and u.recompute_old_logprobs and not corrects:
+            raise ValueError(
+                f"pipeline.max_staleness={self.pipeline.max_staleness} with update.recompute_old_logprobs: the "
+                "trainer's π_old is θ_k, not the older policy that wrote the samples, so nothing would account for "
+                "their age; set loss.rollout_correction (e.g. token_tis: the decoupled loss) or, in float32, "
+                "update.recompute_old_logprobs=false (ratios against the writer's own log-probs)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _staleness_supported(self) -> RunConfig:
+        s = self.pipeline.max_staleness
+        if s > 0 and self.cluster.kind != "local":
+            raise ValueError(
+                f"pipeline.max_staleness={s} samples ahead in the pipeline's process: set cluster=local "
+                "(asynchronous Ray rollout workers are not built), or pipeline.max_staleness=0"
+            )
+        if s > 0 and self.prefix.when == "on_failure":
+            raise ValueError(
+                f"pipeline.max_staleness={s} with prefix.when=on_failure: the seeding probe is θ_k's own, so the "
+                "iteration cannot be sampled before θ_k exists; use prefix.when=always, or pipeline.max_staleness=0"
             )
         return self
 
@@ -300,8 +323,11 @@ class RunConfig(_Section):
             # (tests/e2e/test_update_processes.py): a run may resume under another launcher, and runs
             # hashed before the default became accelerate keep their hashes.
             data["update"]["launcher"] = "in_process"
+        staleness = self.pipeline.max_staleness
         for path in _HASH_ALWAYS_OUT:
             _drop(data, path)
+        if staleness:  # the one pipeline setting that changes what is computed (which θ samples)
+            data["pipeline"] = {"max_staleness": staleness}
         for path, default in _HASH_OUT_AT_DEFAULT.items():
             if _get(data, path) == default:
                 _drop(data, path)

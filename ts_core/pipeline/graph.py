@@ -47,6 +47,13 @@ def upstream_of(stage: str, k: int) -> list[tuple[str, int]]:
     }[stage]
 
 
+def rollout_step(cfg: RunConfig, k: int) -> int:
+    """The policy step whose θ samples iteration k's on-policy responses and continuations: θ_k, or with
+    pipeline.max_staleness = s, θ_{k-s} (θ_0 while k < s), so that iteration k+1 can be sampled while
+    update k runs. The continuation's recorded upstream stays θ_k's writer: seeds k chain on it anyway."""
+    return max(0, k - cfg.pipeline.max_staleness)
+
+
 def eval_due(cfg: RunConfig, k: int) -> bool:
     """Evaluate θ_{k+1} after iteration k; k = -1 evaluates θ_0 (the starting point)."""
     return k == -1 or (k + 1) % cfg.eval.every == 0 or k == cfg.iterations - 1

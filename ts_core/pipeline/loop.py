@@ -4,7 +4,8 @@
         snapshot(k); seeds(k); continuation(k); verify(k); update(k); evaluate(k)
 
 With pipeline.overlap, seeds(k+1) are sampled in a thread while update(k) runs (`update_outcome`);
-the seeds stage k+1 then writes them in its turn (pipeline/seeds_ahead.py).
+the seeds stage k+1 then writes them in its turn (pipeline/seeds_ahead.py). With pipeline.max_staleness
+= s the thread also samples continuation(k+1) with θ_{k+1-s} (pipeline/groups_ahead.py).
 
 `stage_outcome` (`run_stage`: its manifest) is the one place that turns a stage function's Manifest
 into files (metrics Parquet, manifest JSON) and skips a stage whose outputs are already complete;
@@ -20,10 +21,12 @@ from typing import NamedTuple
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
+from thinking_seeds.pipeline.groups_ahead import drop_groups, staleness_due
 from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run, update_output_ok
 from thinking_seeds.pipeline.resume import continued_config, record_extension
 from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
 from thinking_seeds.pipeline.session import Session, close_trackers
+from thinking_seeds.pipeline.stage_continuation import prepare_ahead, sample_ahead
 from thinking_seeds.pipeline.stage_prepare import check_inputs, prepare
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
@@ -73,15 +76,22 @@ def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
 
 
 def update_outcome(s: Session, k: int) -> Outcome:
-    """The update stage k; with pipeline.overlap, seeds k+1 are sampled meanwhile in another thread.
+    """The update stage k; with pipeline.overlap, seeds k+1 are sampled meanwhile in another thread, and
+    with pipeline.max_staleness the groups of iteration k+1 too (pipeline/groups_ahead.py).
 
     The update stays in this thread: the persistent trainer it may launch dies with the thread that
     started it (PR_SET_PDEATHSIG), and it must outlive the iteration. The join comes before the next
     stage, which needs the engine the drafts are sampled on.
     """
-    if not overlap_due(s.cfg, k):
+    if staleness_due(s.cfg, k):  # pipeline.max_staleness: seeds and groups k+1, by θ_{k+1-s}
+        if not prepare_ahead(s, k + 1):
+            return stage_outcome(s, "update", k)
+        body, name = sample_ahead, "groups-ahead"
+    elif overlap_due(s.cfg, k):
+        body, name = draft_ahead, "seeds-ahead"
+    else:
         return stage_outcome(s, "update", k)
-    ahead = threading.Thread(target=draft_ahead, args=(s, k + 1), name=f"seeds-ahead-{k + 1}", daemon=True)
+    ahead = threading.Thread(target=body, args=(s, k + 1), name=f"{name}-{k + 1}", daemon=True)
     ahead.start()
     try:
         return stage_outcome(s, "update", k)
@@ -127,6 +137,7 @@ def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], 
             flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
         finally:
             drop_ahead(run)
+            drop_groups(run)
             forget_run(run)
             s.close()
             close_trackers()

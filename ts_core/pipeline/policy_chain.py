@@ -53,6 +53,28 @@ def memory_handoff(cfg: RunConfig) -> bool:
     )
 
 
+def live_keep(cfg: RunConfig) -> int:
+    """How many policies this process holds in memory: θ_k and θ_{k+1}, and with pipeline.max_staleness = s
+    also the writers of the samples drawn ahead, θ_{k+1-s} .. θ_k."""
+    return max(live_weights.KEEP, cfg.pipeline.max_staleness + 1)
+
+
+def publish_policy(run: RunDir, cfg: RunConfig, step: int, state: dict) -> None:
+    """Hold θ_step's tensors for the engine; in process they are the trainer's own (borrowed)."""
+    borrowed = cfg.update.launcher == "in_process"
+    live_weights.publish(run.policy(step), policy_id(run, step), state, borrowed=borrowed, keep=live_keep(cfg))
+
+
+def policy_at_hand(run: RunDir, cfg: RunConfig, step: int) -> bool:
+    """Whether θ_step can reach the engine without the trainer (in memory, or a valid checkpoint): what
+    sampling beside a running update may rely on (a replay would need the busy trainer)."""
+    if not memory_handoff(cfg):
+        return (run.policy(step) / "manifest.json").is_file()
+    pid = policy_id(run, step)
+    live = live_weights.lookup(run.policy(step))
+    return (live is not None and live.policy_id == pid) or valid_checkpoint(run, step, pid)
+
+
 def checkpoint_due(cfg: RunConfig, step: int) -> bool:
     """Whether θ_step is written to policy/step_<step>/: every checkpoint.every steps, the end of the
     run, every pool snapshot (the pool's snapshots link its files) -- every step without hand-over."""
@@ -199,8 +221,10 @@ def ensure_policy(run: RunDir, cfg: RunConfig, step: int) -> Path:
         )
     job = chain_job(run, cfg, step, held_policy(run, cfg), update=False)
     job["handoff"] = True
+    if cfg.update.launcher == "in_process":
+        live_weights.drop_borrowed(run.root)  # the replay changes the trainer's tensors in place
     answer = run_job(run, cfg, job, f"replay to θ_{step}")
-    live_weights.publish(path, pid, answer["weights"])
+    publish_policy(run, cfg, step, answer["weights"])
     return path
 
 

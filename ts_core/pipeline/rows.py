@@ -70,6 +70,7 @@ class RolloutRow:
     reward: float | None
     advantage: float | None
     truncated: bool | None = None  # hit the token budget without ending (reward.overlong)
+    policy_version: int | None = None  # the step of the θ that generated its tokens (pipeline.max_staleness)
 
 
 Row = TypeVar("Row", PrefixRow, RolloutRow)

@@ -83,6 +83,13 @@ def has_ahead(s: Session, k: int) -> bool:
         return _key(s, k) in _AHEAD
 
 
+def peek_ahead(s: Session, k: int) -> Ahead | None:
+    """The drafts of seeds k if they are held, left in place for the seeds stage (bounded staleness
+    continues them before that stage writes them: pipeline/groups_ahead.py)."""
+    with _LOCK:
+        return _AHEAD.get(_key(s, k))
+
+
 def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | None:
     """The drafts of seeds k if they were drafted ahead by exactly these pool members (once)."""
     with _LOCK:

@@ -1,11 +1,14 @@
 """continuation k: θ_k samples the on-policy responses and continues every seed to the end
 (docs/algorithm.md §2.3), into rollouts/iteration=k/generated.parquet (rows pending verification).
+With pipeline.max_staleness = s it is θ_{k-s}, and the groups may have been sampled while update k-1
+ran (`sample_ahead`, held by pipeline/groups_ahead.py); the stage then only writes them.
 
 `sample_groups` is the body: dynamic sampling's later rounds (pipeline/oversample.py) call it for
 further prompts with their own seed, so every round lays out and samples its groups the same way."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
 from thinking_seeds.algo.overlong import is_truncated
@@ -13,10 +16,17 @@ from thinking_seeds.config import RunConfig
 from thinking_seeds.data.sources import Prompt
 from thinking_seeds.engine.models import encode_prompt
 from thinking_seeds.engine.rollout import SamplingParams
-from thinking_seeds.pipeline.graph import stage_seed
+from thinking_seeds.pipeline.graph import rollout_step, stage_seed
+from thinking_seeds.pipeline.groups_ahead import GroupsAhead, as_written, put_groups, take_groups
+from thinking_seeds.pipeline.policy_chain import policy_at_hand, policy_id
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows, write_rows
+from thinking_seeds.pipeline.seeds_ahead import peek_ahead
 from thinking_seeds.pipeline.session import Session, Timer, mean
+from thinking_seeds.pipeline.stage_seeds import draft_ahead
+from thinking_seeds.store import live_weights
 from thinking_seeds.store.manifest import Manifest
+
+log = logging.getLogger(__name__)
 
 
 def continuation(s: Session, k: int) -> Manifest:
@@ -26,8 +36,16 @@ def continuation(s: Session, k: int) -> Manifest:
     t = Timer()
     with t("io"):
         pre = read_rows(PrefixRow, run.prefixes(k)) if cfg.seeded else []
-    rows, generated = sample_groups(s, k, s.iteration_prompts(k), pre, stage_seed(cfg, k, "continuation"), t)
-    return generated_manifest(s, m, k, rows, generated, t)
+    ahead = take_groups(s, k, pre) if cfg.pipeline.max_staleness > 0 else None
+    if ahead is not None:  # sampled while update k-1 ran, by the same θ_{k-s}: the same rows (groups_ahead.py)
+        rows, generated = ahead.rows, ahead.generated
+        t.seconds.update(ahead.seconds)  # the same names for the same work, spent beside update k-1
+    else:
+        rows, generated = sample_groups(s, k, s.iteration_prompts(k), pre, stage_seed(cfg, k, "continuation"), t)
+    extra = {"rollout/staleness": float(k - rollout_step(cfg, k))} if cfg.pipeline.max_staleness > 0 else {}
+    if ahead is not None:
+        extra["perf/sampled_ahead"] = 1.0
+    return generated_manifest(s, m, k, rows, generated, t, **extra)
 
 
 def generated_manifest(
@@ -111,13 +129,15 @@ def sample_groups(
                 gen_rows.append(len(rows) - 1)
     params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=seed, feed_context=True)
     # Sharded by rollout.batch_size: this process's engine, or the Ray rollout workers (Session.generate).
-    gens = s.generate(s.policy(k), ctx, params, max_new=caps, timer=t)
+    version = rollout_step(cfg, k)  # θ_k, or θ_{k-s} with pipeline.max_staleness
+    gens = s.generate(s.policy(version), ctx, params, max_new=caps, timer=t)
     finished: dict[int, bool] = {}
     for i, g in zip(gen_rows, gens, strict=True):
         r = rows[i]
         r.token_ids = r.token_ids + g.token_ids
         r.old_logprobs = r.old_logprobs + g.logprobs
         r.behaviour_logprobs = r.behaviour_logprobs + [0.0] * len(g.token_ids)
+        r.policy_version = version
         finished[i] = g.finished
     for i, r in enumerate(rows):
         r.response_text = tok.decode(r.token_ids, skip_special_tokens=True)
@@ -132,3 +152,39 @@ def _keep_seed(cfg: RunConfig, seed: PrefixRow) -> bool:
     if cfg.prefix.filter == "none" or seed.draft_reward is None:
         return True
     return seed.draft_reward >= 1.0
+
+
+def prepare_ahead(s: Session, k: int) -> bool:
+    """In the main thread, before update k-1 starts: whether groups k can be sampled beside it. In
+    process, θ_{k-s}'s borrowed tensors are replaced by a copy the update leaves alone."""
+    cfg, run = s.cfg, s.run
+    if run.manifest_path(k, "continuation").exists():
+        return False  # a resumed run: done already
+    step = rollout_step(cfg, k)
+    live_weights.keep_copy(run.policy(step))
+    return policy_at_hand(run, cfg, step)
+
+
+def sample_ahead(s: Session, k: int) -> bool:
+    """The thread's body: draft seeds k (if the method seeds) and sample groups k; whether it did. A
+    failure logs one line: the stage samples them in its turn and reports its own error."""
+    cfg = s.cfg
+    try:
+        prefixes: list[PrefixRow] = []
+        if cfg.seeded:
+            if not draft_ahead(s, k):
+                return False
+            held = peek_ahead(s, k)
+            if held is None:
+                return False
+            prefixes = as_written(held.rows)
+        step = rollout_step(cfg, k)
+        t = Timer()
+        seed = stage_seed(cfg, k, "continuation")
+        rows, generated = sample_groups(s, k, s.iteration_prompts(k), prefixes, seed, t)
+        ahead = GroupsAhead(rows, generated, policy_id(s.run, step), prefixes, t.seconds)
+        put_groups(s, k, ahead)
+        return True
+    except Exception as e:
+        log.warning("continuation %d: sampling ahead failed (%s: %s); the stage samples it", k, type(e).__name__, e)
+        return False

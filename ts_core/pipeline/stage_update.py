@@ -15,8 +15,8 @@ from thinking_seeds.pipeline.policy_chain import (
     checkpoint_due,
     held_policy,
     memory_handoff,
-    policy_id,
     prune_checkpoints,
+    publish_policy,
     run_job,
 )
 from thinking_seeds.pipeline.session import Session, Timer
@@ -49,12 +49,12 @@ def update(s: Session, k: int) -> Manifest:
         job = chain_job(run, cfg, k, held_policy(run, cfg), update=True)
         job.update(save=save, handoff=handoff)
         if cfg.update.launcher == "in_process":
-            live_weights.drop(run.policy(k))  # they are the trainer's tensors, which this update changes
+            live_weights.drop_borrowed(run.root)  # the trainer's own tensors, which this update changes
         with t("update_total"):
             answer = run_job(run, cfg, job, f"update of iteration {k}")
         metrics = answer["metrics"]
         if handoff:
-            live_weights.publish(out, policy_id(run, k + 1), answer["weights"])
+            publish_policy(run, cfg, k + 1, answer["weights"])
     if save == "sync":
         verify_checkpoint(out)
         m.record(run, "policy", out)

@@ -8,7 +8,8 @@ whether or not the file exists, and the weights come from memory when they are h
 
 In process (update.launcher=in_process) the tensors are the trainer's own parameters (no copy: the
 engine copies them into its model); the entry is dropped before the next update changes them in
-place (`drop`). From the persistent trainer their bytes arrive on its socket, read straight into
+place (`drop_borrowed`; `keep_copy` when an older θ must still sample meanwhile). From the
+persistent trainer their bytes arrive on its socket, read straight into
 tensors (pipeline/trainer_client.py; faster than a /dev/shm file: bench/weight_handoff.py). A CUDA
 trainer in this process could publish its device tensors the same way (the engine's load_state_dict
 copies device to device); one in another process would send CUDA IPC handles instead of bytes
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["LiveWeights", "clear", "drop", "lookup", "publish"]
+__all__ = ["LiveWeights", "clear", "drop", "drop_borrowed", "keep_copy", "lookup", "publish"]
 
 KEEP = 2  # θ_k and θ_{k+1}: the evaluation of θ_{k+1} and the continuation of k+1 read the newest
 
@@ -34,6 +35,7 @@ class LiveWeights:
 
     policy_id: str
     state: dict[str, torch.Tensor]
+    borrowed: bool = False  # the in-process trainer's own tensors, which its next update changes in place
 
 
 _HELD: dict[str, LiveWeights] = {}
@@ -44,13 +46,34 @@ def _key(path: Path | str) -> str:
     return str(Path(path).resolve())
 
 
-def publish(path: Path | str, policy_id: str, state: dict[str, torch.Tensor]) -> None:
-    """Hold `state` as the weights of the policy whose checkpoint would be `path` (the oldest goes)."""
+def publish(
+    path: Path | str, policy_id: str, state: dict[str, torch.Tensor], borrowed: bool = False, keep: int = KEEP
+) -> None:
+    """Hold `state` as the weights of the policy whose checkpoint would be `path`; beyond `keep` policies
+    the oldest goes (pipeline.max_staleness = s keeps s + 1: the writer of the samples drawn ahead)."""
     with _LOCK:
         _HELD.pop(_key(path), None)
-        _HELD[_key(path)] = LiveWeights(policy_id, state)
-        while len(_HELD) > KEEP:
+        _HELD[_key(path)] = LiveWeights(policy_id, state, borrowed)
+        while len(_HELD) > max(KEEP, keep):
             _HELD.pop(next(iter(_HELD)))
+
+
+def keep_copy(path: Path | str) -> None:
+    """Replace a borrowed entry by a copy of its tensors, so it outlives the update that changes them
+    (bounded staleness: θ_k still samples while update k runs in process)."""
+    with _LOCK:
+        live = _HELD.get(_key(path))
+        if live is not None and live.borrowed:
+            state = {n: t.detach().clone() for n, t in live.state.items()}
+            _HELD[_key(path)] = LiveWeights(live.policy_id, state, borrowed=False)
+
+
+def drop_borrowed(root: Path | str) -> None:
+    """Forget the run's entries that are the trainer's own tensors: its next update changes them."""
+    prefix = _key(root) + "/"
+    with _LOCK:
+        for k in [k for k, v in _HELD.items() if v.borrowed and k.startswith(prefix)]:
+            del _HELD[k]
 
 
 def lookup(path: Path | str) -> LiveWeights | None:

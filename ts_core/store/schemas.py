@@ -227,10 +227,14 @@ ROLLOUT_SCHEMA = pa.schema(
         # the response hit rollout.max_new_tokens without ending (reward.overlong); null in rows
         # written before the column existed (ROLLOUT_OPTIONAL_COLUMNS: such files still read)
         pa.field("truncated", pa.bool_()),
+        # the step k' of the policy θ_k' whose engine wrote the row's generated tokens: the iteration itself,
+        # or k - pipeline.max_staleness (bounded staleness); null for a whole off-policy trajectory, and in
+        # rows written before the column existed
+        pa.field("policy_version", pa.int64()),
     ]
 )
 # Columns added to ROLLOUT_SCHEMA after runs existed: a file without them reads them as null.
-ROLLOUT_OPTIONAL_COLUMNS: tuple[str, ...] = ("truncated",)
+ROLLOUT_OPTIONAL_COLUMNS: tuple[str, ...] = ("truncated", "policy_version")
 
 # One row per (prompt, mode) of an evaluation (evals/<stage>/step_XXXXXX.parquet): the raw material
 # of pass@k on a subset of prompts (the comparison's hard subset) and of the explorable space.
