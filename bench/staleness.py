@@ -41,7 +41,7 @@ from peer_trl import load_avg, stamp_iteration_ends  # noqa: E402
 # Per preset: the settings that keep a run to minutes on 2 CPU cores (fewer prompts for SmolLM2).
 PRESET_SETTINGS = {
     "tiny": [],
-    "smollm2": ["rollout.prompts_per_iteration=4", "rollout.max_new_tokens=48"],
+    "smollm2": ["rollout.engine=hf", "rollout.prompts_per_iteration=4"],  # HF engine: vLLM has its own venv
 }
 
 

@@ -1,4 +1,4 @@
-"""Ctrl-C of `ts train` under Prefect (issue #27, item 2; tests/integration/test_ctrl_c.py has the plain
+"""Ctrl-C of `ts train` under Prefect (issue #27, item 2; tests/e2e/test_ctrl_c.py has the plain
 loop and the kill -9): SIGINT to the process group, as a terminal sends it, once the trainer and the
 verifier's workers are up. One line, exit 130, within 5 s (it took 2 min 23 s), nothing left running
 (Prefect's temporary server included), and the same command resumes."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 
 from tests.helpers.interrupt import TS, interrupt_when
-from tests.integration.test_ctrl_c import SMALL, _sets, assert_one_line_and_nothing_left, trainer_and_workers_up
+from tests.e2e.test_ctrl_c import SMALL, _sets, assert_one_line_and_nothing_left, trainer_and_workers_up
 
 
 def test_ctrl_c_under_prefect_is_one_line_within_5s_leaves_nothing_and_resumes(runs_dir, subprocess_env, tmp_path):

@@ -10,7 +10,7 @@ processes that import torch and transformers, ~10 s):
 
 The persistent trainer's own checks (memory vs disk, a killed trainer): e2e/test_persistent_trainer.py.
 
-The launch command: integration/test_update_launchers.py; bf16 in process: integration/test_device_cpu.py.
+The launch command: integration/test_update_launchers.py; bf16 in process: e2e/test_device_cpu.py.
 """
 
 from __future__ import annotations

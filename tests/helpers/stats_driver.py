@@ -7,7 +7,7 @@ Each process takes every 2nd sequence of one fixed batch (as the trainer shards 
 the processes see different sequences, different token counts, and the prefix population on one
 process only. Each computes the loss statistics of its shard plus a sum and a min metric, reduces
 them with `Stats.metrics(across_processes=True)`, and process 0 writes the result to OUT.json.
-tests/integration/test_stats_gloo.py compares it with the statistics of the whole batch in one process.
+tests/e2e/test_stats_gloo.py compares it with the statistics of the whole batch in one process.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A hand-made run directory written with the real contracts (thinking_seeds.store.schemas, RunDir.write_metrics),
 small enough that every number a query or report shows can be checked by hand.
 
-Used by unit/test_sql.py, unit/test_report.py, unit/test_cli.py and integration/test_faults_sql.py.
+Used by unit/test_sql.py, unit/test_report.py, unit/test_cli.py and e2e/test_faults_sql.py.
 Expected values are spelled out in those tests.
 """
 

@@ -11,7 +11,7 @@ this module starts (`ray start --head --num-cpus 2 --port <free>`, tests/helpers
 
 Every test that starts the cluster, or a `ts` process, is marked slow (CI's second step, `make
 test-slow`); the default suite keeps the ones that need neither. That importing the pipeline never
-imports Ray is checked with every module's import in tests/integration/test_device_cpu.py.
+imports Ray is checked with every module's import in tests/e2e/test_device_cpu.py.
 
 The tiny run of tests/helpers/tiny with rollout.batch_size=8: the continuation stage's 32 requests are
 4 shards, so 2 workers really share a stage. With 2 rollout and 2 verifier actors on 2 CPUs, each

@@ -1,6 +1,6 @@
 """Issue #16 on a CPU, the settings: the `device` setting and bf16 mixed precision in the config, the
 device resolution, the accelerate command's precision and device. What runs on the CPU (bf16
-training, nothing touches CUDA at import): integration/test_device_cpu.py; the device check's CPU
+training, nothing touches CUDA at import): e2e/test_device_cpu.py; the device check's CPU
 half: e2e/test_device_check.py.
 """
 

@@ -32,6 +32,7 @@ def _rollouts(n: int = 3) -> pa.Table:
             "reward": 1.0,
             "advantage": None,
             "truncated": False,
+            "policy_version": 0,
         }
         for i in range(n)
     ]

@@ -1,5 +1,5 @@
 """The run directory: run ids that cannot be folder names are refused in one line, by the library and
-the CLI. The lock (live owners, stale locks, races): integration/test_faults_lock.py."""
+the CLI. The lock (live owners, stale locks, races): e2e/test_faults_lock.py."""
 
 import json
 

@@ -1,6 +1,6 @@
 """thinking_seeds.algo.stats: declared reductions, tensors until logged, and across processes the
 statistics of the union of every process's tokens (SUM of sums and counts, MAX, MIN). The reducer
-here by hand; across two gloo processes: integration/test_stats_gloo.py."""
+here by hand; across two gloo processes: e2e/test_stats_gloo.py."""
 
 from __future__ import annotations
 
