@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.helpers.interrupt import TS, interrupt_when
 from tests.e2e.test_ctrl_c import SMALL, _sets, assert_one_line_and_nothing_left, trainer_and_workers_up
+from tests.helpers.interrupt import TS, interrupt_when
 
 
 def test_ctrl_c_under_prefect_is_one_line_within_5s_leaves_nothing_and_resumes(runs_dir, subprocess_env, tmp_path):
