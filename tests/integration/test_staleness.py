@@ -5,8 +5,9 @@
   checkpoint, not θ_k's -- the ratio is taken against the policy that wrote the sample.
 - Groups 1 and 2 really were sampled while updates 0 and 1 ran, and a run that samples them in the
   continuation stage instead (nothing ahead) ends with the same weights, rollouts and prefixes.
-- kill -9 in update 1, while groups 2 are sampled ahead, then resume: the completed stages are reused
-  and the results equal the uninterrupted run's.
+- kill -9 in update 1 (blocked at θ_2's checkpoint rename; groups 2, sampled ahead beside it, are only
+  in memory), then resume: the completed stages are reused and the results equal the uninterrupted
+  run's.
 - The key is part of the config hash when non-zero, and the combinations it cannot honour are refused.
 
 Kill -9 and resume under Prefect (the groups-ahead task): e2e/test_staleness_flow.py.
