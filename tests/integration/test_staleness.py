@@ -4,7 +4,8 @@
   row says so in policy_version, and its stored old log-probs are θ_{k-1}'s own, rescored from the
   checkpoint, not θ_k's -- the ratio is taken against the policy that wrote the sample.
 - Groups 1 and 2 really were sampled while updates 0 and 1 ran, and a run that samples them in the
-  continuation stage instead (nothing ahead) ends with the same weights, rollouts and prefixes.
+  continuation stage instead (nothing ahead) ends with the same weights, rollouts and prefixes;
+  groups held for another policy or other seeds are not taken.
 - kill -9 in update 1 (blocked at θ_2's checkpoint rename; groups 2, sampled ahead beside it, are only
   in memory), then resume: the completed stages are reused and the results equal the uninterrupted
   run's.
@@ -21,12 +22,15 @@ import pytest
 import torch
 
 from tests.helpers.resume import _assert_same_results, kill_and_resume
-from tests.helpers.tiny import MOVING, TINY_RUN_ID
+from tests.helpers.tiny import MOVING, TINY_RUN_ID, copy_run
 from thinking_seeds.config import load_config
 from thinking_seeds.engine.models import load_model
 from thinking_seeds.engine.scoring import score_responses
 from thinking_seeds.pipeline import loop
-from thinking_seeds.pipeline.rows import RolloutRow, read_rows
+from thinking_seeds.pipeline.groups_ahead import GroupsAhead, put_groups, take_groups
+from thinking_seeds.pipeline.policy_chain import policy_id
+from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows
+from thinking_seeds.pipeline.session import Session
 from thinking_seeds.store.run_dir import RunDir
 
 STALE = ["iterations=3", "pipeline.max_staleness=1"]
@@ -80,6 +84,19 @@ def test_groups_sampled_ahead_equal_groups_sampled_in_their_stage(stale_run, tmp
     other = loop.train(RunDir.for_run(TINY_RUN_ID, tmp_path), stale_run.cfg)
     assert all("perf/sampled_ahead" not in other.read_manifest(k, "continuation").metrics for k in range(3))
     _assert_same_results(other, run, 3)
+
+
+def test_groups_sampled_ahead_by_another_policy_or_from_other_seeds_are_not_used(stale_run, tmp_path):
+    run = copy_run(stale_run.run, tmp_path)
+    s = Session(run, stale_run.cfg)
+    seeds = read_rows(PrefixRow, run.prefixes(2))
+    rows = read_rows(RolloutRow, run.generated(2))
+    put_groups(s, 2, GroupsAhead(rows, 0, policy_id(run, 2), seeds, {}))  # θ_2's: not iteration 2's writer
+    assert take_groups(s, 2, seeds) is None
+    put_groups(s, 2, GroupsAhead(rows, 0, policy_id(run, 1), seeds[1:], {}))
+    assert take_groups(s, 2, seeds) is None  # other seeds
+    put_groups(s, 2, GroupsAhead(rows, 0, policy_id(run, 1), seeds, {}))
+    assert take_groups(s, 2, seeds) is not None and take_groups(s, 2, seeds) is None  # taken once
 
 
 def test_kill_in_update_while_sampling_ahead_then_resume(stale_run, runs_dir, subprocess_env, tmp_path):
