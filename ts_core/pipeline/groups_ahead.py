@@ -30,8 +30,6 @@ import logging
 import threading
 from dataclasses import dataclass
 
-import pyarrow as pa
-
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import rollout_step
 from thinking_seeds.pipeline.policy_chain import policy_id
@@ -64,13 +62,6 @@ def staleness_due(cfg: RunConfig, k: int) -> bool:
 
 def _key(s: Session, k: int) -> tuple[str, int, str]:
     return (str(s.run.root.resolve()), k, s.cfg.config_hash())
-
-
-def as_written(rows: list[PrefixRow]) -> list[PrefixRow]:
-    """The seed rows as the continuation stage reads them back from prefixes.parquet (float32 log-probs)."""
-    names = PrefixRow.SCHEMA.names
-    table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=PrefixRow.SCHEMA)
-    return [PrefixRow(**d) for d in table.to_pylist()]
 
 
 def put_groups(s: Session, k: int, ahead: GroupsAhead) -> None:

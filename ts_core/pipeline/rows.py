@@ -76,10 +76,20 @@ class RolloutRow:
 Row = TypeVar("Row", PrefixRow, RolloutRow)
 
 
+def _table(cls: type[Row], rows: Sequence[Row]) -> pa.Table:
+    names = [f.name for f in fields(cls)]
+    return pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=cls.SCHEMA)
+
+
+def as_stored(cls: type[Row], rows: Sequence[Row]) -> list[Row]:
+    """The rows as read_rows would return them after write_rows (e.g. float32 log-probs), without a file:
+    what a stage compares with rows it will read back (pipeline/groups_ahead.py)."""
+    return [cls(**d) for d in _table(cls, rows).to_pylist()]
+
+
 def write_rows(cls: type[Row], rows: Sequence[Row], path: Path) -> Path:
     """Write rows as Parquet with their schema, atomically (`cls` gives the schema of an empty table)."""
-    names = [f.name for f in fields(cls)]
-    table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=cls.SCHEMA)
+    table = _table(cls, rows)
     if cls is PrefixRow:
         return write_table_atomic(with_derived_prefix_columns(table), path, schema=PREFIX_FILE_SCHEMA)
     return write_table_atomic(table, path, schema=cls.SCHEMA)

@@ -17,9 +17,9 @@ from thinking_seeds.data.sources import Prompt
 from thinking_seeds.engine.models import encode_prompt
 from thinking_seeds.engine.rollout import SamplingParams
 from thinking_seeds.pipeline.graph import rollout_step, stage_seed
-from thinking_seeds.pipeline.groups_ahead import GroupsAhead, as_written, put_groups, take_groups
+from thinking_seeds.pipeline.groups_ahead import GroupsAhead, put_groups, take_groups
 from thinking_seeds.pipeline.policy_chain import policy_at_hand, policy_id
-from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows, write_rows
+from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, as_stored, read_rows, write_rows
 from thinking_seeds.pipeline.seeds_ahead import peek_ahead
 from thinking_seeds.pipeline.session import Session, Timer, mean
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
@@ -177,7 +177,7 @@ def sample_ahead(s: Session, k: int) -> bool:
             held = peek_ahead(s, k)
             if held is None:
                 return False
-            prefixes = as_written(held.rows)
+            prefixes = as_stored(PrefixRow, held.rows)  # as the stage will read them back
         step = rollout_step(cfg, k)
         t = Timer()
         seed = stage_seed(cfg, k, "continuation")

@@ -54,7 +54,7 @@ def publish(
     with _LOCK:
         _HELD.pop(_key(path), None)
         _HELD[_key(path)] = LiveWeights(policy_id, state, borrowed)
-        while len(_HELD) > max(KEEP, keep):
+        while len(_HELD) > keep:
             _HELD.pop(next(iter(_HELD)))
 
 
