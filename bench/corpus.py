@@ -222,6 +222,8 @@ def build(base: Path, run_id: str, rows: int, per_iter: int, seed: int = 0) -> t
                 "status": pa.array(np.where(ok, "ok", "wrong")),
                 "reward": pa.array(ok.astype(np.float32)),
                 "advantage": pa.array(rng.normal(0, 1, m).astype(np.float32)),
+                "truncated": pa.array(np.zeros(m, bool)),
+                "policy_version": pa.array(np.full(m, k, np.int64)),
             },
             schema=ROLLOUT_SCHEMA,
         )
