@@ -16,8 +16,10 @@ Same contract as `HFEngine`:
 - per-row `max_new` caps and EOS stop (the EOS token is part of `token_ids`, `finished=True`);
 - weight swaps between checkpoints in one running engine: `collective_rpc("reload_weights",
   weights_path=...)` then `reset_prefix_cache()` (cached KV blocks belong to the old weights).
-  `model.load_weights` through `apply_model` does not work on the CPU backend (docs/algorithm.md §7), and on
-  CPU the tied lm_head's packed GEMM must be rebuilt after the reload (see `load_weights`).
+  A policy the trainer handed over in memory (store/live_weights.py) goes through the same reload
+  with `weights_iterator=` its tensors: no file. `model.load_weights` through `apply_model` does not
+  work on the CPU backend (docs/algorithm.md §7), and on CPU the tied lm_head's packed GEMM must be
+  rebuilt after the reload (see `_reload`).
 - LoRA runs (`model.lora`; the adapter side: `vllm_adapters.py`): policy steps and pool snapshots
   after θ_0 are peft adapter directories.
   With `rollout.lora_requests` the engine starts with `enable_lora` on θ_0 and never swaps weights:
@@ -53,6 +55,7 @@ from thinking_seeds.engine.vllm_adapters import (
     _verify,
     lora_rank_slot,
 )
+from thinking_seeds.store import live_weights
 
 # Before vllm is imported anywhere: the engine core stays in this process.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -240,6 +243,15 @@ class VLLMEngine(VLLMAdapters):
             self._current = self.adapter_request(checkpoint_dir)
             self.loaded_from = str(checkpoint_dir)
             return
+        live = live_weights.lookup(checkpoint_dir)
+        if live is not None:  # θ handed over by the trainer (store/live_weights.py): no file is read
+            tag = f"live|{checkpoint_dir}|{live.policy_id}"
+            if self.loaded_from != tag:
+                # The same in-place reload as from a file, fed the tensors: in-process vLLM passes the
+                # iterator as a Python object (no serialisation); the worker copies into its params.
+                self._reload(weights_iterator=iter(list(live.state.items())))
+                self.loaded_from = tag
+            return
         if self.loaded_from == str(checkpoint_dir):
             return
         if not any(f.name != OPTIMIZER_FILE for f in checkpoint_dir.glob("*.safetensors")):
@@ -249,14 +261,18 @@ class VLLMEngine(VLLMAdapters):
             weights = self._merged_dir(checkpoint_dir)
         else:
             weights = self._weights_dir(checkpoint_dir)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights), "is_checkpoint_format": True})
+        self._reload(weights_path=str(weights))
+        self.loaded_from = str(checkpoint_dir)
+
+    def _reload(self, **source) -> None:
+        """vLLM's in-place reload from `weights_path=` (a folder) or `weights_iterator=` ((name, tensor)s)."""
+        self.llm.collective_rpc("reload_weights", kwargs={**source, "is_checkpoint_format": True})
         # The CPU backend packs every matmul weight into a oneDNN handle when it loads; the reload
         # repacks the layers it loaded, but a tied lm_head gets no checkpoint tensor of its own and
         # would keep multiplying by the *old* embedding (measured: log-probs off by ~1 nat). Repack.
         self.llm.apply_model(_refresh_embedding_gemms)
         # Cached KV blocks were computed with the old weights: a prompt hit would mix policies.
         self.llm.reset_prefix_cache()
-        self.loaded_from = str(checkpoint_dir)
 
     # -- sampling ---------------------------------------------------------------------------
     def generate(

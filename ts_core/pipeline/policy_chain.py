@@ -46,7 +46,7 @@ def memory_handoff(cfg: RunConfig) -> bool:
     return (
         cfg.update.launcher in ("in_process", "accelerate")
         and cfg.cluster.kind == "local"
-        and cfg.rollout.engine == "hf"
+        and cfg.rollout.engine in ("hf", "vllm")  # vllm: reload_weights(weights_iterator=...), engine/vllm_engine.py
         and cfg.model.lora is None
         # fsdp2: θ lives as shards across the trainer's processes; it is gathered for the file (strategy.gathered)
         and cfg.update.strategy == "ddp"
