@@ -60,7 +60,13 @@ def select_task(spec: ComparisonSpec, runs_dir: str) -> tuple[ComparisonSpec, di
 
 @task(name="compare-runs", cache_policy=NO_CACHE)
 def runs_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> list[JobResult]:
-    results = run_all(specs, Path(runs_dir), parallel=spec.parallel, on_done=archiver(spec, specs, Path(runs_dir)))
+    results = run_all(
+        specs,
+        Path(runs_dir),
+        parallel=spec.parallel,
+        on_done=archiver(spec, specs, Path(runs_dir)),
+        final_test=spec.final_test,
+    )
     create_table_artifact(
         _rows(results), key=artifact_key(spec.compare_id, "runs"), description=f"runs of comparison {spec.compare_id}"
     )

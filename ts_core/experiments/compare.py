@@ -359,7 +359,9 @@ def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
     hook = archiver(spec, specs, runs_dir)
     if spec.archive:
         archive_finished(spec, specs, runs_dir)  # what finished before --archive was given
-    raise_on_failures(run_all(specs, runs_dir, parallel=spec.parallel, console=console, on_done=hook))
+    raise_on_failures(
+        run_all(specs, runs_dir, parallel=spec.parallel, console=console, on_done=hook, final_test=spec.final_test)
+    )
     if spec.control:
         _, results = run_controls(
             specs,
