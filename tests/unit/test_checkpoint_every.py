@@ -18,7 +18,11 @@ from thinking_seeds.train.resident import CheckpointWriter, metrics_digest
 def test_checkpoint_schedule_every_end_and_snapshots():
     cfg = load_config("tiny", ["iterations=12", "checkpoint.every=5", "pool.snapshot_every=4"])
     assert [s for s in range(13) if checkpoint_due(cfg, s)] == [0, 4, 5, 8, 10, 12]
-    for other in ("update.launcher=accelerate_per_update", "cluster=ray", "update.strategy=fsdp2 update.num_processes=2"):
+    for other in (
+        "update.launcher=accelerate_per_update",
+        "cluster=ray",
+        "update.strategy=fsdp2 update.num_processes=2",
+    ):
         c = load_config("tiny", ["iterations=12", "checkpoint.every=5", *other.split()])
         assert not memory_handoff(c) and all(checkpoint_due(c, s) for s in range(13))  # files, as before
     # vLLM takes θ through reload_weights(weights_iterator=...): in memory, checkpoints on the schedule
