@@ -98,6 +98,13 @@ def sft_step(
     return out.loss.item()
 
 
+def warmup_pairs(spec, splits: dict[str, Path], n: int, seed: int, data_cfg: DataConfig, *, keep_out_train: bool):
+    """The warm-up corpus: n (question, solution) pairs of problems in none of the held-out splits, and
+    with `keep_out_train` in none of the RL training prompts either (build_tiny_model's rl_train_size)."""
+    kept_out = ("validation", "test", "train") if keep_out_train else ("validation", "test")
+    return spec.warmup_corpus(n, seed, set().union(*(spec.held_out_keys(splits[k]) for k in kept_out)), data_cfg)
+
+
 def build_tiny_model(
     out_dir: Path,
     *,
@@ -117,6 +124,7 @@ def build_tiny_model(
     seed: int = 0,
     warmup_steps: int = 75,
     data_cfg: DataConfig | None = None,
+    rl_train_size: int | None = None,
     init: Path | None = None,
     until_plateau: float | None = None,
     command: str | None = None,
@@ -131,6 +139,12 @@ def build_tiny_model(
     `target` = a pass@1 band: the candidate in it with the most pass@n headroom (the chain_sum demo
     model, stopped early on purpose). `target=None`: the last candidate (a model trained to its
     supervised plateau: countdown, `schedule="cosine"`), with the plateau check in the report.
+
+    `rl_train_size`: the RL training split's size (data.train_size); its prompts are kept out of the
+    corpus too. A finite task needs it: game24's warm-up otherwise covers every multiset RL trains on,
+    the base memorizes them (training reward 0.98 against validation pass@1 0.31 on the first base)
+    and RL gets no learning signal. None: only the held-out splits are kept out (countdown: its problem
+    space is so large that RL's prompts are new anyway).
 
     `init`: continue from that model (and its tokenizer) instead of a fresh one, evaluating it first
     (step 0): a second phase at a low constant lr when the first one ended still improving. With
@@ -153,13 +167,14 @@ def build_tiny_model(
     t0 = time.time()
     torch.manual_seed(seed)
     spec = get_task(task)
-    data_cfg = data_cfg or DataConfig(source=task)  # the RL task: its held-out prompts never appear in the warm-up
+    # the RL task: its held-out prompts (and with rl_train_size its training prompts) never appear in the warm-up
+    if data_cfg is None:
+        data_cfg = DataConfig(source=task, **({} if rl_train_size is None else {"train_size": rl_train_size}))
     work = Path(tempfile.mkdtemp(prefix="ts-warmup-"))
     cand_root = Path(state_dir) / "candidates" if state_dir is not None else work
     splits = spec.build_splits(work / "data", data_cfg)
-    held_out = spec.held_out_keys(splits["validation"]) | spec.held_out_keys(splits["test"])
     val_prompts = load_dataset(splits["validation"])[:eval_prompts]
-    pairs = spec.warmup_corpus(corpus_size, seed, held_out, data_cfg)
+    pairs = warmup_pairs(spec, splits, corpus_size, seed, data_cfg, keep_out_train=rl_train_size is not None)
 
     init_report = None
     if init is not None:
@@ -189,6 +204,8 @@ def build_tiny_model(
         eval_samples=eval_samples, max_new_tokens=max_new_tokens, seed=seed, warmup_steps=warmup_steps,
         init=str(init) if init is not None else None, until_plateau=until_plateau, model_size=model_size,
     )  # fmt: skip
+    if rl_train_size is not None:  # only when set: an earlier build's settings (and its resume check) stay as they were
+        settings["rl_train_size"] = rl_train_size
     digest = corpus_digest(ids, labels)
     if resume:
         state = load_state(Path(state_dir), settings=settings, digest=digest)
@@ -370,6 +387,13 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=None, help="fresh model: hidden size (default 128: 0.86M)")
     ap.add_argument("--layers", type=int, default=None, help="fresh model: layers (default 4)")
     ap.add_argument("--intermediate", type=int, default=None, help="fresh model: MLP width (default 384)")
+    ap.add_argument(
+        "--rl-train-size",
+        type=int,
+        default=None,
+        help="keep the RL training split of this size (data.train_size) out of the corpus too (game24: else the "
+        "base memorizes the prompts RL trains on)",
+    )
     ap.add_argument("--state-dir", type=Path, default=None, help="save the resumable state (and the candidates) here")
     ap.add_argument("--save-every", type=int, default=None, help="steps between state saves (default: eval-every)")
     ap.add_argument("--resume", action="store_true", help="continue from --state-dir's last save (same command)")
@@ -416,6 +440,7 @@ def run_build(a: argparse.Namespace, size: dict[str, int]) -> dict:
             ["python", "-m", "thinking_seeds.train.warmup", *(x for x in sys.argv[1:] if x != "--resume")]
         ),
         model_size=size or None,
+        rl_train_size=a.rl_train_size,
         state_dir=a.state_dir,
         save_every=a.save_every,
         resume=a.resume,
