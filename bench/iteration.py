@@ -18,8 +18,10 @@ reads the stage timings each run wrote:
                   sampled ahead beside the previous update (pipeline.overlap, on by default on the
                   CPU) are off the critical path and not counted
   fwd/bwd         the update's forward/backward/optimizer time (thinking_seeds.train.trainer, perf/fwd_bwd_s)
+  π_old           the update's forward pass that recomputes the old log-probs (update.recompute_old_logprobs,
+                  perf/old_logprob_s): model work like verl's compute_log_prob, so not counted as overhead
   verification    math-verify time of the verify stage (and of the seeds' draft rewards)
-  everything else iteration wall time minus the three above: Prefect task orchestration, process
+  everything else iteration wall time minus the four above: Prefect task orchestration, process
                   launches, model loading/saving, Parquet I/O, log-prob bookkeeping
 
 Iteration wall time is measured between the manifests of consecutive iterations (the end of
@@ -52,7 +54,7 @@ def stage_seconds(run, k: int) -> dict[str, float]:
     """The work of iteration k on its critical path. Seeds sampled ahead (pipeline.overlap: beside
     update k-1, `perf/seeds_ahead`) are left out: their time was spent while the update ran, so it
     is not part of this iteration's wall time."""
-    out = {"generation": 0.0, "fwd_bwd": 0.0, "verification": 0.0}
+    out = {"generation": 0.0, "fwd_bwd": 0.0, "old_logprobs": 0.0, "verification": 0.0}
     for stage in ("snapshot", "seeds", "continuation", "verify", "update", "evaluate"):
         m = run.read_manifest(k, stage)
         if m is None or (stage == "seeds" and m.metrics.get("perf/seeds_ahead")):
@@ -60,6 +62,32 @@ def stage_seconds(run, k: int) -> dict[str, float]:
         out["generation"] += m.seconds.get("generation", 0.0) if stage in ("seeds", "continuation") else 0.0
         out["verification"] += m.seconds.get("verification", 0.0)
         out["fwd_bwd"] += m.metrics.get("perf/fwd_bwd_s", 0.0) if stage == "update" else 0.0
+        out["old_logprobs"] += m.metrics.get("perf/old_logprob_s", 0.0) if stage == "update" else 0.0
+    return out
+
+
+STAGES = ("snapshot", "seeds", "continuation", "verify", "update", "evaluate")
+
+
+def stage_walls(run, k: int) -> dict[str, float]:
+    """Where iteration k's wall time went, stage by stage (--breakdown): each stage's wall from the
+    end of the manifest before it to the end of its own (stages run in this order; seeds drafted ahead
+    end before the previous update does, so theirs reads 0), and each `seconds` part the stage timed
+    itself (e.g. update/load_weights), so the untimed rest of a stage is its wall minus its parts."""
+    out, prev = {}, run.manifest_path(k - 1, "evaluate").stat().st_mtime
+    for stage in STAGES:
+        path = run.manifest_path(k, stage)
+        if not path.exists():
+            continue
+        end = path.stat().st_mtime
+        out[f"{stage} wall"] = max(0.0, end - prev)
+        prev = max(prev, end)
+        m = run.read_manifest(k, stage)
+        for part, sec in m.seconds.items():
+            out[f"{stage}/{part}"] = sec
+        for name, v in m.metrics.items():  # the trainer's own split of the update (perf/load_s, save_s, ...)
+            if name.endswith("_s") and name.startswith("perf/"):
+                out[f"{stage} {name}"] = v
     return out
 
 
@@ -123,6 +151,7 @@ def bench(
     row = {key: [p[key] for p in parts] for key in parts[0]}
     row["iteration_wall"] = walls[1:]
     row["everything_else"] = [w - sum(p.values()) for w, p in zip(walls[1:], parts, strict=True)]
+    row["breakdown"] = [stage_walls(run, k) for k in range(1, iterations)]
     row["first_iteration"] = walls[0]  # with the persistent trainer: its launch
     # Everything before iteration 0 starts (Prefect start-up, data, θ_0 and its evaluation).
     row["startup"] = run.manifest_path(-1, "evaluate").stat().st_mtime - t_wall0
@@ -136,6 +165,9 @@ def pooled(rows: list[dict]) -> dict:
     out: dict[str, list[float]] = {}
     for r in rows:
         for key, v in r.items():
+            if key == "breakdown":
+                out.setdefault(key, []).extend(v)
+                continue
             out.setdefault(key, []).extend(v if isinstance(v, list) else [v])
     return out
 
@@ -148,6 +180,9 @@ def main() -> None:
     ap.add_argument("--launchers", default="in_process,accelerate,accelerate_per_update")
     ap.add_argument("--no-prefect", action="store_true", help="plain loop instead of the Prefect flow")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--breakdown", action="store_true", help="also print each stage's wall and timed parts (medians, s)"
+    )
     ap.add_argument(
         "--preset", default="tiny", help="tiny (HF engine), or smollm2 (vLLM: run with .venv-vllm; `make smollm2`)"
     )
@@ -187,7 +222,7 @@ def main() -> None:
     print(f"per-iteration wall time, median of {n_it} iterations (1..{a.iterations - 1} of {a.rounds} rounds), s")
     w = max(16, *(len(m) for m in methods))
     hdr = (
-        f"{'method':{w}} {'launcher':22} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} "
+        f"{'method':{w}} {'launcher':22} {'iteration':>9} {'generation':>10} {'fwd/bwd':>8} {'π_old':>6} "
         f"{'verify':>7} {'else':>7} {'else %':>7} {'1st iter':>8}"
     )
     print(hdr)
@@ -195,9 +230,16 @@ def main() -> None:
         wall, other = median(r["iteration_wall"]), median(r["everything_else"])
         print(
             f"{m:{w}} {launcher:22} {wall:9.2f} {median(r['generation']):10.2f} {median(r['fwd_bwd']):8.2f} "
+            f"{median(r['old_logprobs']):6.2f} "
             f"{median(r['verification']):7.2f} {other:7.2f} {100 * other / wall:6.1f}% "
             f"{median(r['first_iteration']):8.2f}"
         )
+    if a.breakdown:
+        for (m, launcher), r in results.items():
+            keys = sorted({key for b in r["breakdown"] for key in b})
+            print(f"\nbreakdown {m} {launcher} (median over iterations, s):")
+            for key in keys:
+                print(f"  {key:40} {median([b.get(key, 0.0) for b in r['breakdown']]):8.3f}")
     for m in methods:
         if (m, "in_process") not in results:
             continue

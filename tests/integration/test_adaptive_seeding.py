@@ -110,3 +110,30 @@ def test_a_resumed_run_is_the_same_run(adaptive_run, tmp_path):
     for stage in ("seeds", "continuation", "verify", "update", "evaluate"):
         again.manifest_path(1, stage).unlink(missing_ok=True)
     _assert_same_results(train(again, cfg), run, cfg.iterations)
+
+
+def test_more_drafts_per_failing_prompt_fill_the_slots_with_the_first_correct_ones(
+    tmp_path, tiny_model_dir, reward_module
+):
+    """prefix.failure_drafts=3: 3 × S drafts per failing prompt, all in the corpus; the first correct ones
+    (draw order) fill the S slots, and a slot stays on-policy only when fewer than S drafts were correct."""
+    cfg = load_config(
+        "tiny", overrides(tiny_model_dir, reward_module, "pipeline.overlap=false", "prefix.failure_drafts=3")
+    )
+    run = train(RunDir.for_run("adaptive3", tmp_path), cfg)
+    seeded_anywhere = 0
+    for k in range(cfg.iterations):
+        rows = read_rows(RolloutRow, run.rollouts(k))
+        pre = read_rows(PrefixRow, run.prefixes(k))
+        failing = {r.prompt_id for r in pre}
+        for p in failing:
+            drafts = [d for d in pre if d.prompt_id == p]
+            assert len(drafts) == 3 * S
+            first_correct = [d for d in drafts if d.draft_reward >= 1.0][:S]
+            seeded = [r for r in rows if r.prompt_id == p and r.kind != "on_policy"]
+            assert [r.token_ids[: r.prefix_len] for r in seeded] == [d.prefix_token_ids for d in first_correct]
+            seeded_anywhere += len(seeded)
+        assert all(r.kind == "on_policy" for r in rows if r.prompt_id not in failing)
+        assert len(rows) == 8 * G
+        assert run.read_manifest(k, "seeds").metrics["seeding/draft_tokens"] == sum(d.draft_len for d in pre)
+    assert seeded_anywhere, "the check would be vacuous: no seeds"

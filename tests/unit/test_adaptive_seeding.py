@@ -4,7 +4,12 @@ import math
 
 import pytest
 
-from thinking_seeds.algo.adaptive_seeding import failed_prompts, second_on_policy_slots, seeding_metrics
+from thinking_seeds.algo.adaptive_seeding import (
+    continued_drafts,
+    failed_prompts,
+    second_on_policy_slots,
+    seeding_metrics,
+)
 from thinking_seeds.config import ConfigError, load_config
 
 
@@ -46,3 +51,18 @@ def test_on_failure_config_and_hash():
     with pytest.raises(ConfigError, match="rollout.filter_groups"):
         load_config("tiny", ["prefix.when=on_failure", "prefix.filter=correct_draft", "rollout.filter_groups=true"])
     assert load_config("tiny", ["prefix.loss=position"]).prefix.loss == "position"
+
+
+def test_continued_drafts_take_the_first_correct_ones_then_pad_with_wrong_ones():
+    ids = ["a", "a", "a", "a", "b", "b", "b", "b"]
+    rewards = [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert continued_drafts(ids, rewards, 2) == [1, 3, 4, 7]  # a: both correct; b: its one correct + first wrong
+    assert continued_drafts(ids, rewards, 4) == list(range(8))  # as many drafts as slots: all, in draw order
+    assert continued_drafts(["c", "c"], [None, 0.0], 1) == [0]  # an unscored (data-set) draft counts as correct
+
+
+def test_failure_drafts_needs_the_probe():
+    with pytest.raises(ConfigError, match="prefix.failure_drafts=3 drafts more"):
+        load_config("tiny", ["prefix.failure_drafts=3"])
+    cfg = load_config("tiny", ["algorithm=thinking_seeds_adaptive", "prefix.failure_drafts=3"])
+    assert cfg.prefix.failure_drafts == 3

@@ -25,6 +25,21 @@ def failed_prompts(prompt_ids: Sequence[str], rewards: Sequence[float]) -> list[
     return [p for p, ok in solved.items() if not ok]
 
 
+def continued_drafts(prompt_ids: Sequence[str], rewards: Sequence[float | None], slots: int) -> list[int]:
+    """Which drafts (indices, in draw order) fill a failing prompt's `slots` seed slots when it has more
+    drafts than slots (prefix.failure_drafts > 1): its first correct ones, then its first wrong ones,
+    whose slots turn on-policy. With exactly `slots` drafts per prompt that is every draft, in order."""
+    correct: dict[str, list[int]] = {}
+    wrong: dict[str, list[int]] = {}
+    for i, (p, r) in enumerate(zip(prompt_ids, rewards, strict=True)):
+        (correct if r is None or r >= SOLVED else wrong).setdefault(p, []).append(i)
+    keep = set()
+    for p in dict.fromkeys(prompt_ids):
+        chosen = correct.get(p, [])[:slots]
+        keep.update(chosen + wrong.get(p, [])[: slots - len(chosen)])
+    return sorted(keep)
+
+
 def second_on_policy_slots(prompt_ids: Iterable[str], drafted: set[str], seed_slots: int) -> dict[str, int]:
     """On-policy samples each prompt still needs after the probe: none for a drafted (failing) prompt,
     whose `seed_slots` go to its drafts (a wrong draft's slot turns on-policy where it stands), and

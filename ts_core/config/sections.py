@@ -244,6 +244,15 @@ class PrefixConfig(_Section):
         "correct; a wrong draft's slot is on-policy). Drafts of k are then sampled in the seeds stage after θ_k's "
         "probe, never ahead (pipeline.overlap drafts nothing). Metrics seeding/* (draft_tokens: the cost).",
     )
+    failure_drafts: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="when=on_failure: drafts per seed slot for each failing prompt. The first correct ones in draw "
+        "order fill the slots (a slot with no correct draft left stays on-policy), so more drafts seed more hard "
+        "prompts, at their tokens' cost (seeding/draft_tokens). 1: one draft per slot, as PrefixRL/QuestA's rule "
+        "reads.",
+    )
 
     @model_validator(mode="after")
     def _ranges(self) -> PrefixConfig:
@@ -253,6 +262,11 @@ class PrefixConfig(_Section):
             raise ValueError(
                 "prefix.filter=correct_draft needs each whole draft's reward, and prefix.ratio_of=budget stops "
                 "drafts at their cut: set prefix.ratio_of=draft or prefix.filter=none"
+            )
+        if self.failure_drafts > 1 and self.when != "on_failure":
+            raise ValueError(
+                f"prefix.failure_drafts={self.failure_drafts} drafts more for prompts whose probe failed, and "
+                "prefix.when=always has no probe: set prefix.when=on_failure or prefix.failure_drafts=1"
             )
         if self.when == "on_failure" and self.filter != "correct_draft":
             raise ValueError(

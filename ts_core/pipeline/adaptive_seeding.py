@@ -8,12 +8,14 @@ Who does what, and why:
                     prompt (stage_continuation.sample_groups, the continuation stage's own seed, so
                     they are the very samples an always-seeded run draws in those slots), scored
                     with the Session's verifier; the pool drafts seeds for the failing prompts only
-                    (stage_seeds.prefixes_for, tag '/on_failure'). Writes the drafts to the prefix
+                    (stage_seeds.prefixes_for, tag '/on_failure'; prefix.failure_drafts per seed
+                    slot). Writes the drafts to the prefix
                     corpus (prefixes.parquet, wrong drafts included, so `ts sql` sees what was
                     drafted and its draft_reward) and the probe, pending, to
                     rollouts/iteration=k/probe.parquet.
-    continuation k  the remaining seeds_per_group slots: each failing prompt's correct drafts
-                    (a wrong draft's slot is on-policy: prefix.filter=correct_draft), and
+    continuation k  the remaining seeds_per_group slots: each failing prompt's correct drafts,
+                    the first ones in draw order (algo continued_drafts; a slot with no correct
+                    draft is on-policy: prefix.filter=correct_draft), and
                     seeds_per_group more on-policy samples for every other prompt, in one engine
                     call with its own seed; generated.parquet holds whole groups (probe first), as
                     always, and verify scores them all again (the verifier is deterministic).
@@ -29,7 +31,12 @@ overlap on or off.
 
 from __future__ import annotations
 
-from thinking_seeds.algo.adaptive_seeding import failed_prompts, second_on_policy_slots, seeding_metrics
+from thinking_seeds.algo.adaptive_seeding import (
+    continued_drafts,
+    failed_prompts,
+    second_on_policy_slots,
+    seeding_metrics,
+)
 from thinking_seeds.pipeline.graph import stage_seed
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows, write_rows
 from thinking_seeds.pipeline.session import Session, Timer, mean
@@ -70,7 +77,8 @@ def seeds_on_failure(s: Session, k: int) -> Manifest:
         verdicts = s.verifier.score_batch([r.response_text for r in probe], [by_id[r.prompt_id] for r in probe])
     failed = failed_prompts([r.prompt_id for r in probe], [v.reward for v in verdicts])
     failing = set(failed)
-    rows = prefixes_for(s, k, [p for p in prompts if p.prompt_id in failing], TAG, t)
+    n_drafts = cfg.rollout.seeds_per_group // cfg.rollout.continuations_per_seed * cfg.prefix.failure_drafts
+    rows = prefixes_for(s, k, [p for p in prompts if p.prompt_id in failing], TAG, t, n_drafts)
     with t("io"):
         path = write_rows(PrefixRow, rows, run.prefixes(k))
         m.record(run, "prefix_aggregates", write_prefix_aggregates(path))
@@ -92,8 +100,11 @@ def continue_on_failure(s: Session, k: int) -> Manifest:
     m = Manifest("continuation", k, cfg.config_hash())
     t = Timer()
     with t("io"):
-        pre = read_rows(PrefixRow, run.prefixes(k))
+        drafts = read_rows(PrefixRow, run.prefixes(k))
         probe = read_rows(RolloutRow, probe_path(run, k))
+    slots = cfg.rollout.seeds_per_group // cfg.rollout.continuations_per_seed
+    keep = continued_drafts([r.prompt_id for r in drafts], [r.draft_reward for r in drafts], slots)
+    pre = [drafts[i] for i in keep]  # prefix.failure_drafts > 1: the first correct ones fill the slots
     prompts = s.iteration_prompts(k)
     S = cfg.rollout.seeds_per_group
     n_on = second_on_policy_slots([p.prompt_id for p in prompts], {r.prompt_id for r in pre}, S)

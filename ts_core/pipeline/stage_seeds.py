@@ -114,16 +114,21 @@ def _dataset_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int) -> 
     return rows
 
 
-def prefixes_for(s: Session, k: int, prompts: list[Prompt], tag: str, t: Timer) -> list[PrefixRow]:
+def prefixes_for(
+    s: Session, k: int, prompts: list[Prompt], tag: str, t: Timer, n_drafts: int | None = None
+) -> list[PrefixRow]:
     """Seeds for further prompts of iteration k, drafted on demand by the same pool as the seeds stage's
-    (dynamic sampling's later rounds, pipeline/oversample.py): `tag` (e.g. '/round1') gives the draws and
-    samples their own seeds. Not written to the corpus: the rollouts that continue them keep their tokens."""
+    (dynamic sampling's later rounds, pipeline/oversample.py; adaptive seeding's failing prompts): `tag`
+    (e.g. '/round1') gives the draws and samples their own seeds; `n_drafts` per prompt (default: one per
+    seed slot). Dynamic sampling's are not written to the corpus: the rollouts that continue them keep
+    their tokens."""
     if not s.cfg.seeded or not prompts:
         return []
+    n_drafts = n_drafts or _drafts_per_prompt(s)
     if s.cfg.prefix.source == "dataset":
-        return _dataset_seeds(s, k, prompts, _drafts_per_prompt(s))
+        return _dataset_seeds(s, k, prompts, n_drafts)
     pool, members = s.pool_members(k)
-    return historical_rows(s, k, pool, members, t, prompts=prompts, tag=tag)
+    return block_rows(s, [k], pool, members, t, prompts=prompts, tag=tag, n_drafts=n_drafts)[k]
 
 
 def seed_block(s: Session, k: int) -> list[int]:
@@ -147,17 +152,12 @@ def historical_rows(
     pool: HistoricalPool,
     members: list[CheckpointInfo],
     t: Timer,
-    prompts: list[Prompt] | None = None,
-    tag: str = "",
 ) -> list[PrefixRow]:
     """Pool `members` write drafts (one engine call per member over all prompts, or one for all of them
-    with rollout.lora_requests), scored, then cut at
-    λ; with prefix.ratio_of=budget each draft stops at its cut and is not scored. `prompts` (default:
-    the iteration's) and `tag` (default '': the seeds stage's own seeds) serve prefixes_for, which
-    drafts for one iteration alone. With pipeline.seeds_block the seeds stage's own call drafts the
-    seeds of the next iterations of the block too and keeps them for their seeds stages (`put_ahead`)."""
-    if prompts is not None or tag:
-        return block_rows(s, [k], pool, members, t, prompts=prompts, tag=tag)[k]
+    with rollout.lora_requests), scored, then cut at λ; with prefix.ratio_of=budget each draft stops at
+    its cut and is not scored. With pipeline.seeds_block the seeds stage's own call drafts the seeds of
+    the next iterations of the block too and keeps them for their seeds stages (`put_ahead`).
+    (prefixes_for drafts for one iteration's further prompts alone: block_rows with its own tag.)"""
     ks = seed_block(s, k)
     rows = block_rows(s, ks, pool, members, t)
     for j in ks[1:]:
@@ -173,11 +173,13 @@ def block_rows(
     t: Timer,
     prompts: list[Prompt] | None = None,
     tag: str = "",
+    n_drafts: int | None = None,
 ) -> dict[int, list[PrefixRow]]:
     """The seed rows of iterations `ks` (one pool): every (member, iteration) call as each iteration
     alone makes it (its own contexts, shards and seeds: the same samples), ordered by member so the
-    engine loads each member's weights once for the whole block."""
-    plans = {j: _plan(s, j, pool, members, prompts, tag) for j in ks}
+    engine loads each member's weights once for the whole block. `prompts`, `tag` and `n_drafts`
+    (default: the iteration's prompts, '', one draft per seed slot) serve prefixes_for."""
+    plans = {j: _plan(s, j, pool, members, prompts, tag, n_drafts) for j in ks}
     calls = [(step, j, call) for j in ks for step, call in plans[j][1]]
     calls.sort(key=lambda c: (c[0], c[1]))  # member first: consecutive calls share its weights
     # Sharded by rollout.batch_size (Session.generate_many): one weight swap and call per member, on this
@@ -194,12 +196,13 @@ def _plan(
     members: list[CheckpointInfo],
     prompts: list[Prompt] | None = None,
     tag: str = "",
+    n_drafts: int | None = None,
 ):
     """Iteration k's draws (prompt, seed index, source step, λ) in their seeded order, its engine
     calls by source step, and the plan's row indices per source."""
     cfg, tok = s.cfg, s.tokenizer
     prompts = s.iteration_prompts(k) if prompts is None else prompts
-    n_drafts = _drafts_per_prompt(s)
+    n_drafts = n_drafts or _drafts_per_prompt(s)
     budget = cfg.prefix.ratio_of == "budget"
     T = cfg.rollout.max_new_tokens
     rng = random.Random(stage_seed(cfg, k, "seeds" + tag))

@@ -141,6 +141,7 @@ def update_state(
     model, tok, world = st.model, st.tok, st.world
     batch = load_batch(Path(rollouts_path))
     engine_diff: dict[str, float] = {}
+    t_old = time.perf_counter()
     if cfg.update.recompute_old_logprobs:
         engine_logprobs = [list(r) for r in batch.old_logprobs]  # the engine's, before the trainer's replace them
         engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
@@ -148,6 +149,7 @@ def update_state(
             correct_batch(batch, engine_logprobs, cfg.loss.rollout_correction, cfg.loss.rollout_correction_cap)
         )
 
+    t_pre = time.perf_counter()
     if st.train_model is None:
         prepare = accelerator is not None and cfg.update.strategy == "ddp"  # fsdp2: sharded by load_state
         st.train_model, st.train_optimizer = (
@@ -186,6 +188,8 @@ def update_state(
     # Timing split for bench/iteration.py: forward/backward + optimizer, saving (and loading, by run_update).
     metrics["perf/fwd_bwd_s"] = t2 - t1
     metrics["perf/load_s"] = t1 - t0  # the rollouts, the π_old recompute, accelerate's prepare
+    # The π_old forward pass alone (model work, as verl's compute_log_prob; 0 without the recompute).
+    metrics["perf/old_logprob_s"] = t_pre - t_old
     # keep=True on a GPU: save_pretrained and the optimizer state copy tensors to the host themselves
     # (same bytes), without moving the DDP-wrapped module off its device.
     if out_root is not None:  # None: θ_{k+1} stays in memory (train/resident.py writes checkpoints)
