@@ -33,3 +33,10 @@ def test_a_folder_without_a_model_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path)])
     assert e.value.code == 2 and "not a model folder" in capsys.readouterr().err
+
+
+def test_the_train_split_reads_the_rl_prompts(random_model, tmp_path):
+    out = tmp_path / "train.json"
+    main([str(random_model), "--split", "train", "--train-size", "489", "--prompts", "2", "--samples", "1",
+          "--max-new-tokens", "4", "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text())["prompt_ids"] == ["train-0", "train-1"]

@@ -30,6 +30,7 @@ def hard_subset(
     *,
     task: str = "game24",
     split: str = "validation",
+    train_size: int | None = None,
     samples: int = 64,
     below: float = 0.25,
     prompts: int | None = None,
@@ -47,7 +48,8 @@ def hard_subset(
 
     spec = get_task(task)
     with tempfile.TemporaryDirectory(prefix="ts-hard-") as work:
-        rows = load_dataset(spec.build_splits(Path(work), DataConfig(source=task))[split])[:prompts]
+        sizes = {} if train_size is None else {"train_size": train_size}
+        rows = load_dataset(spec.build_splits(Path(work), DataConfig(source=task, **sizes))[split])[:prompts]
     model, tok = load_model(model_dir)
     model.eval()
     engine = HFEngine(model, tok, batch_size=256)
@@ -80,7 +82,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", type=Path)
     ap.add_argument("--task", default="game24")
-    ap.add_argument("--split", default="validation", choices=["validation", "test"])
+    ap.add_argument(
+        "--split",
+        default="validation",
+        choices=["validation", "test", "train"],
+        help="train: θ_0's success on the RL prompts (memorized ones read near 1: game24-base-v2-protocol.md)",
+    )
+    ap.add_argument("--train-size", type=int, default=None, help="data.train_size of the RL split (game24 preset: 489)")
     ap.add_argument("--samples", type=int, default=64)
     ap.add_argument("--below", type=float, default=0.25, help="the subset: success rate below this on seed 0")
     ap.add_argument("--prompts", type=int, default=None, help="only the split's first N prompts (a quick look)")
@@ -94,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         raise SystemExit(2)
     res = hard_subset(
-        a.model, task=a.task, split=a.split, samples=a.samples, below=a.below, prompts=a.prompts,
-        max_new_tokens=a.max_new_tokens,
+        a.model, task=a.task, split=a.split, train_size=a.train_size, samples=a.samples, below=a.below,
+        prompts=a.prompts, max_new_tokens=a.max_new_tokens,
     )  # fmt: skip
     text = json.dumps(res, indent=2)
     if a.out:
