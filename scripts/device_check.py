@@ -9,6 +9,9 @@ recomputed by the trainer):
   - on CUDA (unless --cpu-only or no GPU): builtin:tiny and a randomly initialised ~100M-parameter
     Llama built here, offline, from a config (the chain_sum character tokenizer; its samples are
     noise that runs to max_new_tokens, which is what a throughput figure wants).
+    On CUDA the ~100M model's GRPO also runs with update.launcher=in_process: θ_k reaches the engine as
+    the trainer's own device tensors, against the persistent trainer's socket (issue #25's CUDA
+    hand-over; `handoff_s_per_iteration` is the continuation stage's weight_swap).
 Per case: generation tokens/s (every token any engine call sampled, over the time spent in those
 calls), update seconds per iteration and per optimizer step, peak GPU memory, and the max |log-prob|
 difference between the engine and the trainer on the same tokens (the trainer's recompute). All to
@@ -85,13 +88,21 @@ class GenMeter:
 
 
 def run_case(
-    name: str, model_path: str, algorithm: str, device: str, iterations: int, runs: Path, params: int | None
+    name: str,
+    model_path: str,
+    algorithm: str,
+    device: str,
+    iterations: int,
+    runs: Path,
+    params: int | None,
+    launcher: str = "accelerate",
 ) -> dict:
     case = {
         "model": name,
         "params": params,
         "algorithm": algorithm,
         "device": device,
+        "launcher": launcher,
         "precision": "bf16",
         "iterations": iterations,
         "status": "error",
@@ -107,6 +118,7 @@ def run_case(
                 f"device={device}",
                 "update.mixed_precision=bf16",
                 f"iterations={iterations}",
+                f"update.launcher={launcher}",
                 *RUN,
             ],
         )
@@ -116,8 +128,11 @@ def run_case(
             torch.cuda.reset_peak_memory_stats()
         updates: list[dict] = []
         update_wall: list[float] = []
+        swaps: list[float] = []
 
         def on_stage(k, stage, m):
+            if stage == "continuation" and k > 0:  # θ_k into the engine: in memory, from the trainer's update
+                swaps.append(m.seconds.get("weight_swap", 0.0))
             if stage == "update":
                 updates.append(dict(m.metrics))
                 update_wall.append(sum(m.seconds.values()))
@@ -133,6 +148,9 @@ def run_case(
             gen_tokens_per_s=round(meter.tokens / meter.seconds, 1) if meter.seconds else None,
             update_s_per_iteration=round(sum(update_wall) / len(update_wall), 4),
             update_s_per_step=round(sum(u["perf/fwd_bwd_s"] for u in updates) / steps, 4),
+            # θ_k's hand-over into the engine (continuation/weight_swap): the trainer's own device tensors
+            # with update.launcher=in_process, bytes over the persistent trainer's socket with accelerate
+            handoff_s_per_iteration=round(sum(swaps) / len(swaps), 4) if swaps else None,
             engine_trainer_max_abs_logprob_diff=max(diffs) if diffs else None,
             engine_trainer_mean_abs_logprob_diff=(
                 sum(u["actor/engine_logprob_diff/mean"] for u in updates) / len(updates) if diffs else None
@@ -184,21 +202,25 @@ def main() -> int:
             llama = Path(tmp) / "llama-100m"
             n = build_llama_100m(llama)
             plan = [("tiny", "builtin:tiny", None, "cuda"), ("llama-100m", str(llama), n, "cuda")] + plan
-        for name, path, n, device in plan:
-            for algorithm in ("grpo", "thinking_seeds"):
-                case = run_case(name, path, algorithm, device, a.iterations, runs, n)
-                res["cases"].append(case)
-                (a.out / "device_check.json").write_text(json.dumps(res, indent=2))  # partial results survive a kill
+        cases = [(*p, algorithm, "accelerate") for p in plan for algorithm in ("grpo", "thinking_seeds")]
+        if not res["gpu"]["skipped"]:  # issue #25: the same-process hand-over on CUDA against the socket's
+            cases.insert(4, ("llama-100m", str(llama), n, "cuda", "grpo", "in_process"))
+        for name, path, n, device, algorithm, launcher in cases:
+            case = run_case(name, path, algorithm, device, a.iterations, runs, n, launcher)
+            res["cases"].append(case)
+            (a.out / "device_check.json").write_text(json.dumps(res, indent=2))  # partial results survive a kill
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     (a.out / "device_check.json").write_text(json.dumps(res, indent=2))
     cols = (
         "model",
         "algorithm",
         "device",
+        "launcher",
         "status",
         "gen_tokens_per_s",
         "update_s_per_step",
         "update_s_per_iteration",
+        "handoff_s_per_iteration",
         "peak_gpu_mem_gib",
         "engine_trainer_max_abs_logprob_diff",
         "wall_s",

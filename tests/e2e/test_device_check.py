@@ -34,4 +34,5 @@ def test_device_check_cpu_only(tmp_path):
         assert c["status"] == "ok", c
         assert c["gen_tokens_per_s"] > 0 and c["update_s_per_step"] > 0
         assert 0 <= c["engine_trainer_max_abs_logprob_diff"] < 1.0
+        assert c["launcher"] == "accelerate" and c["handoff_s_per_iteration"] >= 0  # θ_k into the engine, timed
     assert "gpu" in res and res["gpu"]["skipped"]
