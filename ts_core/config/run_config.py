@@ -66,6 +66,7 @@ _HASH_OUT_AT_DEFAULT = {
     ("loss", "rollout_correction_cap"): 2.0,
     ("loss", "prefix_mismatch_metrics"): False,
     ("prefix", "when"): "always",
+    ("prefix", "failure_drafts"): 1,
     ("update", "lr_warmup_steps"): 0,
 }
 
