@@ -1,7 +1,7 @@
 """update.strategy=fsdp2 on two CPU processes (`accelerate launch --multi_gpu --num_processes 2` +
 `Accelerator(cpu=True)`: gloo, docs/algorithm.md §7) writes DDP's θ_1 and AdamW state to 1e-6 --
-from the persistent trainer (sharded state kept in memory, gathered to rank 0 to save) and from a
-launch per update. Slow: each launch starts two Python processes (~10 s).
+from the persistent trainer (sharded state kept in memory, gathered to rank 0, which hands θ_1 to the
+engine in memory and saves it) and from a launch per update. Slow: each launch starts two Python processes (~10 s).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from thinking_seeds.config import save_config
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
 from thinking_seeds.pipeline.trainer_client import close_trainers
+from thinking_seeds.store import live_weights
 from thinking_seeds.store.run_dir import RunDir
 
 pytestmark = pytest.mark.slow
@@ -28,14 +29,20 @@ def _update(run: RunDir, cfg, tmp_path, name: str, launcher: str, strategy: str,
     c = cfg.model_copy(deep=True)
     c.update.launcher, c.update.num_processes, c.update.strategy = launcher, 2, strategy
     c.update.max_tokens_per_micro_batch = budget
+    c.checkpoint.every = 1  # θ_1 and its AdamW state on disk too, to compare the optimizer state
     save_config(c, dst.config_path)  # the trainer processes read the run's config.yaml
     try:
         m = update(Session(dst, c), 0)
     finally:
-        close_trainers()
+        close_trainers()  # the persistent trainer finishes its background write before it stops
     assert m.metrics["perf/num_processes"] == 2
     step = dst.policy(1)
-    return load_file(str(step / "model.safetensors")), load_file(str(step / "optimizer.safetensors")), m.metrics
+    weights = load_file(str(step / "model.safetensors"))
+    live = live_weights.lookup(step)
+    if launcher == "accelerate":  # θ_1 reached the engine in memory: rank 0's gathered copy, as saved
+        assert live is not None and weights.keys() <= live.state.keys()
+        assert all(torch.equal(live.state[n], t) for n, t in weights.items())
+    return weights, load_file(str(step / "optimizer.safetensors")), m.metrics
 
 
 def test_fsdp2_two_processes_give_the_ddp_weights(verified_run, tmp_path):

@@ -47,9 +47,8 @@ def memory_handoff(cfg: RunConfig) -> bool:
         cfg.update.launcher in ("in_process", "accelerate")
         and cfg.cluster.kind == "local"
         and cfg.rollout.engine in ("hf", "vllm")  # vllm: reload_weights(weights_iterator=...), engine/vllm_engine.py
+        # fsdp2 too: each update gathers θ's shards to rank 0 (strategy.gathered), which sends that copy
         and cfg.model.lora is None
-        # fsdp2: θ lives as shards across the trainer's processes; it is gathered for the file (strategy.gathered)
-        and cfg.update.strategy == "ddp"
     )
 
 

@@ -160,8 +160,11 @@ class Resident:
         metrics["perf/save_s"] = time.perf_counter() - t0  # the wait for the last write and the CPU copies
 
     def weights(self) -> dict:
-        """The held θ's tensors (the trainer's own, not a copy: the next update changes them in place)."""
-        return self.state.model.state_dict()
+        """The held θ's tensors (the trainer's own, not a copy: the next update changes them in place);
+        fsdp2: rank 0's unsharded CPU copy that the update gathered (TrainState.gathered), the same
+        tensors a checkpoint of this step is written from."""
+        whole = (self.state.gathered or (None, None))[0]
+        return (self.state.model if whole is None else whole).state_dict()
 
     def flush(self) -> None:
         self.writer.wait()
