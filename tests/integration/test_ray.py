@@ -42,7 +42,9 @@ from tests.helpers.ray_cluster import (  # noqa: E402
 from tests.helpers.resume import _assert_same_results, kill_and_resume  # noqa: E402
 from tests.helpers.tiny import MOVING, TINY_RUN_ID  # noqa: E402
 
-SHARDED = ["rollout.batch_size=8"]  # 4 shards per continuation stage: something to share
+# 4 shards per continuation stage: something to share; no snapshot at iteration 1, so θ_1 is not a
+# checkpoint and reaches the workers in memory
+SHARDED = ["rollout.batch_size=8", "pool.snapshot_every=4"]
 
 
 def ray_overrides(address: str, workers: int) -> list[str]:
@@ -102,7 +104,8 @@ def _train_on_ray(base, overrides):
 def test_workers_give_the_single_process_samples_and_weights(
     workers, weights, ray_cluster, sharded_reference, tmp_path
 ):
-    """With 1 or 2 workers, reading checkpoints by path or from Ray's object store (their own copies)."""
+    """With 1 or 2 workers, reading checkpoints by path or from Ray's object store (their own copies),
+    and the policies the trainer hands over in memory as tensors from the object store."""
     from thinking_seeds.pipeline import session
 
     overrides = sharded_reference.overrides + ray_overrides(ray_cluster.address, workers)
@@ -113,7 +116,9 @@ def test_workers_give_the_single_process_samples_and_weights(
     assert len(set(rollout_pool.pids())) == workers  # distinct processes
     m = run.read_manifest(1, "continuation")
     assert m.seconds.get("workers_generation", 0) > 0  # the shards ran on the workers, not here
-    assert ("weight_ship" in m.seconds) == (weights == "object_store")
+    # θ_1 reached the workers in memory (no checkpoint of step 1): its tensors through the object store,
+    # in either mode
+    assert not (run.policy(1) / "model.safetensors").exists() and "weight_ship" in m.seconds
 
 
 def _killing(real, killed: list[int]):

@@ -18,12 +18,12 @@ from thinking_seeds.train.resident import CheckpointWriter, metrics_digest
 def test_checkpoint_schedule_every_end_and_snapshots():
     cfg = load_config("tiny", ["iterations=12", "checkpoint.every=5", "pool.snapshot_every=4"])
     assert [s for s in range(13) if checkpoint_due(cfg, s)] == [0, 4, 5, 8, 10, 12]
-    for other in ("update.launcher=accelerate_per_update", "cluster=ray"):
+    for other in ("update.launcher=accelerate_per_update", "model.lora.r=4"):
         c = load_config("tiny", ["iterations=12", "checkpoint.every=5", *other.split()])
         assert not memory_handoff(c) and all(checkpoint_due(c, s) for s in range(13))  # files, as before
-    # vLLM takes θ through reload_weights(weights_iterator=...), fsdp2 from rank 0's gathered copy: in
-    # memory, checkpoints on the schedule
-    for other in ("rollout.engine=vllm", "update.strategy=fsdp2 update.num_processes=2"):
+    # vLLM takes θ through reload_weights(weights_iterator=...), fsdp2 from rank 0's gathered copy, Ray
+    # workers from the object store: in memory, checkpoints on the schedule
+    for other in ("rollout.engine=vllm", "update.strategy=fsdp2 update.num_processes=2", "cluster=ray"):
         v = load_config("tiny", ["iterations=12", "checkpoint.every=5", "pool.snapshot_every=4", *other.split()])
         assert memory_handoff(v) and [s for s in range(13) if checkpoint_due(v, s)] == [0, 4, 5, 8, 10, 12]
 

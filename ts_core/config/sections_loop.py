@@ -289,9 +289,9 @@ class CheckpointConfig(_Section):
         "since the newest checkpoint from the stored rollouts (bit-identical on the CPU). 10: a crash "
         "costs at most 9 replayed updates (a fraction of an iteration each: no sampling), while the "
         "write (~4.4 s/GB; 84 GB at 7B with AdamW) is paid once per 10 iterations, off the critical "
-        "path. Ray workers, LoRA and update.launcher=accelerate_per_update read θ from its file: there every "
-        "step is written, as before (vLLM takes θ in memory through reload_weights, fsdp2 from rank 0's "
-        "gathered copy).",
+        "path. LoRA and update.launcher=accelerate_per_update read θ from its file: there every step is "
+        "written, as before (vLLM takes θ in memory through reload_weights, fsdp2 from rank 0's gathered "
+        "copy, Ray rollout workers through the object store).",
     )
     keep_last: int | None = Field(
         None,

@@ -13,6 +13,11 @@ weight files into Ray's object store once (`ray.put`, a handful of checkpoints k
 reference wrapped in a list, so Ray does not resolve it for every shard; a worker fetches it only for a
 checkpoint it has not copied yet, writes the files to its own temp dir and loads them from there.
 
+A policy the trainer handed over in memory (store/live_weights.py: no file exists for it) goes the same
+way in either mode, as tensors: the driver puts θ's state dict into the object store once, and each
+worker fetches it once and holds it in its own live_weights under the checkpoint's path, where its
+engine's load_weights looks before any file.
+
 `RayRolloutPool.run` is the `ShardRunner` of engine/sharding.py: the shards fan out over the workers
 (data/ray_pool.fan_out: first free worker takes the next shard, a shard whose worker died is retried)
 and come back in order. Which worker ran a shard never changes what it sampled.
@@ -31,6 +36,9 @@ from pathlib import Path
 from thinking_seeds.data.ray_pool import actor_options, fan_out, wait_started
 from thinking_seeds.engine.rollout import Generation
 from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine
+from thinking_seeds.store import live_weights
+
+LIVE = "live|"  # the tag of a policy shipped as tensors (no checkpoint files)
 
 
 class RolloutWorker:
@@ -64,6 +72,15 @@ class RolloutWorker:
             shutil.rmtree(self._copies.popitem(last=False)[1], ignore_errors=True)
         return out
 
+    def _hold_live(self, checkpoint: str, tag: str, box: list) -> None:
+        """θ handed over in memory: fetched once, held where the engine's load_weights looks first."""
+        policy_id = tag.removeprefix(LIVE)
+        held = live_weights.lookup(checkpoint)
+        if held is None or held.policy_id != policy_id:
+            import ray
+
+            live_weights.publish(checkpoint, policy_id, ray.get(box[0]), keep=KEEP_CHECKPOINTS)
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -79,7 +96,9 @@ class RolloutWorker:
         """The shard's generations under `checkpoint` (object_store: `shipped` = (tag, [ref to its files])),
         with the seconds spent swapping (fetching included) and generating."""
         t0 = time.perf_counter()
-        if shipped is not None:
+        if shipped is not None and shipped[0].startswith(LIVE):
+            self._hold_live(checkpoint, *shipped)
+        elif shipped is not None:
             checkpoint = str(self._local_copy(*shipped))
         elif not Path(checkpoint).is_dir():
             import socket
@@ -165,9 +184,23 @@ class RayRolloutPool:
         self._shipped.move_to_end(tag)
         return tag, self._shipped[tag]
 
+    def _ship_live(self, live) -> tuple[str, list]:
+        """(tag, [ref]) of a policy held in memory, its tensors put into the object store once."""
+        tag = LIVE + live.policy_id
+        if tag not in self._shipped:  # a copy now: an in-process trainer's next update changes them in place
+            self._shipped[tag] = [self.ray.put({n: t.detach().cpu() for n, t in live.state.items()})]
+            while len(self._shipped) > KEEP_CHECKPOINTS:
+                self._shipped.popitem(last=False)
+        self._shipped.move_to_end(tag)
+        return tag, self._shipped[tag]
+
     def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
         shipped = None
-        if self.object_store:
+        live = live_weights.lookup(checkpoint)
+        if live is not None:  # θ from the trainer in memory: no file to share or copy
+            with timer("weight_ship"):
+                shipped = self._ship_live(live)
+        elif self.object_store:
             with timer("weight_ship"):
                 shipped = self._ship(Path(checkpoint))
         with timer("generation"):  # the fan-out's wall time; each worker's own swap/generation seconds below

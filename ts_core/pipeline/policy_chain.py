@@ -45,7 +45,7 @@ def memory_handoff(cfg: RunConfig) -> bool:
     """Whether θ goes from trainer to engine in memory (else every step is written and read as a file)."""
     return (
         cfg.update.launcher in ("in_process", "accelerate")
-        and cfg.cluster.kind == "local"
+        # cluster=ray: the driver ships θ's tensors to the rollout workers (engine/ray_workers.py)
         and cfg.rollout.engine in ("hf", "vllm")  # vllm: reload_weights(weights_iterator=...), engine/vllm_engine.py
         # fsdp2 too: each update gathers θ's shards to rank 0 (strategy.gathered), which sends that copy
         and cfg.model.lora is None
