@@ -103,9 +103,11 @@ def test_vllm_rollout_workers_on_ray_give_the_single_process_run(workers, ray_cl
     # Each actor holds a real vLLM engine (not the HF one).
     kinds = pool.ray.get([a.__ray_call__.remote(lambda w: type(w.engine).__name__) for a in pool.actors])
     assert kinds == ["VLLMEngine"] * workers
-    # Every worker ran a shard of iteration 1's continuation (16 requests, 2 shards): each holds θ_1's weights.
+    # Every worker ran a shard of iteration 1's continuation (16 requests, 2 shards): each holds θ_1's
+    # weights, taken from memory ("live|<path>|<policy id>": shipped as tensors, no file of step 1 read).
     held = pool.ray.get([a.__ray_call__.remote(lambda w: w.engine.loaded_from) for a in pool.actors])
-    assert [Path(h).resolve() for h in held] == [run.policy(1).resolve()] * workers
+    assert all(h.startswith("live|") for h in held), held
+    assert [Path(h.split("|")[1]).resolve() for h in held] == [run.policy(1).resolve()] * workers
     for k in range(2):  # the seeds and continuation shards ran on the workers (evaluate: the driver's engine)
         for stage in ("seeds", "continuation"):
             assert run.read_manifest(k, stage).seconds.get("workers_generation", 0) > 0, (k, stage)
