@@ -113,6 +113,6 @@ def test_game24_is_a_builtin_task_with_the_countdown_checker():
     assert task.label("10-6=4\n8-5=3\n4*3=12\n\\boxed{(8-5)*(10-6)}", 1.0) == g.canonical("(10-6)*(8-5)")
     assert task.label("\\boxed{(8-5)*(10-6)}", 0.0) is None
     cfg = load_config("game24")
-    assert (cfg.data.source, cfg.data.train_size, cfg.model.path) == ("game24", 978, "builtin:tiny-game24")
+    assert (cfg.data.source, cfg.data.train_size, cfg.model.path) == ("game24", 489, "builtin:tiny-game24-v2")
     with pytest.raises(ValueError, match="reasoning-gym's own checkers"):
         load_config("game24", ["reward.backend=math_verify"])

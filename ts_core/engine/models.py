@@ -32,6 +32,8 @@ BUILTIN_MODELS = {
     "tiny-countdown-v3": "tiny-countdown-v3",
     # The 24 game's base (issue #26; `make game24-model`, docs/results/game24-base-protocol.md).
     "tiny-game24": "tiny-game24",
+    # v2: the warm-up leaves out the 489 multisets RL trains on (v1 memorized them; game24-base-v2-protocol.md).
+    "tiny-game24-v2": "tiny-game24-v2",
     "smollm2": "smollm2-135m",  # built here: python -m thinking_seeds.train.smollm2
     "smollm2-chainsum": "smollm2-135m-chainsum",  # ... --warmup
 }
