@@ -50,6 +50,7 @@ class RolloutWorker:
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus; torch reads it only at import in a fresh process.
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         self.engine = build_engine(initial_checkpoint, cfg)
+        self._live_keep = live_weights.keep_for(cfg.pipeline.max_staleness)  # as many as the driver holds
         self._copies: OrderedDict[str, Path] = OrderedDict()  # object_store: tag -> this worker's copy
         self._copies_root: Path | None = None
 
@@ -79,7 +80,7 @@ class RolloutWorker:
         if held is None or held.policy_id != policy_id:
             import ray
 
-            live_weights.publish(checkpoint, policy_id, ray.get(box[0]), keep=KEEP_CHECKPOINTS)
+            live_weights.publish(checkpoint, policy_id, ray.get(box[0]), keep=self._live_keep)
 
     def pid(self) -> int:
         return os.getpid()
@@ -160,6 +161,8 @@ class RayRolloutPool:
         self.actors = [cls.remote(str(initial_checkpoint), cfg) for _ in range(workers)]
         self.object_store = c.weights == "object_store"
         self._shipped: OrderedDict[str, list] = OrderedDict()  # tag -> [ref]: put once per checkpoint
+        self._live: OrderedDict[str, list] = OrderedDict()  # the same for policies held in memory
+        self._live_keep = live_weights.keep_for(cfg.pipeline.max_staleness)
         self.retried = 0  # shards retried after their worker died (all calls)
         self.worker_seconds: dict[str, float] = {}  # summed over workers: weight_swap, generation
         try:
@@ -174,25 +177,26 @@ class RayRolloutPool:
     def nodes(self) -> list[str]:
         return self.ray.get([a.node.remote() for a in self.actors])
 
+    def _put_once(self, refs: OrderedDict, tag: str, value, keep: int) -> tuple[str, list]:
+        """(tag, [ref]) of `value()` in the object store, put there once; the `keep` newest stay."""
+        if tag not in refs:
+            refs[tag] = [self.ray.put(value())]
+            while len(refs) > keep:
+                refs.popitem(last=False)
+        refs.move_to_end(tag)
+        return tag, refs[tag]
+
     def _ship(self, checkpoint: Path) -> tuple[str, list]:
-        """(tag, [ref]) of the checkpoint's files in the object store, put there once."""
-        tag = checkpoint_tag(checkpoint)
-        if tag not in self._shipped:
-            self._shipped[tag] = [self.ray.put(checkpoint_files(checkpoint))]
-            while len(self._shipped) > KEEP_CHECKPOINTS:
-                self._shipped.popitem(last=False)
-        self._shipped.move_to_end(tag)
-        return tag, self._shipped[tag]
+        """The checkpoint's files, put into the object store once."""
+        return self._put_once(
+            self._shipped, checkpoint_tag(checkpoint), lambda: checkpoint_files(checkpoint), KEEP_CHECKPOINTS
+        )
 
     def _ship_live(self, live) -> tuple[str, list]:
-        """(tag, [ref]) of a policy held in memory, its tensors put into the object store once."""
-        tag = LIVE + live.policy_id
-        if tag not in self._shipped:  # a copy now: an in-process trainer's next update changes them in place
-            self._shipped[tag] = [self.ray.put({n: t.detach().cpu() for n, t in live.state.items()})]
-            while len(self._shipped) > KEEP_CHECKPOINTS:
-                self._shipped.popitem(last=False)
-        self._shipped.move_to_end(tag)
-        return tag, self._shipped[tag]
+        """A policy held in memory: its tensors on the host, put once (ray.put copies them, so an
+        in-process trainer's next update, which changes them in place, does not reach the copy)."""
+        state = lambda: {n: t.detach().cpu() for n, t in live.state.items()}  # noqa: E731
+        return self._put_once(self._live, LIVE + live.policy_id, state, self._live_keep)
 
     def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
         shipped = None

@@ -41,7 +41,7 @@ from thinking_seeds.pipeline.graph import stage_seed
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows, write_rows
 from thinking_seeds.pipeline.session import Session, Timer, mean
 from thinking_seeds.pipeline.stage_continuation import continuation, generated_manifest, sample_groups
-from thinking_seeds.pipeline.stage_seeds import prefixes_for, seeds
+from thinking_seeds.pipeline.stage_seeds import drafts_per_prompt, prefixes_for, seeds
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.prefix_aggregates import write_prefix_aggregates
 from thinking_seeds.store.run_dir import RunDir
@@ -77,7 +77,7 @@ def seeds_on_failure(s: Session, k: int) -> Manifest:
         verdicts = s.verifier.score_batch([r.response_text for r in probe], [by_id[r.prompt_id] for r in probe])
     failed = failed_prompts([r.prompt_id for r in probe], [v.reward for v in verdicts])
     failing = set(failed)
-    n_drafts = cfg.rollout.seeds_per_group // cfg.rollout.continuations_per_seed * cfg.prefix.failure_drafts
+    n_drafts = drafts_per_prompt(s) * cfg.prefix.failure_drafts
     rows = prefixes_for(s, k, [p for p in prompts if p.prompt_id in failing], TAG, t, n_drafts)
     with t("io"):
         path = write_rows(PrefixRow, rows, run.prefixes(k))
@@ -102,8 +102,7 @@ def continue_on_failure(s: Session, k: int) -> Manifest:
     with t("io"):
         drafts = read_rows(PrefixRow, run.prefixes(k))
         probe = read_rows(RolloutRow, probe_path(run, k))
-    slots = cfg.rollout.seeds_per_group // cfg.rollout.continuations_per_seed
-    keep = continued_drafts([r.prompt_id for r in drafts], [r.draft_reward for r in drafts], slots)
+    keep = continued_drafts([r.prompt_id for r in drafts], [r.draft_reward for r in drafts], drafts_per_prompt(s))
     pre = [drafts[i] for i in keep]  # prefix.failure_drafts > 1: the first correct ones fill the slots
     prompts = s.iteration_prompts(k)
     S = cfg.rollout.seeds_per_group

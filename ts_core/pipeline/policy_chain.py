@@ -53,9 +53,8 @@ def memory_handoff(cfg: RunConfig) -> bool:
 
 
 def live_keep(cfg: RunConfig) -> int:
-    """How many policies this process holds in memory: θ_k and θ_{k+1}, and with pipeline.max_staleness = s
-    also the writers of the samples drawn ahead, θ_{k+1-s} .. θ_k."""
-    return max(live_weights.KEEP, cfg.pipeline.max_staleness + 1)
+    """How many policies this process holds in memory (live_weights.keep_for)."""
+    return live_weights.keep_for(cfg.pipeline.max_staleness)
 
 
 def publish_policy(run: RunDir, cfg: RunConfig, step: int, state: dict) -> None:

@@ -40,7 +40,7 @@ def seeds(s: Session, k: int) -> Manifest:
         return m  # on-policy methods have no seeds
     ahead = None
     if cfg.prefix.source == "dataset":
-        rows = _dataset_seeds(s, k, s.iteration_prompts(k), _drafts_per_prompt(s))
+        rows = _dataset_seeds(s, k, s.iteration_prompts(k), drafts_per_prompt(s))
     else:
         pool, members = s.pool_members(k)
         ahead = take_ahead(s, k, members)
@@ -93,8 +93,8 @@ def draft_ahead(s: Session, k: int) -> bool:
         return False
 
 
-def _drafts_per_prompt(s: Session) -> int:
-    # Each draft is continued `continuations_per_seed` times by the continuation stage.
+def drafts_per_prompt(s: Session) -> int:
+    """One draft per seed slot of a group: each draft is continued `continuations_per_seed` times."""
     return s.cfg.rollout.seeds_per_group // s.cfg.rollout.continuations_per_seed
 
 
@@ -124,7 +124,7 @@ def prefixes_for(
     their tokens."""
     if not s.cfg.seeded or not prompts:
         return []
-    n_drafts = n_drafts or _drafts_per_prompt(s)
+    n_drafts = n_drafts or drafts_per_prompt(s)
     if s.cfg.prefix.source == "dataset":
         return _dataset_seeds(s, k, prompts, n_drafts)
     pool, members = s.pool_members(k)
@@ -202,7 +202,7 @@ def _plan(
     calls by source step, and the plan's row indices per source."""
     cfg, tok = s.cfg, s.tokenizer
     prompts = s.iteration_prompts(k) if prompts is None else prompts
-    n_drafts = n_drafts or _drafts_per_prompt(s)
+    n_drafts = n_drafts or drafts_per_prompt(s)
     budget = cfg.prefix.ratio_of == "budget"
     T = cfg.rollout.max_new_tokens
     rng = random.Random(stage_seed(cfg, k, "seeds" + tag))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["LiveWeights", "clear", "drop", "drop_borrowed", "keep_copy", "lookup", "publish"]
+__all__ = ["LiveWeights", "clear", "drop", "drop_borrowed", "keep_copy", "keep_for", "lookup", "publish"]
 
 KEEP = 2  # θ_k and θ_{k+1}: the evaluation of θ_{k+1} and the continuation of k+1 read the newest
 
@@ -40,6 +40,12 @@ class LiveWeights:
 
 _HELD: dict[str, LiveWeights] = {}
 _LOCK = threading.Lock()
+
+
+def keep_for(max_staleness: int) -> int:
+    """How many policies a process holds: θ_k and θ_{k+1}, and with pipeline.max_staleness = s also the
+    writers of the samples drawn ahead, θ_{k+1-s} .. θ_k."""
+    return max(KEEP, max_staleness + 1)
 
 
 def _key(path: Path | str) -> str:

@@ -399,6 +399,8 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="continue from --state-dir's last save (same command)")
     ap.add_argument("--stop-after", type=int, default=None, help="stop after this step's save (a build in slices)")
     a = ap.parse_args()
+    if a.rl_train_size is not None and a.rl_train_size < 1:
+        ap.error(f"--rl-train-size {a.rl_train_size}: the RL training split needs at least 1 prompt")
     size = {k: v for k, v in (("hidden", a.hidden), ("layers", a.layers), ("intermediate", a.intermediate)) if v}
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -406,6 +408,11 @@ def main() -> None:
         rep = run_build(a, size)
     except ResumeError as e:  # one line, exit 2: the command line is what is wrong
         print(f"warmup: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except ValueError as e:  # e.g. --rl-train-size leaves no multiset for the warm-up corpus
+        if "warm-up corpus" not in str(e):
+            raise
+        print(f"warmup: {e}; lower --rl-train-size", file=sys.stderr)
         raise SystemExit(2) from None
     if "stopped_at" in rep:
         print(f"stopped after step {rep['stopped_at']}; continue with the same command and --resume")
