@@ -81,6 +81,7 @@ def control_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> f
         Path(runs_dir),
         parallel=spec.parallel,
         budget_seconds=spec.control_seconds,
+        seeds=spec.control_seed_list(specs),
         max_steps=spec.control_max_steps,
         corpus_size=spec.control_corpus_size,
     )
@@ -96,7 +97,11 @@ def control_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> f
 @task(name="final-test", cache_policy=NO_CACHE)
 def final_test_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> None:
     results = run_final_tests(
-        specs, Path(runs_dir), spec.parallel, spec.control, on_done=archiver(spec, specs, Path(runs_dir))
+        specs,
+        Path(runs_dir),
+        spec.parallel,
+        spec.control_seed_list(specs) if spec.control else False,
+        on_done=archiver(spec, specs, Path(runs_dir)),
     )
     create_table_artifact(
         _rows(results),

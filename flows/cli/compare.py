@@ -110,6 +110,33 @@ def compare(
     select_on: str = typer.Option(
         "validation", "--select-on", help="The split the selection reads: validation (the test split never)."
     ),
+    select_methods: str | None = typer.Option(
+        None,
+        "--select-methods",
+        help="Comma-separated methods the selection tunes (default: every compared method); the others keep "
+        "the preset's value.",
+    ),
+    select_follow: str | None = typer.Option(
+        None,
+        "--select-follow",
+        help="METHOD=TUNED[,...]: an untuned method takes the value chosen for TUNED (e.g. seq_mix=thinking_seeds).",
+    ),
+    control_seeds: str | None = typer.Option(
+        None, "--control-seeds", help="Seeds of the SFT control (200-202 or 200,201; default: every RL seed)."
+    ),
+    select_set: list[str] = typer.Option(
+        [],
+        "--select-set",
+        help="eval.KEY=VALUE for the selection runs only (repeatable), e.g. eval.every=1000: the choice "
+        "evaluates each final policy itself, so their in-training evaluations can be skipped.",
+    ),
+    method_set: list[str] = typer.Option(
+        [],
+        "--method-set",
+        help="METHOD:KEY=VALUE, a setting of one method only (repeatable), e.g. "
+        "thinking_seeds:prefix.ratio_of=budget, or grpo:iterations=185 to match compute (the one budget key "
+        "a method may set for itself).",
+    ),
 ) -> None:
     """Compare methods over seeds on one budget (resumable), add the SFT control, write the report."""
     from thinking_seeds.config import ConfigError
@@ -120,6 +147,7 @@ def compare(
     if select_on != "validation":
         raise typer.BadParameter(f"--select-on {select_on}: selection reads the validation split only (never test)")
     try:
+        _check_method_set_vs_select(method_set, select)
         spec = ComparisonSpec.of(
             compare_id=compare_id,
             preset=preset,
@@ -140,6 +168,11 @@ def compare(
             amend_protocol=amend_protocol,
             select=[select] if select else None,
             select_seeds=select_seeds,
+            select_overrides=select_set,
+            select_methods=select_methods,
+            select_follow=select_follow,
+            control_seeds=control_seeds,
+            method_overrides=method_set,
             command=command_line(ctx, skip=("report_only", "amend_protocol", "plan", "plan_from", "plan_sd")),
         )  # the command that (re)runs it
         if plan:
@@ -180,6 +213,19 @@ def compare(
 
         path = compare_flow(spec)
     con.print(f"[green]report:[/] {path}")
+
+
+def _check_method_set_vs_select(method_set: list[str], select: str | None) -> None:
+    """--method-set of the key --select chooses would be overwritten by the choice: refused."""
+    from thinking_seeds.config import ConfigError
+    from thinking_seeds.experiments.comparison_args import parse_method_overrides, resolve_key
+
+    if not select:
+        return
+    key = resolve_key(select.split("=", 1)[0])
+    for method, settings in parse_method_overrides(method_set).items():
+        if any(resolve_key(o.split("=", 1)[0]) == key for o in settings):
+            raise ConfigError(f"--method-set {method}:{key}=... and --select {key}=...: the selection sets {key}")
 
 
 def _print_plan(spec, plan_from: Path | None, plan_sd: float | None) -> None:

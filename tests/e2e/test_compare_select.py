@@ -1,6 +1,8 @@
 """End to end (slow): `ts compare --select` trains the lr grid for every method on validation, writes
 the choice into protocol.json before the confirmatory runs, and runs them with it; the selection
-never touches the test split. A changed protocol is then refused."""
+never touches the test split. A changed protocol is then refused. GRPO gets one iteration more
+(`--method-set grpo:iterations=3`, compute matching) in the selection and the comparison alike, and
+the selection runs skip their in-training evaluations (`--select-set eval.every=1000`)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ def test_select_on_validation_then_compare(tmp_path, tiny_model_dir):
     runs, out = tmp_path / "runs", tmp_path / "results"
     args = ["compare", "--methods", "grpo,thinking_seeds", "--seeds", "0", "--id", "sel", "--out", str(out)]
     args += ["--no-prefect", "--no-control", "--parallel", "2", "--select", "lr=1e-4,1e-3", "--select-seeds", "0"]
+    args += ["--method-set", "grpo:iterations=3", "--select-set", "eval.every=1000"]
     for o in [f"model.path={tiny_model_dir}", *TINY_OVERRIDES, "data.val_size=128"]:
         args += ["--set", o]
     env = {"TS_RUNS_DIR": str(runs), "COLUMNS": "200"}
@@ -41,9 +44,15 @@ def test_select_on_validation_then_compare(tmp_path, tiny_model_dir):
     )
     assert set(sel["scores"]) == {"grpo", "thinking_seeds"} and all(len(v) == 2 for v in sel["scores"].values())
     assert rec["runs_started_before_registration"] == []  # registered after the selection, before the runs
+    final = {"grpo": 3, "thinking_seeds": 2}  # grpo's own iterations
     for method in ("grpo", "thinking_seeds"):
         for value in ("1e-4", "1e-3"):
             root = runs / f"sel-select-{method}-update.lr={value}-s0"
+            # only θ_0 and the final policy were evaluated in training (eval.every=1000)
+            assert sorted(p.parent.name for p in root.glob("metrics/iteration=*/evaluate.parquet")) == [
+                "iteration=0",
+                f"iteration={final[method]}",
+            ]
             # validation only: no final test, no test-split per-prompt file
             assert (
                 not list(root.glob("metrics/iteration=*/final-test.parquet"))
@@ -51,7 +60,7 @@ def test_select_on_validation_then_compare(tmp_path, tiny_model_dir):
             )
             m = {
                 x["name"]: x["value"]
-                for x in pq.read_table(root / f"metrics/iteration=2/{SELECT_STAGE}.parquet").to_pylist()
+                for x in pq.read_table(root / f"metrics/iteration={final[method]}/{SELECT_STAGE}.parquet").to_pylist()
             }
             assert m["eval/accuracy"] == pytest.approx(sel["scores"][method][value]["0"])
         scores = {v: s["0"] for v, s in sel["scores"][method].items()}
@@ -59,8 +68,11 @@ def test_select_on_validation_then_compare(tmp_path, tiny_model_dir):
         assert sel["chosen"][method] == best
         cfg = yaml.safe_load((runs / f"sel-{method}-s0" / "config.yaml").read_text())
         assert cfg["update"]["lr"] == float(best)  # the confirmatory run carries its method's choice
+        assert cfg["iterations"] == final[method] and cfg["eval"]["every"] != 1000
+        assert (runs / f"sel-{method}-s0" / f"metrics/iteration={final[method]}/final-test.parquet").exists()
     md = (out / "sel" / "report.md").read_text()
     assert "before the first run started" in md and "Selected on validation" in md
+    assert "Iterations set per method to match compute" in md and "grpo 3, thinking_seeds 2" in md
 
     # The same command again trains nothing; another grid is a changed protocol: refused.
     r = runner.invoke(app, args, env=env)

@@ -112,7 +112,7 @@ def _planned(spec: ComparisonSpec, specs: Sequence[RunSpec]) -> _Planned:
         steps = [0, cfg.iterations] if s is specs[0] else [cfg.iterations]
         out[s.run_id] = (cfg, lambda d, s=s: is_complete(s, d), steps)
     if spec.control:
-        for seed in sorted({s.seed for s in specs}):
+        for seed in spec.control_seed_list(specs):
             rid = control_run_id(spec.compare_id, seed)
             cfg = control_config(specs[0].preset, specs[0].base_overrides, seed)
             out[rid] = (cfg, lambda d, rid=rid: control_complete(d / rid), [cfg.iterations])
@@ -284,18 +284,25 @@ def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None 
     return jobs
 
 
+def _controls(spec: ComparisonSpec, specs: Sequence[RunSpec]) -> bool | list[int]:
+    """run_final_tests' `control`: the SFT controls' seeds, or False without a control."""
+    return spec.control_seed_list(specs) if spec.control else False
+
+
 def run_final_tests(
     specs: Sequence[RunSpec],
     runs_dir: Path,
     parallel: int = 2,
-    control: bool = True,
+    control: bool | Sequence[int] = True,
     console: Any = None,
     on_done: Callable[[Job], None] | None = None,
 ) -> list[JobResult]:
-    """The final test evaluation of every run of `specs` (and their SFT controls), plus θ_0 once."""
+    """The final test evaluation of every run of `specs` (and their SFT controls: True for one per
+    seed of `specs`, or the controls' seeds), plus θ_0 once."""
     ids = [s.run_id for s in specs]
-    if control:
-        ids += [control_run_id(specs[0].compare_id, seed) for seed in sorted({s.seed for s in specs})]
+    if control is not False:
+        seeds = sorted({s.seed for s in specs}) if control is True else list(control)
+        ids += [control_run_id(specs[0].compare_id, seed) for seed in seeds]
     jobs = final_test_jobs(ids, Path(runs_dir), base_of=specs[0].run_id)
     return run_jobs(jobs, Path(runs_dir), parallel, title="final test evaluations", console=console, on_done=on_done)
 
@@ -368,13 +375,16 @@ def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
             runs_dir,
             parallel=spec.parallel,
             budget_seconds=spec.control_seconds,
+            seeds=spec.control_seed_list(specs),
             max_steps=spec.control_max_steps,
             corpus_size=spec.control_corpus_size,
             console=console,
         )
         raise_on_failures(results)
     if spec.final_test:
-        raise_on_failures(run_final_tests(specs, runs_dir, spec.parallel, spec.control, console=console, on_done=hook))
+        raise_on_failures(
+            run_final_tests(specs, runs_dir, spec.parallel, _controls(spec, specs), console=console, on_done=hook)
+        )
     if spec.archive:
         archive_finished(spec, specs, runs_dir)
     return str(write_report(spec, runs_dir))

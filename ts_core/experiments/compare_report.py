@@ -59,6 +59,16 @@ def _archived(data: dict[str, Any], runs_dir: Path) -> list[str]:
     ]
 
 
+def _own_iterations(rl: list[dict[str, Any]], configs: dict[str, Any]) -> str:
+    """'grpo 185, thinking_seeds 150' when the methods train different numbers of iterations, else ''."""
+    own: dict[str, Any] = {}
+    for m in rl:
+        n = (configs.get(m["run_id"]) or {}).get("iterations")
+        if n is not None:
+            own.setdefault(m["method"], n)
+    return ", ".join(f"{method} {n}" for method, n in own.items()) if len(set(own.values())) > 1 else ""
+
+
 def _shared(cfg: dict[str, Any]) -> str:
     r, e = cfg.get("rollout", {}), cfg.get("eval", {})
     d, mdl = cfg.get("data", {}), cfg.get("model", {})
@@ -156,7 +166,14 @@ def write_compare_report(
     if claims:
         md += [claims, ""]
     if ref_cfg:
-        md.append(f"Shared budget of every run (checked when the comparison was planned): {_shared(ref_cfg)}.")
+        own = _own_iterations(rl, data["configs"])
+        shared = _shared({**ref_cfg, "iterations": "its own number of"} if own else ref_cfg)
+        md.append(f"Shared budget of every run (checked when the comparison was planned): {shared}.")
+        if own:
+            md.append(
+                "Iterations set per method to match compute (`--method-set METHOD:iterations=N`; the other "
+                f"budget keys are shared): {own}. The token and time columns below show what each method spent."
+            )
         md.append("")
     md += _control_note(data["members"], runs_dir)
 

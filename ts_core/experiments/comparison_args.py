@@ -4,6 +4,7 @@
     parse_sweep(["pool.size=1,4"])                 # {"pool.size": ["1", "4"]}
     method_seeds(["grpo:0-4", "seq_mix"])          # {"grpo": [0, 1, 2, 3, 4], "seq_mix": []}
     check_request(methods, seeds, overrides, sweep, compare_id)   # normalised, or a ConfigError
+    parse_method_overrides(["grpo:iterations=185"])  # {"grpo": ["iterations=185"]}
 
 spec.plan and spec.ComparisonSpec build on these; the checks that need every run's config (the
 shared budget) are spec.py's.
@@ -21,10 +22,12 @@ __all__ = [
     "ALIASES",
     "RESERVED_KEYS",
     "RUN_ID_RE",
+    "check_method_overrides",
     "check_request",
     "check_selection",
     "method_seeds",
     "parse_list",
+    "parse_method_overrides",
     "parse_sweep",
     "resolve_key",
     "value_text",
@@ -136,6 +139,51 @@ def check_request(
         if key in shared:
             raise ConfigError(f"--set {key}=... and --sweep {key}=... both set {key}: keep it in --sweep only")
     return per_method, seeds, overrides, sweep
+
+
+def parse_method_overrides(items: Sequence[str]) -> dict[str, list[str]]:
+    """["grpo:iterations=185", "thinking_seeds:prefix.ratio_of=budget"] -> {method: [key=value]}
+    (--method-set: a setting of one method only)."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        method, sep, setting = str(item).partition(":")
+        if not sep or "=" not in setting or not method.strip() or not setting.split("=", 1)[0].strip():
+            raise ConfigError(
+                f"--method-set {item!r} must look like METHOD:section.key=value (e.g. grpo:iterations=185)"
+            )
+        out.setdefault(method.strip(), []).append(setting.strip())
+    return out
+
+
+def check_method_overrides(
+    method_overrides: dict[str, list[str]],
+    methods: Sequence[str],
+    sweep: dict[str, list[str]],
+    budget_keys: Sequence[str],
+    compute_keys: Sequence[str] = ("iterations",),
+) -> None:
+    """--method-set: a compared method, a key set once, not per run (algorithm, seed), not swept (a
+    sweep point would have two values), and no budget key but the compute-matching ones. A key also
+    --set is this method's own value over the shared one (it applies after --set)."""
+    compared = set(method_seeds(methods))
+    swept = set(sweep)
+    for method, settings in method_overrides.items():
+        if method not in compared:
+            raise ConfigError(f"--method-set {method}:...: {method} is not compared (--methods {','.join(compared)})")
+        keys = [o.split("=", 1)[0].strip() for o in settings]
+        for key in keys:
+            if keys.count(key) > 1:
+                raise ConfigError(f"--method-set {method}:{key}=... is given twice; give it once")
+            if key in RESERVED_KEYS:
+                raise ConfigError(f"--method-set {method}:{key}: the comparison sets {key} per run")
+            if key in swept:
+                raise ConfigError(f"--method-set {method}:{key} and --sweep {key} both set it: keep one")
+            budget = any(key == b or key.startswith(b + ".") for b in budget_keys)
+            if budget and key not in compute_keys:
+                raise ConfigError(
+                    f"--method-set {method}:{key}: a budget key is shared by every run; only "
+                    f"{', '.join(compute_keys)} may differ (to match compute)"
+                )
 
 
 ALIASES = {"lr": "update.lr"}  # --select's short names for the usual grids (selection.py)

@@ -26,6 +26,7 @@ from thinking_seeds.experiments.spec import (
     MARKER,
     RunSpec,
     check_same_budget,
+    compute_matched,
     dotted,
     spec_of,
     training_seconds_sql,
@@ -148,7 +149,7 @@ def reference_members(reference_id: str, specs: Sequence[RunSpec], runs_dir: Pat
                 "variant": f"{m['method']} {base} [{reference_id}]" if base else f"{m['method']} [{reference_id}]",
             }
         )
-    check_same_budget(configs)
+    check_same_budget(configs, compute_matched(specs))
     return out
 
 

@@ -67,7 +67,7 @@ def protocol_of(spec: Any, specs: Sequence[Any], selection: dict[str, Any] | Non
             configs[s.variant] = dump
     control = None
     if spec.control:
-        seeds, base = sorted({s.seed for s in specs}), specs[0].base_overrides
+        seeds, base = spec.control_seed_list(specs), specs[0].base_overrides
         control = {
             "seconds": spec.control_seconds,
             "corpus_size": spec.control_corpus_size,

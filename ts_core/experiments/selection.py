@@ -64,9 +64,16 @@ def selection_id(compare_id: str) -> str:
 def selection_specs(spec: ComparisonSpec) -> list[RunSpec]:
     """The grid's runs: every method of `spec` (its own seed ranges ignored) x value x select seed."""
     ((key, grid),) = spec.select.items()
-    methods = [m.split(":", 1)[0] for m in spec.methods]
+    methods = spec.select_methods or [m.split(":", 1)[0] for m in spec.methods]
     grid_sweep = {resolve_key(key): grid}
-    specs = plan(spec.preset, methods, spec.select_seeds, spec.overrides, grid_sweep, selection_id(spec.compare_id))
+    # The methods' own settings (--method-set) apply, except an earlier choice of the selected key.
+    own = {
+        m: [o for o in os if o.split("=", 1)[0].strip() != resolve_key(key)] for m, os in spec.method_overrides.items()
+    }
+    overrides = [*spec.overrides, *spec.select_overrides]
+    specs = plan(
+        spec.preset, methods, spec.select_seeds, overrides, grid_sweep, selection_id(spec.compare_id), False, own
+    )
     cfg = specs[0].config()
     if cfg.data.val_size < MIN_PROMPTS:
         raise ConfigError(
@@ -140,6 +147,12 @@ def selection_record(
         "split": "validation",
         "prompts": cfg.data.val_size,
         "samples": _samples(cfg),
+        "select_overrides": list(spec.select_overrides),
+        "follow": dict(spec.select_follow),
+        "method_overrides": {
+            m: [o for o in os if o.split("=", 1)[0].strip() != resolve_key(key)]
+            for m, os in spec.method_overrides.items()
+        },
         "rule": "highest mean validation pass@1 over the seeds; an exact tie goes to the value listed first",
         "scores": {m: {v: {str(s): a for s, a in sorted(p.items())} for v, p in vs.items()} for m, vs in table.items()},
         "chosen": dict(chosen),
@@ -147,9 +160,11 @@ def selection_record(
 
 
 def with_selection(spec: ComparisonSpec, chosen: dict[str, str]) -> ComparisonSpec:
-    """`spec` with each method's chosen value as its method override."""
+    """`spec` with each method's chosen value as its method override; a method of spec.select_follow
+    takes the value chosen for the method it follows (seq_mix=thinking_seeds)."""
     ((key, _),) = spec.select.items()
     full = resolve_key(key)
+    chosen = {**chosen, **{m: chosen[lead] for m, lead in spec.select_follow.items() if lead in chosen}}
     kept = {m: [o for o in spec.method_overrides.get(m, []) if o.split("=", 1)[0] != full] for m in chosen}
     own = {m: [*kept[m], f"{full}={v}"] for m, v in chosen.items()}  # replaces an earlier choice (a resume)
     return spec.model_copy(update={"method_overrides": {**spec.method_overrides, **own}})

@@ -39,7 +39,7 @@ from typing import Any
 from thinking_seeds.config import ConfigError, RunConfig, load_config
 from thinking_seeds.experiments.jobs import Job, JobResult, run_jobs
 from thinking_seeds.experiments.members import archive_record, discard_restored, train_seconds, write_marker
-from thinking_seeds.experiments.spec import CONTROL_METHOD, RunSpec, check_same_budget
+from thinking_seeds.experiments.spec import CONTROL_METHOD, RunSpec, check_same_budget, compute_matched
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
 
@@ -318,7 +318,7 @@ def run_controls(
     cfgs = {s.run_id: s.config() for s in specs[:1]}
     for seed in seeds:
         cfgs[control_run_id(compare_id, seed)] = control_config(preset, base, seed)
-    check_same_budget(cfgs)
+    check_same_budget(cfgs, compute_matched(specs))
     jobs = []
     for seed in seeds:
         rid = control_run_id(compare_id, seed)

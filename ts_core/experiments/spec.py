@@ -35,10 +35,12 @@ from thinking_seeds.config import ConfigError, RunConfig, load_config
 from thinking_seeds.experiments.comparison_args import (
     RESERVED_KEYS,
     RUN_ID_RE,
+    check_method_overrides,
     check_request,
     check_selection,
     method_seeds,
     parse_list,
+    parse_method_overrides,
     parse_sweep,
     value_text,
 )
@@ -47,6 +49,7 @@ from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [
     "BUDGET_KEYS",
+    "COMPUTE_MATCH_KEYS",
     "CONTROL_METHOD",
     "DEFAULT_METHODS",
     "FINAL_TEST_STAGE",
@@ -57,6 +60,7 @@ __all__ = [
     "training_seconds_sql",
     "check_request",
     "check_same_budget",
+    "compute_matched",
     "dotted",
     "method_seeds",
     "parse_list",
@@ -81,6 +85,9 @@ BUDGET_KEYS = (
     "rollout.temperature",
     "eval",  # the same evaluation: split, prompts, samples, temperature, seeded pass@k
 )
+# Budget keys a method may set for itself (`--method-set grpo:iterations=185`): matching compute by
+# giving a cheaper method more iterations. Recorded in the protocol and shown in the report.
+COMPUTE_MATCH_KEYS = ("iterations",)
 # SQL filter over the metrics view: the time/* metrics that count as training. Evaluations of any
 # kind (in-training, nightly `evaluate-<split>`, the final test) are left out of the budget.
 TRAINING_TIME_SQL = (
@@ -159,8 +166,15 @@ def dotted(cfg: dict[str, Any], key: str) -> Any:
     return node
 
 
-def check_same_budget(configs: dict[str, RunConfig]) -> None:
-    """Raise ConfigError unless every run agrees on BUDGET_KEYS; the message names runs, keys and values."""
+def compute_matched(specs: Sequence[RunSpec]) -> set[str]:
+    """The COMPUTE_MATCH_KEYS some method of `specs` sets for itself: those may differ between runs."""
+    own = {o.split("=", 1)[0].strip() for s in specs for o in s.method_overrides}
+    return own & set(COMPUTE_MATCH_KEYS)
+
+
+def check_same_budget(configs: dict[str, RunConfig], may_differ: Sequence[str] | set[str] = ()) -> None:
+    """Raise ConfigError unless every run agrees on BUDGET_KEYS (except `may_differ`: the keys a
+    method sets for itself to match compute, see compute_matched); the message names runs, keys and values."""
     if not configs:
         return
     items = list(configs.items())
@@ -169,7 +183,7 @@ def check_same_budget(configs: dict[str, RunConfig]) -> None:
     problems: list[str] = []
     for run_id, cfg in items[1:]:
         d = cfg.model_dump(mode="json")
-        for key in BUDGET_KEYS:
+        for key in (k for k in BUDGET_KEYS if k not in may_differ):
             a, b = dotted(ref_d, key), dotted(d, key)
             if a != b:
                 if isinstance(a, dict) and isinstance(b, dict):
@@ -240,7 +254,7 @@ def plan(
         except ConfigError as e:
             point = dict(spec.sweep) or "-"
             raise ConfigError(f"run {spec.run_id} (method {spec.method}, sweep {point}): {e}") from None
-    check_same_budget(configs)
+    check_same_budget(configs, compute_matched(specs))
     return specs
 
 
@@ -299,6 +313,9 @@ class ComparisonSpec(BaseModel):
         None, ge=1, description="Worked solutions generated for the SFT control (default 50000)."
     )
     control_max_steps: int | None = Field(None, ge=1, description="Stop each SFT control after this many steps.")
+    control_seeds: list[int] | None = Field(
+        None, description="Seeds of the SFT control (default: every seed the RL runs use), e.g. 200-202."
+    )
     final_test: bool = Field(True, description="Evaluate every final policy (and θ_0) on the whole test split.")
     archive: bool = Field(
         False,
@@ -320,8 +337,25 @@ class ComparisonSpec(BaseModel):
         "select_seeds; each method gets the value with the best mean validation pass@1 (selection.py).",
     )
     select_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="Seeds of the selection runs.")
+    select_methods: list[str] | None = Field(
+        None,
+        description="The methods the selection tunes (default: all); the others keep the preset's value, "
+        "e.g. a reference method that is not part of the primary question.",
+    )
+    select_follow: dict[str, str] = Field(
+        default_factory=dict,
+        description="Untuned method -> the tuned method whose chosen value it takes (--select-follow "
+        "seq_mix=thinking_seeds: a sibling gets the same setting without its own grid).",
+    )
+    select_overrides: list[str] = Field(
+        default_factory=list,
+        description="eval.key=value for the selection runs only (--select-set): e.g. eval.every=1000 skips "
+        "their in-training evaluations, which the choice does not read (it evaluates each final policy itself).",
+    )
     method_overrides: dict[str, list[str]] = Field(
-        default_factory=dict, description="Per-method settings (what the selection chose): method -> key=value."
+        default_factory=dict,
+        description="Per-method settings: method -> [key=value] (--method-set METHOD:KEY=VALUE, and what the "
+        "selection chose). Budget keys are shared, except iterations (COMPUTE_MATCH_KEYS: matching compute).",
     )
 
     @field_validator("methods", mode="before")
@@ -347,6 +381,11 @@ class ComparisonSpec(BaseModel):
             raise ValueError(f"--seeds must be integers, got {v!r}")
         return [int(x) for x in items]
 
+    @field_validator("control_seeds", mode="before")
+    @classmethod
+    def _split_control_seeds(cls, v: Any) -> Any:
+        return None if v is None else cls._split_select_seeds(v)
+
     @field_validator("select_seeds", mode="before")
     @classmethod
     def _split_select_seeds(cls, v: Any) -> Any:
@@ -361,15 +400,62 @@ class ComparisonSpec(BaseModel):
             return {k: [value_text(x) for x in vs] for k, vs in v.items()}
         return parse_sweep(list(v))
 
+    @field_validator("method_overrides", mode="before")
+    @classmethod
+    def _split_method_overrides(cls, v: Any) -> Any:
+        return parse_method_overrides(v) if isinstance(v, list | tuple) else ({} if v is None else v)
+
+    @field_validator("select_methods", mode="before")
+    @classmethod
+    def _split_select_methods(cls, v: Any) -> Any:
+        return None if v is None else parse_list(v, "select_methods")
+
+    @field_validator("select_follow", mode="before")
+    @classmethod
+    def _split_follow(cls, v: Any) -> Any:
+        if v is None or isinstance(v, dict):
+            return v or {}
+        pairs = [x.split("=", 1) for x in parse_list(v, "select_follow")]
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError(f"--select-follow {v!r} must look like METHOD=TUNED_METHOD (e.g. seq_mix=thinking_seeds)")
+        return {a.strip(): b.strip() for a, b in pairs}
+
+    @field_validator("select_overrides", mode="before")
+    @classmethod
+    def _no_select_overrides(cls, v: Any) -> Any:
+        return [] if v is None else v
+
     @model_validator(mode="after")
     def _request(self) -> ComparisonSpec:
         check_request(self.methods, self.seeds, self.overrides, self.sweep, self.compare_id)
+        check_method_overrides(self.method_overrides, self.methods, self.sweep, BUDGET_KEYS, COMPUTE_MATCH_KEYS)
+        for item in self.select_overrides:
+            if not item.split("=", 1)[0].strip().startswith("eval.") or "=" not in item:
+                raise ValueError(
+                    f"--select-set {item}: only eval.KEY=VALUE (the selection runs' own evaluation) may differ "
+                    "from the confirmatory runs; e.g. --select-set eval.every=1000"
+                )
         if self.reference is not None and not RUN_ID_RE.match(self.reference):
             raise ValueError(f"reference {self.reference!r} must be a comparison id (a plain name)")
         if self.primary is not None:
             primary_pair(self.primary, self.methods)
         if self.select:
             check_selection(self.select, self.overrides, self.sweep, BUDGET_KEYS)
+            compared = set(method_seeds(self.methods))
+            unknown = set(self.select_methods or []) - compared
+            if unknown:
+                raise ValueError(f"--select-methods {','.join(sorted(unknown))}: not compared (--methods)")
+            tuned = set(self.select_methods or compared)
+            for m, lead in self.select_follow.items():
+                if m not in compared or m in tuned or lead not in tuned:
+                    raise ValueError(
+                        f"--select-follow {m}={lead}: {m} must be a compared method the selection does not tune "
+                        f"(--select-methods) and {lead} one it tunes"
+                    )
+        elif self.select_methods or self.select_follow:
+            raise ValueError(
+                "--select-methods/--select-follow without --select: give the grid too (e.g. --select lr=1e-4,3e-4)"
+            )
         return self
 
     @classmethod
@@ -396,6 +482,10 @@ class ComparisonSpec(BaseModel):
             self.one_at_a_time,
             self.method_overrides or None,
         )
+
+    def control_seed_list(self, specs: Sequence[RunSpec]) -> list[int]:
+        """The SFT controls' seeds: --control-seeds, else every seed of the planned runs."""
+        return list(self.control_seeds) if self.control_seeds is not None else sorted({s.seed for s in specs})
 
     def plan_text(self) -> str:
         """The methods with the seeds each runs, for the start line of a comparison:
