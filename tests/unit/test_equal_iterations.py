@@ -1,0 +1,56 @@
+"""The equal-iterations analysis (experiments/equal_iterations.py) on hand-made runs: which checkpoint
+it evaluates, what it refuses, and the paired table it prints. No training, no evaluation."""
+
+from __future__ import annotations
+
+import pytest
+
+from thinking_seeds.config import ConfigError, load_config, save_config
+from thinking_seeds.experiments.equal_iterations import STAGE, equal_iterations_jobs, equal_iterations_table, main
+from thinking_seeds.experiments.members import write_marker
+from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
+from thinking_seeds.store.run_dir import RunDir
+
+
+def _run(root, method, seed, iterations, checkpoints=()):
+    run = RunDir.for_run(f"c-{method}-s{seed}", root)
+    write_marker(run.root, {"compare_id": "c", "run_id": run.run_id, "method": method, "seed": seed, "sweep": {}})
+    save_config(
+        load_config("tiny", [f"iterations={iterations}", f"algorithm={method}", f"seed={seed}"]), run.config_path
+    )
+    for step in checkpoints:
+        (run.policy_root / f"step_{step:06d}").mkdir(parents=True)
+    return run
+
+
+def test_jobs_evaluate_the_earlier_checkpoint_like_a_final_test_and_the_table_pairs_by_seed(tmp_path):
+    grpo = {s: _run(tmp_path, "grpo", s, 5, checkpoints=(4, 5)) for s in (0, 1, 2)}
+    ts = {s: _run(tmp_path, "thinking_seeds", s, 4) for s in (0, 1, 2)}
+    jobs = equal_iterations_jobs("c", tmp_path, "grpo", 4)
+    assert len(jobs) == 3 and not any(j.done for j in jobs)
+    cmd = jobs[0].cmd
+    assert cmd[cmd.index("--step") + 1] == "4" and cmd[cmd.index("--split") + 1] == "test"
+    assert cmd[cmd.index("--stage") + 1] == STAGE and "--all-prompts" in cmd
+    assert cmd[cmd.index("--samples") + 1] == str(load_config("tiny").eval.test_samples)
+
+    for s in (0, 1, 2):  # GRPO@4 0.30/0.32/0.34; TS final 0.35/0.33/0.38: differences +0.05, +0.01, +0.04
+        grpo[s].write_metrics(4, STAGE, {"eval/accuracy": 0.30 + 0.02 * s})
+        grpo[s].write_metrics(5, FINAL_TEST_STAGE, {"eval/accuracy": 0.9})  # the compute-matched final: not read
+        ts[s].write_metrics(4, FINAL_TEST_STAGE, {"eval/accuracy": [0.35, 0.33, 0.38][s]})
+    assert all(j.done for j in equal_iterations_jobs("c", tmp_path, "grpo", 4))  # resumable: nothing repeated
+    md = "\n".join(equal_iterations_table("c", tmp_path, "grpo", 4, ["thinking_seeds"]))
+    row = next(line for line in md.splitlines() if line.startswith("| thinking_seeds − grpo@4"))
+    assert "| 3 | +0.0333 [" in row and "s0: +0.050, s1: +0.010, s2: +0.040" in row
+
+
+def test_refusals_are_one_line_exit_2(tmp_path, capsys):
+    _run(tmp_path, "grpo", 0, 5, checkpoints=(5,))
+    with pytest.raises(ConfigError, match="no checkpoint of step 4"):
+        equal_iterations_jobs("c", tmp_path, "grpo", 4)
+    with pytest.raises(ConfigError, match="0 < step < it"):
+        equal_iterations_jobs("c", tmp_path, "grpo", 5)
+    with pytest.raises(ConfigError, match="has no luffy run"):
+        equal_iterations_jobs("c", tmp_path, "luffy", 4)
+    rc = main(["--id", "c", "--method", "grpo", "--step", "4", "--against", "x", "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "step 4" in err[0]

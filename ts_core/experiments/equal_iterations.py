@@ -1,0 +1,129 @@
+"""A compute-matched method at equal iterations too: its earlier checkpoint on the whole test split.
+
+    python -m thinking_seeds.experiments.equal_iterations --id game24-main --method grpo --step 150 \\
+        --against thinking_seeds,thinking_seeds_adaptive
+
+Why: matching compute by iterations (`ts compare --method-set grpo:iterations=185`) gives GRPO more
+updates than the methods it is compared with. Nothing in an update depends on the run's total
+iterations (no decaying lr schedule; θ_k is the same whether a run stops at 150 or 185), so θ_150 of
+a 185-iteration GRPO run is what a 150-iteration run reaches. Its checkpoint (checkpoint.every)
+is evaluated like a final test: every test prompt, eval.test_samples samples, stage STAGE, in the
+same run directory. The table then pairs each `--against` method's final test with it by seed:
+the contrast at equal iterations, beside the report's compute-matched one.
+
+It is not part of the report's Holm family (the protocol names it as an extra analysis). Nothing is
+trained; evaluations whose metrics file exists are not repeated (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from thinking_seeds.config import ConfigError, load_saved_config
+from thinking_seeds.experiments.claims import _fmt_ci, _seeds, _table, mean_ci
+from thinking_seeds.experiments.jobs import CompareError, Job, raise_on_failures, run_jobs
+from thinking_seeds.experiments.members import compare_members
+from thinking_seeds.experiments.power import paired_t_p
+from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
+from thinking_seeds.store.run_dir import RunDir, runs_root
+
+__all__ = ["STAGE", "equal_iterations_jobs", "equal_iterations_table", "main"]
+
+STAGE = "final-test-equal-iterations"
+METRIC = "eval/accuracy"
+
+
+def _runs(compare_id: str, runs_dir: Path, method: str) -> dict[int, RunDir]:
+    """{seed: run} of one method of a comparison (its run markers)."""
+    return {
+        int(m["seed"]): RunDir.for_run(m["run_id"], runs_dir)
+        for m in compare_members(compare_id, runs_dir)
+        if m.get("method") == method and not m.get("sweep")
+    }
+
+
+def equal_iterations_jobs(compare_id: str, runs_dir: Path, method: str, step: int) -> list[Job]:
+    """One checkpoint_eval per run of `method`: θ_step on the whole test split, as the final test."""
+    runs = _runs(compare_id, runs_dir, method)
+    if not runs:
+        raise ConfigError(f"comparison {compare_id!r} has no {method} run under {runs_dir}; check --id and --method")
+    jobs = []
+    for _, run in sorted(runs.items()):
+        cfg = load_saved_config(run.config_path)
+        if not 0 < step < cfg.iterations:
+            raise ConfigError(f"--step {step}: {run.run_id} trains {cfg.iterations} iterations; give 0 < step < it")
+        done = run.metrics(step, STAGE).exists()
+        if not done and not (run.policy_root / f"step_{step:06d}").is_dir():
+            raise ConfigError(
+                f"{run.run_id} has no checkpoint of step {step} (checkpoint.every={cfg.checkpoint.every}); "
+                "choose a step it wrote"
+            )
+        cmd = [sys.executable, "-m", "thinking_seeds.pipeline.checkpoint_eval", str(run.root), "--step", str(step)]
+        cmd += ["--split", "test", "--all-prompts", "--no-seeded", "--stage", STAGE]
+        cmd += ["--samples", str(cfg.eval.test_samples)]
+        jobs.append(Job(f"{run.run_id} θ_{step}", cmd, run.root / "equal_iterations.log", done=done, run_root=run.root))
+    return jobs
+
+
+def _metric(run: RunDir, step: int, stage: str) -> float | None:
+    import pyarrow.parquet as pq
+
+    f = run.metrics(step, stage)
+    if not f.exists():
+        return None
+    rows = {r["name"]: r["value"] for r in pq.read_table(f).to_pylist()}
+    return float(rows[METRIC]) if METRIC in rows else None
+
+
+def equal_iterations_table(
+    compare_id: str, runs_dir: Path, method: str, step: int, against: Sequence[str]
+) -> list[str]:
+    """Markdown: each `against` method's final test pass@1 minus `method` at θ_step, paired by seed."""
+    base = {s: _metric(r, step, STAGE) for s, r in _runs(compare_id, runs_dir, method).items()}
+    rows = []
+    for other in against:
+        finals = {}
+        for s, r in _runs(compare_id, runs_dir, other).items():
+            cfg = load_saved_config(r.config_path)
+            finals[s] = _metric(r, cfg.iterations, FINAL_TEST_STAGE)
+        diffs = [(s, finals[s] - base[s]) for s in sorted(finals) if finals[s] is not None and base.get(s) is not None]
+        ci = mean_ci([d for _, d in diffs])
+        p = paired_t_p([d for _, d in diffs])
+        rows.append([f"{other} − {method}@{step}", str(len(diffs)), _fmt_ci(ci), f"{p:.3f}", _seeds(diffs)])
+    head = [
+        f"### Test pass@1 against {method} at equal iterations "
+        f"(θ_{step} of its runs; extra analysis, not Holm-adjusted)",
+        "",
+    ]
+    return head + _table(["difference", "seeds", "mean [95% CI]", "p (paired t)", "per seed"], rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--id", required=True, help="The comparison id (run ids ID-METHOD-sSEED).")
+    ap.add_argument("--method", required=True, help="The method given more iterations (e.g. grpo).")
+    ap.add_argument("--step", type=int, required=True, help="The equal iteration count (e.g. 150).")
+    ap.add_argument("--against", required=True, help="Comma-separated methods whose final tests are paired with it.")
+    ap.add_argument("--runs-dir", type=Path, default=None, help="Runs folder (default: TS_RUNS_DIR or ./runs).")
+    ap.add_argument("--parallel", type=int, default=2, help="Evaluations at once.")
+    ap.add_argument("--out", type=Path, default=None, help="Also write the table to this markdown file.")
+    args = ap.parse_args(argv)
+    runs_dir = (args.runs_dir or runs_root()).resolve()
+    try:
+        jobs = equal_iterations_jobs(args.id, runs_dir, args.method, args.step)
+        raise_on_failures(run_jobs(jobs, runs_dir, args.parallel, title="equal-iterations tests"))
+        md = "\n".join(equal_iterations_table(args.id, runs_dir, args.method, args.step, args.against.split(",")))
+    except (ConfigError, CompareError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(md)
+    if args.out:
+        args.out.write_text(md + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
