@@ -141,3 +141,25 @@ def test_selection_arguments_are_checked():
         ComparisonSpec.of(select=["lr=1e-4,3e-4"], overrides=["update.lr=1e-4"])
     with pytest.raises(ConfigError, match="--select and --sweep"):
         ComparisonSpec.of(select=["lr=1e-4,3e-4"], sweep=["pool.size=1,4"])
+
+
+def test_a_registered_selection_is_reused_not_retrained(tmp_path, monkeypatch):
+    """A fresh clone has the protocol (and the archive), not the selection's run folders: the same
+    command must take the registered choice instead of training the grid again."""
+    import thinking_seeds.experiments.compare as compare
+
+    runs = tmp_path / "runs"
+    spec = _spec(tmp_path, select=["lr=1e-4,3e-4"], select_seeds="0")
+    for s in selection_specs(spec):
+        ((_, v),) = s.sweep
+        _write_validation(runs, s, 0.6 if v == "3e-4" else 0.5)
+    spec2, record = run_selection(spec, runs, train=False)
+    register(spec2, spec2.runs(), runs, record)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the registered selection was trained again")
+
+    monkeypatch.setattr(compare, "run_all", no_training)
+    again, rec = run_selection(spec, tmp_path / "fresh-clone-runs", train=True)
+    assert rec["chosen"] == {"grpo": "3e-4", "thinking_seeds": "3e-4"}
+    assert {s.config().update.lr for s in again.runs()} == {3e-4}

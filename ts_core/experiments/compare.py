@@ -324,8 +324,9 @@ def run_selection(
     the whole validation split, choose per method (selection.choose); returns the spec with the
     chosen values as method overrides, and the selection's record for the protocol.
 
-    `train=False` (`--report-only`) trains nothing: the choice comes from the registered protocol
-    when its grid is this one, else from the selection runs already evaluated.
+    Once the protocol registers a choice for this grid (and every tuned method), that choice is
+    used and nothing trains. Otherwise `train=False` (`--report-only`) trains nothing and reads the
+    selection runs already evaluated.
     """
     if not spec.select:
         return spec, None
@@ -339,7 +340,10 @@ def run_selection(
             f"{spec.report_dir / 'protocol.json'} registers the selection {registered}, this command asks for "
             f"{asked}; rerun with the registered one, or add --amend-protocol to record the change as an amendment"
         )
-    if not train and registered and registered["grid"] == list(next(iter(spec.select.values()))):
+    # A registered selection is binding: its choice is reused, not retrained (a fresh clone resumes
+    # the confirmatory runs from the archive and the protocol, without the selection's run folders).
+    tuned = spec.select_methods or [m.split(":", 1)[0] for m in spec.methods]
+    if registered and registered["grid"] == asked["grid"] and set(tuned) <= set(registered.get("chosen") or {}):
         return with_selection(spec, registered["chosen"]), registered
     if train:
         raise_on_failures(run_all(specs, runs_dir, spec.parallel, console=console, final_test=False))
