@@ -95,7 +95,21 @@ game24-model: install
 	  --steps 10000 --schedule cosine --min-lr-factor 0.01 --select last --eval-every 400 --eval-from 8400 \
 	  --eval-prompts 128 --eval-samples 32 --max-new-tokens 80 --save-every 200 --threads 1 $(if $(RESUME),--resume)
 
-.PHONY: install demo lint test test-slow compare ablations compare-countdown compare-countdown-plateau ablations-countdown \
+# The 24 game's confirmatory comparison (issue #26), as registered in docs/results/game24-main-protocol.md:
+# selection of lr on validation (27 runs), then 35 RL runs + 3 SFT controls with the final test. Resumable;
+# a clone with the committed protocol.json and archive reuses the registered choice and the archived runs.
+# ~2.5 h (selection) + ~4 h (confirmatory) on 2 cores.
+compare-game24: install
+	$(BIN)/ts compare --preset game24 \
+	  --methods grpo:200-209,thinking_seeds:200-209,thinking_seeds_adaptive:200-209,seq_mix:200-204 \
+	  --set eval.samples=32 \
+	  --method-set grpo:iterations=185 --method-set thinking_seeds:prefix.ratio_of=budget \
+	  --select lr=1e-4,2e-4,4e-4 --select-seeds 100-102 \
+	  --select-methods grpo,thinking_seeds,thinking_seeds_adaptive --select-follow seq_mix=thinking_seeds \
+	  --select-set eval.every=1000 --select-set eval.samples=1 --select-set eval.seeded=false \
+	  --control-seeds 200-202 --parallel 2 --id game24-main --archive --no-prefect
+
+.PHONY: install demo lint test test-slow compare ablations compare-countdown compare-countdown-plateau ablations-countdown compare-game24 \
 	countdown-model game24-model
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------

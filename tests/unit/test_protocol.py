@@ -118,7 +118,11 @@ def test_selection_is_symmetric_reads_validation_only_and_lands_in_the_protocol(
     assert {s.run_id for s in spec2.runs()} == {s.run_id for s in spec.runs()}  # the choice is not in the id
     rec = register(spec2, spec2.runs(), runs, record)
     assert rec["protocol"]["selection"]["chosen"] == best
-    assert "Selected on validation" in "\n".join(protocol_lines(rec))
+    text = "\n".join(protocol_lines(rec))
+    assert "Selected on validation" in text
+    # every score is shown, the choice in bold; only thinking_seeds' choice (1e-3) is on the grid's edge
+    assert "| grpo | 0.510 (0.500 / 0.510 / 0.520) | **0.560 (0.550 / 0.560 / 0.570)** | 0.510" in text
+    assert "grid's edge for thinking_seeds:" in text
     # a second resolution from the protocol gives the same spec (idempotent: no duplicated override)
     again, _ = run_selection(with_selection(spec2, best), runs, train=False)
     assert again.method_overrides == {"grpo": ["update.lr=3e-4"], "thinking_seeds": ["update.lr=1e-3"]}

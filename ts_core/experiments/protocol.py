@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -199,6 +200,7 @@ def protocol_lines(record: dict[str, Any] | None, detail: bool = False) -> list[
             f"{', '.join(map(str, sel['seeds']))}; the test split was not read): {sel['key']} from "
             f"{', '.join(sel['grid'])}, {sel['rule']}: {chosen}.",
             "",
+            *selection_score_lines(sel),
         ]
     amendments = record.get("amendments") or []
     late = [x for x in amendments if x.get("runs_started_before")]
@@ -221,4 +223,35 @@ def protocol_lines(record: dict[str, Any] | None, detail: bool = False) -> list[
             seeds = ", ".join(str(r["seed"]) for r in e["runs"].values())
             md.append(f"| {v} | `{' '.join(e['overrides'])}` | {seeds} |")
         md += ["", "Secondary endpoints:", "", *(f"- {s}" for s in p["secondary_endpoints"]), ""]
+    return md
+
+
+def selection_score_lines(sel: dict[str, Any]) -> list[str]:
+    """The selection's every score (mean over the seeds, then each seed), the choice in bold, and a
+    warning when a choice lies on the grid's edge: the best value may then lie outside the grid, which
+    a registered protocol does not widen after the fact."""
+    grid, scores = list(sel["grid"]), sel.get("scores") or {}
+    if not scores:
+        return []
+    key = sel["key"]
+    md = [f"| method | {' | '.join(f'{key}={v}' for v in grid)} |", "|---|" + "---|" * len(grid)]
+    for m, by_value in scores.items():
+        cells = []
+        for v in grid:
+            per_seed = by_value.get(v) or {}
+            if not per_seed:
+                cells.append("—")
+                continue
+            vals = [per_seed[s] for s in sorted(per_seed, key=int)]
+            cell = f"{statistics.fmean(vals):.3f} ({' / '.join(f'{x:.3f}' for x in vals)})"
+            cells.append(f"**{cell}**" if sel["chosen"].get(m) == v else cell)
+        md.append(f"| {m} | {' | '.join(cells)} |")
+    md += ["", "Validation pass@1 of each final policy: mean over the seeds (each seed in parentheses); bold is the choice.", ""]
+    edge = [m for m, v in sel["chosen"].items() if len(grid) > 1 and v in (grid[0], grid[-1])]
+    if edge:
+        md += [
+            f"The choice lies on the grid's edge for {', '.join(edge)}: the best value may lie outside the "
+            "grid, and the registered protocol does not widen it.",
+            "",
+        ]
     return md
