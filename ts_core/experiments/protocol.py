@@ -246,8 +246,11 @@ def selection_score_lines(sel: dict[str, Any]) -> list[str]:
             cell = f"{statistics.fmean(vals):.3f} ({' / '.join(f'{x:.3f}' for x in vals)})"
             cells.append(f"**{cell}**" if sel["chosen"].get(m) == v else cell)
         md.append(f"| {m} | {' | '.join(cells)} |")
-    md += ["", "Validation pass@1 of each final policy: mean over the seeds (each seed in parentheses); bold is "
-           "the choice.", ""]
+    md += [
+        "",
+        "Validation pass@1 of each final policy: mean over the seeds (each seed in parentheses); bold is the choice.",
+        "",
+    ]
     edge = [m for m, v in sel["chosen"].items() if len(grid) > 1 and v in (grid[0], grid[-1])]
     if edge:
         md += [
