@@ -205,3 +205,14 @@ def test_matching_rule_skips_theta0_and_breaks_ties_towards_later_steps():
     m = match_iterations(*data_of({50: 0.5, 100: 0.6}, {50: 0.5, 100: 0.6}), "a", "b")
     assert (m.step_a, m.step_b) == (100, 100)
     assert match_iterations(*data_of({0: 0.5}, {0: 0.5}), "a", "b") is None
+
+
+def test_a_second_arm_gets_its_own_table_without_the_extras(tmp_path):
+    data, variants = _plateau_like(tmp_path)
+    full = claims_markdown(data, variants, tmp_path)
+    own = claims_markdown(data, variants, tmp_path, title="The same claims for another arm", extras=False)
+    title, body = own.split("\n", 1)
+    assert title == "## The same claims for another arm" and full.startswith("## The paper's claims")
+    # the same rows and Holm family; only the regime, hard-subset and seed-age sections are left out
+    full_body = full.split("\n", 1)[1]
+    assert full_body.startswith(body) and len(full_body) > len(body)

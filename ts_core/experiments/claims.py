@@ -251,15 +251,18 @@ def claims_markdown(
     ts: str = "thinking_seeds",
     grpo: str = "grpo",
     seq: str = "seq_mix",
+    title: str = "The paper's claims on this testbed",
+    extras: bool = True,
 ) -> str:
-    """The claims table (Holm-adjusted), the regime check, the hard-subset table and |log π_θ/π_h| by seed age."""
+    """The claims table (Holm-adjusted) and, with `extras`, the regime check, the hard-subset table and
+    |log π_θ/π_h| by seed age."""
     if ts not in variants or grpo not in variants:
         return ""
     hard = add_hard_subset(data, runs_dir)
     rows = claims_rows(data, variants, hard, ts, grpo, seq)
     ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
     md = [
-        "## The paper's claims on this testbed",
+        f"## {title}",
         "",
         "Paired differences at equal seed, mean [95% t-interval] over seeds, then per seed; p: the paired t-test's "
         f"two-sided p-value; Holm: adjusted by Holm's step-down method over the {len(rows)} rows of this table "
@@ -277,6 +280,8 @@ def claims_markdown(
             for r in rows
         ],
     )
+    if not extras:
+        return "\n".join(md)
     md += _regime(data, variants, grpo, ks[-1] if ks else None)
     if hard:
         md += _hard_table(data, variants, hard)

@@ -137,6 +137,18 @@ def write_compare_report(
         "pair", ["thinking_seeds", "grpo"]
     )
     claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo)  # also adds hard/* values to data
+    if ts != "thinking_seeds" and "thinking_seeds" in variants:
+        # The paper's default arm beside the primary one: the same rows, but not the registered family.
+        claims += "\n\n" + claims_markdown(
+            data,
+            variants,
+            runs_dir,
+            ts="thinking_seeds",
+            grpo=grpo,
+            title=f"The same claims for the paper's default arm (thinking_seeds; exploratory: the registered "
+            f"family is the table above, {ts}; Holm within this table)",
+            extras=False,
+        )
     results = results_table(data, compare_id)
     write_table_atomic(results, out / "results.parquet")
     ks = pass_ks(per_run)
