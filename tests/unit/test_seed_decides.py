@@ -43,7 +43,10 @@ def run_dir(tmp_path):
         if i < j and not game24.partial_state(numbers, f"{a}+{b}={a + b}\n").reachable
     )
     assert game24.partial_state(numbers, live).reachable
+    invalid = f"{numbers[0]}+{numbers[1]}={numbers[0] + numbers[1] + 1}\n"  # wrong arithmetic
     seeds = [_prefix(p.prompt_id, 0, [7, 7], live, 1.0), _prefix(p.prompt_id, 0, [8, 8, 8], dead, 0.0)]
+    # a draft stopped at its cut (prefix.ratio_of=budget) has no reward; its prefix is still classified
+    seeds.append(_prefix(p.prompt_id, 0, [6, 6], invalid, None))
     rows = [
         _rollout(p.prompt_id, "on_policy", None, list(range(20)), 0, [-3.0] * 4 + [-0.25] * 16, 1.0),
         _rollout(p.prompt_id, "on_policy", None, list(range(20)), 0, [-3.0] * 4 + [-0.25] * 16, 0.0),
@@ -51,6 +54,7 @@ def run_dir(tmp_path):
         _rollout(p.prompt_id, "seeded", 0, [7, 7, 3, 4], 2, [-1.0] * 4, 0.0),
         _rollout(p.prompt_id, "seeded", 0, [8, 8, 8, 1], 3, [-1.0] * 4, 0.0),  # dead prefix, wrong draft
         _rollout(p.prompt_id, "seeded", 5, [9, 9, 1], 2, [-1.0] * 3, 1.0),  # its seed is not in the corpus
+        _rollout(p.prompt_id, "seeded", 0, [6, 6, 2], 2, [-1.0] * 3, 1.0),  # invalid prefix, unscored draft
     ]
     write_table_atomic(pa.Table.from_pylist(seeds, schema=PREFIX_SCHEMA),
                        root / "corpus/prefixes/iteration=0/prefixes.parquet", schema=PREFIX_SCHEMA)  # fmt: skip
@@ -61,7 +65,23 @@ def run_dir(tmp_path):
 
 def test_seed_stats_on_a_known_run(run_dir):
     s = seed_stats(run_dir, first_tokens=4)
-    assert s["on_policy_success"] == 0.5 and s["seeded_samples"] == 4 and s["seeded_unmatched"] == 1
+    assert s["on_policy_success"] == 0.5 and s["seeded_samples"] == 5 and s["seeded_unmatched"] == 1
+    assert s["seeded_unscored_draft"] == 1 and (
+        s["seeded_after_invalid_prefix"],
+        s["seeded_after_invalid_prefix_n"],
+    ) == (
+        1.0,
+        1,
+    )
+    # the live and the dead prefix hold one valid step each, the invalid one none
+    one, zero = s["by_prefix_steps"][1], s["by_prefix_steps"][0]
+    assert one["n"] == 3 and one["live_share"] == pytest.approx(2 / 3) and one["success_after_live"] == 0.5
+    assert one["dead_share"] == pytest.approx(1 / 3) and one["success_after_dead"] == 0.0
+    assert zero == {"n": 1, "live_share": 0.0, "dead_share": 0.0, "invalid_share": 1.0} | {
+        "success_after_live": None,
+        "success_after_dead": None,
+        "success_after_invalid": 1.0,
+    }
     assert s["seeded_success"] == pytest.approx(1 / 3) and s["draft_success"] == pytest.approx(2 / 3)
     assert (s["seeded_after_wrong_draft"], s["seeded_after_wrong_draft_n"]) == (0.0, 1)
     assert (s["seeded_after_right_draft"], s["seeded_after_right_draft_n"]) == (0.5, 2)
@@ -74,6 +94,7 @@ def test_the_cli_prints_the_figures_and_refuses_a_non_run(run_dir, tmp_path, cap
     main([str(run_dir), "--first-tokens", "4"])
     out = capsys.readouterr().out
     assert "after a dead / live prefix   0.000 (n=1) / 0.500 (n=2)" in out and "0.750 of the total" in out
+    assert "after an invalid step         1.000 (n=1;" in out and "  1 step(s), n=3 " in out
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path / "nothing")])
     assert e.value.code == 2 and "no rollouts/" in capsys.readouterr().err

@@ -176,6 +176,11 @@ def _value(text: str) -> Fraction:
     return Fraction(text.strip("()"))
 
 
+def _zero_denominator(text: str) -> bool:
+    num, _, den = text.strip("()").partition("/")
+    return bool(den) and int(den) == 0
+
+
 @dataclass(frozen=True)
 class PartialState:
     """What a partial answer (a prefix of chain steps) leaves: `remaining` is the multiset still to
@@ -198,7 +203,7 @@ def partial_state(numbers: Sequence[int], text: str, target: int = TARGET) -> Pa
     ok = True
     for line in lines:
         m = _STEP.fullmatch(line.strip())
-        if m is None:
+        if m is None or any(_zero_denominator(g) for g in (m[1], m[3], m[4])):  # a model may write "8/0"
             ok = False
             break
         a, op, b, c = _value(m[1]), m[2], _value(m[3]), _value(m[4])

@@ -14,7 +14,11 @@ checked for the opposite:
 - **after a wrong draft**: the seeded samples' success when their draft was wrong (reward < 1) and
   when it was right. For game24 the prefix itself is also classified (`game24.partial_state`): success
   after a *dead* prefix (24 no longer reachable: no continuation can be right, so it must be 0 when the
-  verifier and the classifier agree) and after a live one.
+  verifier and the classifier agree), after a live one and after an *invalid* one (a line that is
+  no valid step: wrong arithmetic or a number not available), also by the number of steps the prefix
+  holds (after one step the continuation faces a 3-number subproblem; after two, one operation).
+  With `prefix.ratio_of=budget` a draft stops at its cut and has no reward: only the prefix-based
+  statistics exist then.
 - **entropy in the first N tokens**: over on-policy samples, the share of the response's surprisal
   (-log pi_old of the sampled tokens, whose mean is a sample estimate of the entropy; per-token
   entropies are not stored) that falls in its first N tokens, as a ratio of sums and as the mean of
@@ -82,24 +86,34 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
     config = yaml.safe_load((root / "config.yaml").read_text()) if (root / "config.yaml").is_file() else {}
     game24 = ((config or {}).get("data") or {}).get("source") == "game24"
     numbers = _numbers_by_prompt(root) if game24 else {}
+    if game24:
+        from thinking_seeds.data.game24 import partial_state
 
     scored = [r for r in rollouts if r["reward"] is not None]
     seeded = [r for r in scored if r["kind"] == "seeded" and r["prefix_len"] > 0]
-    paired, wrong, right, dead, live, unmatched = [], [], [], [], [], 0
+    paired, wrong, right, dead, live, invalid, unmatched, unscored = [], [], [], [], [], [], 0, 0
+    # by the number of valid steps the prefix holds: after one step the continuation faces a 3-number
+    # subproblem (where it can decide), after two only a single operation is left
+    by_steps: dict[int, dict[str, list[float]]] = defaultdict(lambda: {"live": [], "dead": [], "invalid": []})
     for r in seeded:
         match = by_key.get((r["prompt_id"], r["source_step"], tuple(r["token_ids"][: r["prefix_len"]])))
-        drafts = [s["draft_reward"] for s in match or [] if s["draft_reward"] is not None]
-        if not drafts:
+        if not match:
             unmatched += 1
+            continue
+        # A dead prefix is a property of the prefix alone, so it is read even when the draft has no
+        # reward (prefix.ratio_of=budget stops a draft at its cut: it is never finished nor scored).
+        if game24 and r["prompt_id"] in numbers:
+            state = partial_state(numbers[r["prompt_id"]], match[0]["prefix_text"])
+            kind = "live" if state.reachable else ("dead" if state.steps_ok else "invalid")
+            {"live": live, "dead": dead, "invalid": invalid}[kind].append(r["reward"])
+            by_steps[len(state.steps)][kind].append(r["reward"])
+        drafts = [s["draft_reward"] for s in match if s["draft_reward"] is not None]
+        if not drafts:
+            unscored += 1
             continue
         draft = sum(drafts) / len(drafts)
         paired.append((r["reward"], draft))
         (right if draft >= 1.0 else wrong).append(r["reward"])
-        if game24 and r["prompt_id"] in numbers:
-            from thinking_seeds.data.game24 import partial_state
-
-            state = partial_state(numbers[r["prompt_id"]], match[0]["prefix_text"])
-            (live if state.reachable else dead).append(r["reward"])
 
     on_policy = [r for r in scored if r["kind"] == "on_policy" and r["token_ids"]]
     head = [-sum(r["old_logprobs"][:first_tokens]) for r in on_policy]
@@ -111,6 +125,7 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
         "on_policy_success": _mean([r["reward"] for r in on_policy]),
         "seeded_samples": len(seeded),
         "seeded_unmatched": unmatched,
+        "seeded_unscored_draft": unscored,
         "seeded_success": _mean([a for a, _ in paired]),
         "draft_success": _mean([d for _, d in paired]),
         "seeded_after_wrong_draft": _mean(wrong),
@@ -121,6 +136,14 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
         "seeded_after_dead_prefix_n": len(dead) if game24 else None,
         "seeded_after_live_prefix": _mean(live) if game24 else None,
         "seeded_after_live_prefix_n": len(live) if game24 else None,
+        "seeded_after_invalid_prefix": _mean(invalid) if game24 else None,
+        "seeded_after_invalid_prefix_n": len(invalid) if game24 else None,
+        "by_prefix_steps": {
+            k: {"n": sum(map(len, v.values()))}
+            | {f"{kind}_share": len(xs) / sum(map(len, v.values())) for kind, xs in v.items()}
+            | {f"success_after_{kind}": _mean(xs) for kind, xs in v.items()}
+            for k, v in sorted(by_steps.items())
+        },
         "first_tokens": first_tokens,
         "entropy_share_first_tokens": sum(head) / sum(total) if sum(total) > 0 else None,
         "entropy_share_first_tokens_mean": _mean(shares),
@@ -150,7 +173,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"on-policy success            {_fmt(s['on_policy_success'])}  (n={s['on_policy_samples']})")
     print(
         f"seeded success / its drafts  {_fmt(s['seeded_success'])} / {_fmt(s['draft_success'])}  "
-        f"(n={s['seeded_samples'] - s['seeded_unmatched']}, {s['seeded_unmatched']} seeds not in the corpus)"
+        f"(n={s['seeded_samples'] - s['seeded_unmatched'] - s['seeded_unscored_draft']}, "
+        f"{s['seeded_unmatched']} seeds not in the corpus, {s['seeded_unscored_draft']} whose draft stopped at "
+        "its cut and has no reward: prefix.ratio_of=budget)"
     )
     print(
         f"after a wrong / right draft  {_fmt(s['seeded_after_wrong_draft'])} (n={s['seeded_after_wrong_draft_n']})"
@@ -161,6 +186,20 @@ def main(argv: list[str] | None = None) -> None:
             f"after a dead / live prefix   {_fmt(s['seeded_after_dead_prefix'])} (n={s['seeded_after_dead_prefix_n']})"
             f" / {_fmt(s['seeded_after_live_prefix'])} (n={s['seeded_after_live_prefix_n']})"
         )
+        print(
+            f"after an invalid step         {_fmt(s['seeded_after_invalid_prefix'])} "
+            f"(n={s['seeded_after_invalid_prefix_n']}; a line that is no valid step: wrong arithmetic, a number "
+            "not available)"
+        )
+        print("by the valid steps before the continuation (share of seeds; success after it):")
+        for k, b in s["by_prefix_steps"].items():
+            print(
+                f"  {k} step(s), n={b['n']:<6} "
+                + ", ".join(
+                    f"{kind} {_fmt(b[f'{kind}_share'])} ({_fmt(b[f'success_after_{kind}'])})"
+                    for kind in ("live", "dead", "invalid")
+                )  # fmt: skip
+            )
     print(
         f"entropy in first {s['first_tokens']} tokens   {_fmt(s['entropy_share_first_tokens'])} of the total "
         f"(mean per response {_fmt(s['entropy_share_first_tokens_mean'])}; even spread "
