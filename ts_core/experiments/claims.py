@@ -219,7 +219,7 @@ def claims_rows(
             )
         d, _ = paired(data, variants, ts, grpo, "test/distinct_patterns")
         if d:
-            row(explore, f"distinct correct sign patterns per test prompt, {ts} − {grpo}", d)
+            row(explore, f"distinct correct solution patterns per test prompt, {ts} − {grpo}", d)
     match = match_iterations(data, variants, ts, grpo) if data.get("curves") else None
     if match:
         at = (

@@ -22,7 +22,7 @@ __all__ = ["PLOTS", "SMOOTH", "plots"]
 PLOTS = {
     "accuracy": "Held-out accuracy (eval/accuracy), mean ± std over seeds",
     "strategy_b": "Task diversity: share of strategy-b solutions (eval/strategy_b)",
-    "distinct_patterns": "Task diversity: distinct correct sign patterns per prompt (eval/distinct_patterns)",
+    "distinct_patterns": "Task diversity: distinct correct solution patterns per prompt (eval/distinct_patterns)",
     "entropy": "Token entropy by population (actor/entropy)",
     "effective_entropy": "Effective entropy by population (actor/effective_entropy)",
     "clip_fraction": "Gradient lost to clipping by population (actor/pg_clipfrac)",
