@@ -98,3 +98,17 @@ def test_the_cli_prints_the_figures_and_refuses_a_non_run(run_dir, tmp_path, cap
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path / "nothing")])
     assert e.value.code == 2 and "no rollouts/" in capsys.readouterr().err
+
+
+def test_several_runs_give_one_row_each_and_their_mean(run_dir, tmp_path, capsys):
+    import shutil
+
+    other = tmp_path / "run2"
+    shutil.copytree(run_dir, other)
+    main([str(run_dir), str(other), "--first-tokens", "4"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| run | on-policy success |") and len(lines) == 5
+    # both runs have the fixture's numbers: live / dead / invalid 2/4, 1/4, 1/4 of the classified seeds
+    row = "| 0.500 | 5 | 0.333 | 0.667 | 0.000 | 0.500 / 0.250 / 0.250 | 0.500 / 0.000 / 1.000 | 0.750 |"
+    assert lines[2] == f"| run {row}" and lines[3] == f"| run2 {row}"
+    assert lines[4].startswith("| mean of 2 runs | 0.500 | 5.000 | 0.333 |")

@@ -156,20 +156,69 @@ def _fmt(x: Any) -> str:
     return "n/a" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 
 
+def _share(s: dict[str, Any], kind: str) -> float | None:
+    n = s.get(f"seeded_after_{kind}_prefix_n")
+    total = sum(s.get(f"seeded_after_{k}_prefix_n") or 0 for k in ("dead", "live", "invalid"))
+    return n / total if n is not None and total else None
+
+
+# the columns of the several-run table: (header, statistic of one run)
+COLUMNS: list[tuple[str, Any]] = [
+    ("on-policy success", lambda s: s["on_policy_success"]),
+    ("seeded samples", lambda s: s["seeded_samples"]),
+    ("seeded success", lambda s: s["seeded_success"]),
+    ("its drafts' success", lambda s: s["draft_success"]),
+    ("after a wrong draft", lambda s: s["seeded_after_wrong_draft"]),
+    ("live / dead / invalid prefixes", lambda s: tuple(_share(s, k) for k in ("live", "dead", "invalid"))),
+    (
+        "success after live / dead / invalid",
+        lambda s: tuple(s.get(f"seeded_after_{k}_prefix") for k in ("live", "dead", "invalid")),
+    ),
+    ("entropy share, first N tokens", lambda s: s["entropy_share_first_tokens"]),
+]
+
+
+def _cell(x: Any) -> str:
+    return " / ".join(map(_fmt, x)) if isinstance(x, tuple) else _fmt(x)
+
+
+def _mean_cell(xs: list[Any]) -> Any:
+    if xs and isinstance(xs[0], tuple):
+        return tuple(_mean_cell([x[i] for x in xs]) for i in range(len(xs[0])))
+    vals = [float(x) for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def markdown_table(stats: dict[str, dict[str, Any]]) -> str:
+    """One row per run and the mean over the runs (of each run's statistic: every run weighs the same)."""
+    md = ["| run | " + " | ".join(h for h, _ in COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
+    for run, s in stats.items():
+        md.append(f"| {run} | " + " | ".join(_cell(f(s)) for _, f in COLUMNS) + " |")
+    means = [_cell(_mean_cell([f(s) for s in stats.values()])) for _, f in COLUMNS]
+    md.append(f"| mean of {len(stats)} runs | " + " | ".join(means) + " |")
+    return "\n".join(md)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("run_dir", type=Path, nargs="+", help="one run directory, or several: then a Markdown table")
     ap.add_argument("--first-tokens", type=int, default=16, help="N: the span whose entropy share is reported")
-    ap.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    ap.add_argument("--json", action="store_true", help="print the statistics as JSON (one object per run)")
     a = ap.parse_args(argv)
     try:
-        s = seed_stats(a.run_dir, a.first_tokens)
+        stats = {d.name: seed_stats(d, a.first_tokens) for d in a.run_dir}
     except ValueError as e:
         print(f"seed_decides: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     if a.json:
-        print(json.dumps(s, indent=2))
-        return
+        print(json.dumps(stats if len(stats) > 1 else next(iter(stats.values())), indent=2))
+    elif len(stats) > 1:
+        print(markdown_table(stats))
+    else:
+        _print_one(next(iter(stats.values())))
+
+
+def _print_one(s: dict[str, Any]) -> None:
     print(f"on-policy success            {_fmt(s['on_policy_success'])}  (n={s['on_policy_samples']})")
     print(
         f"seeded success / its drafts  {_fmt(s['seeded_success'])} / {_fmt(s['draft_success'])}  "
