@@ -54,3 +54,38 @@ def test_refusals_are_one_line_exit_2(tmp_path, capsys):
     rc = main(["--id", "c", "--method", "grpo", "--step", "4", "--against", "x", "--runs-dir", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "step 4" in err[0]
+
+
+def test_a_comparison_in_progress_evaluates_what_finished_and_the_archive_keeps_the_result(tmp_path):
+    """Run folders do not outlive a session: the finished runs are evaluated now, re-archived with
+    the result, and the table reads it from the archive (a later session's restored copy)."""
+    from thinking_seeds.experiments.archive import archive_run, restore
+    from thinking_seeds.experiments.equal_iterations import archive_evaluated
+
+    runs, archive = tmp_path / "runs", tmp_path / "archive"
+    done = _run(runs, "grpo", 0, 5, checkpoints=(4, 5))
+    done.write_metrics(5, FINAL_TEST_STAGE, {"eval/accuracy": 0.9})
+    _run(runs, "grpo", 1, 5, checkpoints=(4,))  # still training: no final test yet
+    planned = RunDir.for_run("c-grpo-s2", runs)  # planned, not started: a marker, no config
+    write_marker(planned.root, {"compare_id": "c", "run_id": planned.run_id, "method": "grpo", "seed": 2, "sweep": {}})
+    ts = _run(runs, "thinking_seeds", 0, 4)
+    ts.write_metrics(4, FINAL_TEST_STAGE, {"eval/accuracy": 0.35})
+    cfg_hash = load_config("tiny", ["iterations=5", "algorithm=grpo", "seed=0"]).config_hash()
+    archive_run(done.root, archive, cfg_hash, True)  # archived when it finished, before the evaluation
+
+    with pytest.raises(ConfigError, match="c-grpo-s2 has not started yet; .* --finished-only"):
+        equal_iterations_jobs("c", runs, "grpo", 4)
+    jobs = equal_iterations_jobs("c", runs, "grpo", 4, finished_only=True)
+    assert [j.run_root.name for j in jobs] == ["c-grpo-s0"]
+
+    done.write_metrics(4, STAGE, {"eval/accuracy": 0.30})  # what the job's checkpoint_eval writes
+    assert archive_evaluated(jobs, archive) == ["c-grpo-s0"]
+    assert archive_evaluated(jobs, archive) == []  # unchanged since: not rewritten
+
+    later = tmp_path / "later"  # a later session: only the archive is left
+    ts_hash = load_config("tiny", ["iterations=4", "algorithm=thinking_seeds", "seed=0"]).config_hash()
+    archive_run(ts.root, archive, ts_hash, True)
+    restore(archive, later, {"c-grpo-s0": cfg_hash, "c-thinking_seeds-s0": ts_hash})
+    assert all(j.done for j in equal_iterations_jobs("c", later, "grpo", 4))  # read from the archived table
+    md = "\n".join(equal_iterations_table("c", later, "grpo", 4, ["thinking_seeds"]))
+    assert "| thinking_seeds − grpo@4 | 1 | +0.0500" in md

@@ -13,6 +13,12 @@ the contrast at equal iterations, beside the report's compute-matched one.
 
 It is not part of the report's Holm family (the protocol names it as an extra analysis). Nothing is
 trained; evaluations whose metrics file exists are not repeated (resumable).
+
+A comparison outlives the session that runs it, and its run folders (with the checkpoints) do not:
+`--finished-only` evaluates the runs that have finished so far (final test written) and leaves the
+rest for a later call, and `--archive` copies each evaluated run into the comparison's archive
+(`docs/results/<id>/runs/`, archive.py) again, so the result is committed with it. The table reads an
+archived run's metrics as well as a live run's.
 """
 
 from __future__ import annotations
@@ -23,17 +29,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from thinking_seeds.config import ConfigError, load_saved_config
+from thinking_seeds.experiments.archive import archive_run
 from thinking_seeds.experiments.claims import _fmt_ci, _seeds, _table, mean_ci
 from thinking_seeds.experiments.jobs import CompareError, Job, raise_on_failures, run_jobs
-from thinking_seeds.experiments.members import compare_members
+from thinking_seeds.experiments.members import archive_record, compare_members
 from thinking_seeds.experiments.power import paired_t_p
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 from thinking_seeds.store.run_dir import RunDir, runs_root
 
-__all__ = ["STAGE", "equal_iterations_jobs", "equal_iterations_table", "main"]
+__all__ = ["STAGE", "archive_evaluated", "equal_iterations_jobs", "equal_iterations_table", "main"]
 
 STAGE = "final-test-equal-iterations"
 METRIC = "eval/accuracy"
+ARCHIVED_METRICS = "metrics/iteration=all/metrics.parquet"  # an archived run's metrics, as one table (archive.py)
 
 
 def _runs(compare_id: str, runs_dir: Path, method: str) -> dict[int, RunDir]:
@@ -45,17 +53,33 @@ def _runs(compare_id: str, runs_dir: Path, method: str) -> dict[int, RunDir]:
     }
 
 
-def equal_iterations_jobs(compare_id: str, runs_dir: Path, method: str, step: int) -> list[Job]:
-    """One checkpoint_eval per run of `method`: θ_step on the whole test split, as the final test."""
+def _finished(run: RunDir) -> bool:
+    """Trained and final-tested (or restored from the archive, which holds only finished runs)."""
+    if archive_record(run.root) is not None:
+        return True
+    if not run.config_path.is_file():
+        return False
+    return run.metrics(load_saved_config(run.config_path).iterations, FINAL_TEST_STAGE).is_file()
+
+
+def equal_iterations_jobs(
+    compare_id: str, runs_dir: Path, method: str, step: int, finished_only: bool = False
+) -> list[Job]:
+    """One checkpoint_eval per run of `method`: θ_step on the whole test split, as the final test.
+    `finished_only`: skip the runs that have not finished yet (a comparison still running)."""
     runs = _runs(compare_id, runs_dir, method)
     if not runs:
         raise ConfigError(f"comparison {compare_id!r} has no {method} run under {runs_dir}; check --id and --method")
     jobs = []
     for _, run in sorted(runs.items()):
+        if finished_only and not _finished(run):
+            continue
+        if not run.config_path.is_file():
+            raise ConfigError(f"{run.run_id} has not started yet; wait for it, or pass --finished-only")
         cfg = load_saved_config(run.config_path)
         if not 0 < step < cfg.iterations:
             raise ConfigError(f"--step {step}: {run.run_id} trains {cfg.iterations} iterations; give 0 < step < it")
-        done = run.metrics(step, STAGE).exists()
+        done = _metric(run, step, STAGE) is not None
         if not done and not (run.policy_root / f"step_{step:06d}").is_dir():
             raise ConfigError(
                 f"{run.run_id} has no checkpoint of step {step} (checkpoint.every={cfg.checkpoint.every}); "
@@ -69,13 +93,34 @@ def equal_iterations_jobs(compare_id: str, runs_dir: Path, method: str, step: in
 
 
 def _metric(run: RunDir, step: int, stage: str) -> float | None:
+    """METRIC of (step, stage): from the live run's metrics file, or from the one table of an archived run."""
     import pyarrow.parquet as pq
 
     f = run.metrics(step, stage)
-    if not f.exists():
+    if f.exists():
+        rows = pq.read_table(f).to_pylist()
+    elif (run.root / ARCHIVED_METRICS).is_file():
+        table = pq.read_table(run.root / ARCHIVED_METRICS).to_pylist()
+        rows = [r for r in table if r["iteration"] == step and r["stage"] == stage]
+    else:
         return None
-    rows = {r["name"]: r["value"] for r in pq.read_table(f).to_pylist()}
-    return float(rows[METRIC]) if METRIC in rows else None
+    values = {r["name"]: r["value"] for r in rows}
+    return float(values[METRIC]) if METRIC in values else None
+
+
+def archive_evaluated(jobs: Sequence[Job], archive_dir: Path) -> list[str]:
+    """Copy every run of `jobs` whose evaluation exists into `archive_dir` again (archive.archive_run:
+    a run unchanged since its last copy is not rewritten); returns the run ids written."""
+    written = []
+    for job in jobs:
+        run = RunDir(job.run_root)
+        if archive_record(run.root) is not None:
+            continue  # a restored copy: the archive already holds what it has
+        cfg = load_saved_config(run.config_path)
+        tested = run.metrics(cfg.iterations, FINAL_TEST_STAGE).is_file()
+        if archive_run(run.root, archive_dir, cfg.config_hash(), tested):
+            written.append(run.run_id)
+    return written
 
 
 def equal_iterations_table(
@@ -87,6 +132,8 @@ def equal_iterations_table(
     for other in against:
         finals = {}
         for s, r in _runs(compare_id, runs_dir, other).items():
+            if not r.config_path.is_file():
+                continue  # planned, not started yet
             cfg = load_saved_config(r.config_path)
             finals[s] = _metric(r, cfg.iterations, FINAL_TEST_STAGE)
         diffs = [(s, finals[s] - base[s]) for s in sorted(finals) if finals[s] is not None and base.get(s) is not None]
@@ -110,11 +157,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs-dir", type=Path, default=None, help="Runs folder (default: TS_RUNS_DIR or ./runs).")
     ap.add_argument("--parallel", type=int, default=2, help="Evaluations at once.")
     ap.add_argument("--out", type=Path, default=None, help="Also write the table to this markdown file.")
+    ap.add_argument(
+        "--finished-only", action="store_true", help="Evaluate only the runs that have finished so far (final test)."
+    )
+    ap.add_argument(
+        "--archive",
+        action="store_true",
+        help="Copy each evaluated run into the comparison's archive again (RESULTS/ID/runs), so the result is kept.",
+    )
+    ap.add_argument("--results", type=Path, default=Path("docs/results"), help="The comparisons' report folder.")
     args = ap.parse_args(argv)
     runs_dir = (args.runs_dir or runs_root()).resolve()
     try:
-        jobs = equal_iterations_jobs(args.id, runs_dir, args.method, args.step)
+        jobs = equal_iterations_jobs(args.id, runs_dir, args.method, args.step, args.finished_only)
         raise_on_failures(run_jobs(jobs, runs_dir, args.parallel, title="equal-iterations tests"))
+        if args.archive:
+            for rid in archive_evaluated(jobs, args.results / args.id / "runs"):
+                print(f"archived {rid} into {args.results / args.id / 'runs'}", file=sys.stderr)
         md = "\n".join(equal_iterations_table(args.id, runs_dir, args.method, args.step, args.against.split(",")))
     except (ConfigError, CompareError) as e:
         print(f"error: {e}", file=sys.stderr)
