@@ -35,6 +35,7 @@ from thinking_seeds.experiments.compare_sections import (
     runs_section,
     validation_section,
 )
+from thinking_seeds.experiments.equal_iterations import equal_iterations_done, equal_iterations_table
 from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import protocol_lines
@@ -67,6 +68,29 @@ def _own_iterations(rl: list[dict[str, Any]], configs: dict[str, Any]) -> str:
         if n is not None:
             own.setdefault(m["method"], n)
     return ", ".join(f"{method} {n}" for method, n in own.items()) if len(set(own.values())) > 1 else ""
+
+
+def _equal_iterations(compare_id: str, rl: list[dict[str, Any]], configs: dict[str, Any], runs_dir: Path) -> list[str]:
+    """With iterations matched to compute, the method given more of them is also compared at the
+    others' count (equal_iterations.py: its earlier checkpoint, tested like a final policy)."""
+    own: dict[str, int] = {}
+    for m in rl:
+        n = (configs.get(m["run_id"]) or {}).get("iterations")
+        if n is not None:
+            own.setdefault(m["method"], int(n))
+    if len(set(own.values())) < 2:
+        return []
+    longest = max(own, key=lambda k: own[k])
+    step = statistics.mode(n for k, n in own.items() if k != longest)
+    against = [k for k, n in own.items() if k != longest and n == step]
+    if not any(m["method"] == longest and equal_iterations_done(runs_dir / m["run_id"], step) for m in rl):
+        return [
+            f"{longest} at equal iterations (θ_{step}) is not evaluated yet: `python -m "
+            f"thinking_seeds.experiments.equal_iterations --id {compare_id} --method {longest} --step {step} "
+            f"--against {','.join(against)}`.",
+            "",
+        ]
+    return [*equal_iterations_table(compare_id, runs_dir, longest, step, against), ""]
 
 
 def _shared(cfg: dict[str, Any]) -> str:
@@ -188,6 +212,7 @@ def write_compare_report(
             )
         md.append("")
     md += _control_note(data["members"], runs_dir)
+    md += _equal_iterations(compare_id, [m for m in rl if m["run_id"] not in unfinished], data["configs"], runs_dir)
 
     md += final_test_section(res, ks)
     md += paired_section(res, ks)

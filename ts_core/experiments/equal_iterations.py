@@ -37,7 +37,14 @@ from thinking_seeds.experiments.power import paired_t_p
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 from thinking_seeds.store.run_dir import RunDir, runs_root
 
-__all__ = ["STAGE", "archive_evaluated", "equal_iterations_jobs", "equal_iterations_table", "main"]
+__all__ = [
+    "STAGE",
+    "archive_evaluated",
+    "equal_iterations_done",
+    "equal_iterations_jobs",
+    "equal_iterations_table",
+    "main",
+]
 
 STAGE = "final-test-equal-iterations"
 METRIC = "eval/accuracy"
@@ -106,6 +113,11 @@ def _metric(run: RunDir, step: int, stage: str) -> float | None:
         return None
     values = {r["name"]: r["value"] for r in rows}
     return float(values[METRIC]) if METRIC in values else None
+
+
+def equal_iterations_done(run_root: Path, step: int) -> bool:
+    """Whether θ_step of the run at `run_root` has its equal-iterations test (live or archived)."""
+    return _metric(RunDir(Path(run_root)), step, STAGE) is not None
 
 
 def archive_evaluated(jobs: Sequence[Job], archive_dir: Path) -> list[str]:
