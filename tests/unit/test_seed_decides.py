@@ -112,3 +112,26 @@ def test_several_runs_give_one_row_each_and_their_mean(run_dir, tmp_path, capsys
     row = "| 0.500 | 5 | 0.333 | 0.667 | 0.000 | 0.500 / 0.250 / 0.250 | 0.500 / 0.000 / 1.000 | 0.750 |"
     assert lines[2] == f"| run {row}" and lines[3] == f"| run2 {row}"
     assert lines[4].startswith("| mean of 2 runs | 0.500 | 5.000 | 0.333 |")
+
+
+def test_saved_statistics_give_the_same_table_as_the_run_folders(run_dir, tmp_path, capsys):
+    """A run folder is gone after its session; its `--json` statistics are kept and tabled instead."""
+    import shutil
+
+    other = tmp_path / "run2"
+    shutil.copytree(run_dir, other)
+    saved = []
+    for d in (run_dir, other):
+        main([str(d), "--first-tokens", "4", "--json"])
+        saved.append(tmp_path / f"{d.name}.json")
+        saved[-1].write_text(capsys.readouterr().out)
+    main([str(run_dir), str(other), "--first-tokens", "4"])
+    from_dirs = capsys.readouterr().out
+    assert from_dirs.count("\n") == 5  # header, rule, two runs, mean
+    main([str(p) for p in saved])
+    assert capsys.readouterr().out == from_dirs
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path / "bad.json")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not one run's statistics" in err and err.count("\n") == 1

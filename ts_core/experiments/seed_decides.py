@@ -199,14 +199,37 @@ def markdown_table(stats: dict[str, dict[str, Any]]) -> str:
     return "\n".join(md)
 
 
+def _name(path: Path) -> str:
+    return path.stem if path.suffix == ".json" else path.name
+
+
+def _load(path: Path, first_tokens: int) -> dict[str, Any]:
+    """A run directory's statistics, or those saved from one (`--json` of a single run)."""
+    if path.suffix != ".json":
+        return seed_stats(path, first_tokens)
+    try:
+        stats = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable JSON file of one run's statistics ({e})") from None
+    if not isinstance(stats, dict) or "on_policy_success" not in stats:
+        raise ValueError(f"{path}: not one run's statistics; save `seed_decides RUN_DIR --json` for a single run")
+    return stats
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run_dir", type=Path, nargs="+", help="one run directory, or several: then a Markdown table")
+    ap.add_argument(
+        "run_dir",
+        type=Path,
+        nargs="+",
+        help="one run directory, or several: then a Markdown table; also a run's `--json` output saved as "
+        "NAME.json (run folders do not outlive a session, their statistics do)",
+    )
     ap.add_argument("--first-tokens", type=int, default=16, help="N: the span whose entropy share is reported")
     ap.add_argument("--json", action="store_true", help="print the statistics as JSON (one object per run)")
     a = ap.parse_args(argv)
     try:
-        stats = {d.name: seed_stats(d, a.first_tokens) for d in a.run_dir}
+        stats = {_name(d): _load(d, a.first_tokens) for d in a.run_dir}
     except ValueError as e:
         print(f"seed_decides: {e}", file=sys.stderr)
         raise SystemExit(2) from None
