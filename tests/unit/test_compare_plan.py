@@ -282,3 +282,9 @@ def test_report_mean_and_std_over_seeds(tmp_path):
     )
     assert "eval/pass@2" in r and "eval/pass@4" not in r  # the k that were evaluated
     assert (tmp_path / "out" / "accuracy.png").read_bytes().startswith(PNG_MAGIC)
+    assert "Generated " in md and ": 4 runs, 2 variants" in md
+    # the same runs as the part a comparison of 6 planned runs has so far (a clone of one still running)
+    md = write_compare_report(
+        "c", tmp_path, tmp_path / "out", command="ts compare --id c", last=3, planned=6
+    ).read_text()
+    assert "4 of the 6 planned runs have results so far (the comparison is incomplete)" in md

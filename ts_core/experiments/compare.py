@@ -312,8 +312,15 @@ def write_report(spec: ComparisonSpec, runs_dir: Path) -> Path:
     included): OUT/ID/report.md, results.parquet and the plots."""
     from thinking_seeds.experiments.compare_report import write_compare_report
 
+    specs = spec.runs()
+    planned = len(specs) + (len(spec.control_seed_list(specs)) if spec.control else 0)
     return write_compare_report(
-        spec.compare_id, Path(runs_dir), spec.report_dir, command=spec.command, reference=spec.reference
+        spec.compare_id,
+        Path(runs_dir),
+        spec.report_dir,
+        command=spec.command,
+        reference=spec.reference,
+        planned=planned,
     )
 
 

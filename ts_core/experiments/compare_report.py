@@ -132,10 +132,13 @@ def write_compare_report(
     command: str | None = None,
     last: int = 10,
     reference: str | None = None,
+    planned: int | None = None,
 ) -> Path:
     """Write report.md, results.parquet and the PNG plots of comparison `compare_id` into `out_dir`.
 
-    `command` (the exact command line that produced it) is quoted at the top. Raises DataError
+    `command` (the exact command line that produced it) is quoted at the top. `planned`: how many
+    runs (SFT controls included) the comparison plans, so that a report written from some of them
+    (a fresh clone's archive of a comparison still running) says it is incomplete. Raises DataError
     when no run of the comparison exists. Returns the Markdown's path.
     """
     runs_dir, out = Path(runs_dir), Path(out_dir)
@@ -184,7 +187,7 @@ def write_compare_report(
     seeds = sorted({m.get("seed") for m in data["members"]})
     rl = [m for m in data["members"] if m["method"] != CONTROL_METHOD]
     ref_cfg = data["configs"].get(rl[0]["run_id"]) if rl else None
-    n_members = len(data["members"])
+    n_members = max(len(data["members"]), planned or 0)
     md.append(
         f"Generated {datetime.now(UTC).isoformat(timespec='seconds')} from `{runs_dir.resolve()}`: "
         + (
