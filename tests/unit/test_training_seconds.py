@@ -27,3 +27,13 @@ def test_seeds_sampled_beside_the_update_count_once(tmp_path):
     got = train_seconds([seeded.run_id, plain.run_id, "cmp-absent-s0"], tmp_path)
     # iteration 0: 5 + 0.25 + 2 + 7; iteration 1: 0.25 + 2 + 7 (its 5 s ran beside update 0); no evaluations
     assert got == {seeded.run_id: 14.25 + 9.25, plain.run_id: 3.0}
+
+
+def test_evaluations_filed_later_or_under_other_stages_are_not_training(tmp_path):
+    """An earlier checkpoint tested after the run (equal_iterations.py) and the selection's validation
+    write `time/evaluate/*` under stages of their own; the budget (the SFT control's) ignores them."""
+    run = RunDir(tmp_path / "cmp-grpo-s0")
+    run.write_metrics(3, "update", {"time/update/update_total": 7.0})
+    run.write_metrics(2, "final-test-equal-iterations", {"time/evaluate/generation": 280.0})
+    run.write_metrics(3, "select-validation", {"time/evaluate/generation": 90.0})
+    assert train_seconds([run.run_id], tmp_path) == {run.run_id: 7.0}

@@ -89,9 +89,12 @@ BUDGET_KEYS = (
 # giving a cheaper method more iterations. Recorded in the protocol and shown in the report.
 COMPUTE_MATCH_KEYS = ("iterations",)
 # SQL filter over the metrics view: the time/* metrics that count as training. Evaluations of any
-# kind (in-training, nightly `evaluate-<split>`, the final test) are left out of the budget.
+# kind are left out of the budget: in-training and nightly `evaluate-<split>` stages, the final test and
+# the stages named after it (`final-test-equal-iterations`, an earlier checkpoint tested later), and any
+# evaluation's own timings (`time/evaluate/*`, whatever stage files them: the selection's, say).
 TRAINING_TIME_SQL = (
-    f"starts_with(name, 'time/') AND NOT starts_with(stage, 'evaluate') AND stage <> '{FINAL_TEST_STAGE}'"
+    "starts_with(name, 'time/') AND NOT starts_with(name, 'time/evaluate/') "
+    f"AND NOT starts_with(stage, 'evaluate') AND NOT starts_with(stage, '{FINAL_TEST_STAGE}')"
 )
 
 
