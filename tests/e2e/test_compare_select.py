@@ -74,17 +74,14 @@ def test_select_on_validation_then_compare(tmp_path, tiny_model_dir):
     md = (out / "sel" / "report.md").read_text()
     assert "before the first run started" in md and "Selected on validation" in md
     assert "Iterations set per method to match compute" in md and "grpo 3, thinking_seeds 2" in md
-    assert "grpo at equal iterations (θ_2) is not evaluated yet" in md
-
-    # GRPO's θ_2 on the test split (the compute-matched method at equal iterations), kept in the archive
-    # of the comparison; the report then pairs it with thinking_seeds' final test by seed.
+    # GRPO's θ_2 was tested in its own job, like its final policy (the compute-matched method at the
+    # others' iteration count); the report pairs it with thinking_seeds' final test by seed.
+    assert (runs / "sel-grpo-s0" / "metrics" / "iteration=2" / "final-test-equal-iterations.parquet").is_file()
+    assert "against grpo at equal iterations (θ_2 of its runs" in md and "| thinking_seeds − grpo@2 | 1 |" in md
+    # The stand-alone command finds it done and keeps it in the comparison's archive.
     eq = ["--id", "sel", "--method", "grpo", "--step", "2", "--against", "thinking_seeds", "--runs-dir", str(runs)]
     assert equal_iterations.main([*eq, "--finished-only", "--archive", "--results", str(out)]) == 0
     assert (out / "sel" / "runs" / "sel-grpo-s0" / "archive.json").is_file()
-    r = runner.invoke(app, [*args, "--report-only"], env=env)
-    assert r.exit_code == 0, r.output
-    md = (out / "sel" / "report.md").read_text()
-    assert "against grpo at equal iterations (θ_2 of its runs" in md and "| thinking_seeds − grpo@2 | 1 |" in md
 
     # The same command again trains nothing; another grid is a changed protocol: refused.
     r = runner.invoke(app, args, env=env)

@@ -4,7 +4,7 @@ whole test split right after training, so a comparison stopped half-way has test
 import pyarrow.parquet as pq
 
 from tests.helpers.tiny import TINY_OVERRIDES
-from thinking_seeds.experiments.spec import FINAL_TEST_STAGE
+from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE
 from thinking_seeds.pipeline.loop import main
 from thinking_seeds.store.run_dir import RunDir
 
@@ -19,6 +19,8 @@ def test_final_test_after_training(tmp_path, tiny_model_dir, capsys):
         str(tmp_path),
         "--final-test",
         "--final-test-base",
+        "--equal-iterations",
+        "1",
         "--set",
         f"model.path={tiny_model_dir}",
         "--set",
@@ -35,7 +37,10 @@ def test_final_test_after_training(tmp_path, tiny_model_dir, capsys):
         assert m["eval/prompts"] == 8 and "eval/pass@4" in m  # the whole test split, k up to test_samples
         rows = pq.read_table(run.root / "evals" / FINAL_TEST_STAGE / f"step_{step:06d}.parquet").to_pylist()
         assert len(rows) == 8 and all(r["n"] == 4 for r in rows)
+    # θ_1 too, as a run given more iterations to match compute is tested at the others' count
+    m = {r["name"]: r["value"] for r in pq.read_table(run.metrics(1, EQUAL_ITERATIONS_STAGE)).to_pylist()}
+    assert m["eval/prompts"] == 8 and "eval/pass@4" in m
     out = capsys.readouterr().out
-    assert "final test θ_0" in out and "final test θ_2" in out
+    assert "final test θ_0" in out and "final test θ_2" in out and f"{EQUAL_ITERATIONS_STAGE} θ_1" in out
     main(args)  # resumed: nothing is evaluated again
     assert "final test" not in capsys.readouterr().out

@@ -162,3 +162,18 @@ def test_select_follow_gives_an_untuned_sibling_the_value_chosen_for_its_lead():
                 select_methods="grpo,thinking_seeds",
                 select_follow=bad,
             )
+
+
+def test_the_method_given_more_iterations_is_also_tested_at_the_others_count(tmp_path):
+    """Its θ at the others' iteration count is tested in the same job as its final policy, while the
+    checkpoint exists (the report pairs it with their final tests: equal_iterations.py)."""
+    from thinking_seeds.experiments.compare import train_jobs
+
+    def flag(job):
+        return job.cmd[job.cmd.index("--equal-iterations") + 1] if "--equal-iterations" in job.cmd else None
+
+    spec = _spec(method_overrides=["grpo:iterations=5"])
+    jobs = {j.run_id: flag(j) for j in train_jobs(spec.runs(), tmp_path)}
+    assert jobs == {"ms-grpo-s0": "4", "ms-grpo-s1": "4", "ms-thinking_seeds-s0": None, "ms-thinking_seeds-s1": None}
+    assert not any(flag(j) for j in train_jobs(spec.runs(), tmp_path, final_test=False))  # the selection's runs
+    assert not any(flag(j) for j in train_jobs(_spec().runs(), tmp_path))  # the same iterations everywhere

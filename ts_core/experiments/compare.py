@@ -33,6 +33,7 @@ from typing import Any
 from thinking_seeds.config import ConfigError, RunConfig
 from thinking_seeds.experiments.archive import archive_run, restore
 from thinking_seeds.experiments.comparison_args import parse_list, parse_sweep
+from thinking_seeds.experiments.equal_iterations import equal_iterations_plan
 from thinking_seeds.experiments.jobs import CompareError, Job, JobResult, raise_on_failures, run_jobs
 from thinking_seeds.experiments.members import (
     archive_record,
@@ -210,6 +211,10 @@ def train_jobs(specs: Sequence[RunSpec], runs_dir: Path, final_test: bool = True
     """run_all's jobs, seed by seed, each run's marker written: one `thinking_seeds.pipeline.loop`
     process per run, with `--final-test` (and θ_0's, in the first run) only when `final_test`."""
     runs_dir = Path(runs_dir).resolve()
+    configs = {s.run_id: s.config() for s in specs}
+    # A method given more iterations to match compute is also tested at the others' count, while its
+    # checkpoints exist (equal_iterations.py; the report pairs it with their final tests).
+    plan = equal_iterations_plan({s.method: configs[s.run_id].iterations for s in specs}) if final_test else None
     jobs = []
     for spec in sorted(specs, key=lambda sp: sp.seed):
         root = runs_dir / spec.run_id
@@ -229,6 +234,8 @@ def train_jobs(specs: Sequence[RunSpec], runs_dir: Path, final_test: bool = True
             cmd.append("--final-test")
         if final_test and spec is specs[0]:
             cmd.append("--final-test-base")  # θ_0 once per comparison, in the run final_test_jobs names
+        if plan and spec.method == plan[0]:
+            cmd += ["--equal-iterations", str(plan[1])]
         for o in spec.overrides:
             cmd += ["--set", o]
         jobs.append(Job(spec.run_id, cmd, root / "train.log", done=is_complete(spec, runs_dir), run_root=root))

@@ -35,7 +35,11 @@ from thinking_seeds.experiments.compare_sections import (
     runs_section,
     validation_section,
 )
-from thinking_seeds.experiments.equal_iterations import equal_iterations_done, equal_iterations_table
+from thinking_seeds.experiments.equal_iterations import (
+    equal_iterations_done,
+    equal_iterations_plan,
+    equal_iterations_table,
+)
 from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import protocol_lines
@@ -78,11 +82,10 @@ def _equal_iterations(compare_id: str, rl: list[dict[str, Any]], configs: dict[s
         n = (configs.get(m["run_id"]) or {}).get("iterations")
         if n is not None:
             own.setdefault(m["method"], int(n))
-    if len(set(own.values())) < 2:
+    plan = equal_iterations_plan(own)
+    if plan is None:
         return []
-    longest = max(own, key=lambda k: own[k])
-    step = statistics.mode(n for k, n in own.items() if k != longest)
-    against = [k for k, n in own.items() if k != longest and n == step]
+    longest, step, against = plan
     if not any(m["method"] == longest and equal_iterations_done(runs_dir / m["run_id"], step) for m in rl):
         return [
             f"{longest} at equal iterations (θ_{step}) is not evaluated yet: `python -m "

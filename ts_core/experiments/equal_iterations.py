@@ -14,6 +14,10 @@ the contrast at equal iterations, beside the report's compute-matched one.
 It is not part of the report's Holm family (the protocol names it as an extra analysis). Nothing is
 trained; evaluations whose metrics file exists are not repeated (resumable).
 
+`ts compare` does this itself: a method given more iterations runs the test in its own job, right after
+its final test (`pipeline.loop --equal-iterations STEP`), and the report holds the table. This command
+is for runs trained before that, or without it.
+
 A comparison outlives the session that runs it, and its run folders (with the checkpoints) do not:
 `--finished-only` evaluates the runs that have finished so far (final test written) and leaves the
 rest for a later call, and `--archive` copies each evaluated run into the comparison's archive
@@ -24,6 +28,7 @@ archived run's metrics as well as a live run's.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +39,7 @@ from thinking_seeds.experiments.claims import _fmt_ci, _seeds, _table, mean_ci
 from thinking_seeds.experiments.jobs import CompareError, Job, raise_on_failures, run_jobs
 from thinking_seeds.experiments.members import archive_record, compare_members
 from thinking_seeds.experiments.power import paired_t_p
-from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
+from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE
 from thinking_seeds.store.run_dir import RunDir, runs_root
 
 __all__ = [
@@ -42,13 +47,24 @@ __all__ = [
     "archive_evaluated",
     "equal_iterations_done",
     "equal_iterations_jobs",
+    "equal_iterations_plan",
     "equal_iterations_table",
     "main",
 ]
 
-STAGE = "final-test-equal-iterations"
+STAGE = EQUAL_ITERATIONS_STAGE
 METRIC = "eval/accuracy"
 ARCHIVED_METRICS = "metrics/iteration=all/metrics.parquet"  # an archived run's metrics, as one table (archive.py)
+
+
+def equal_iterations_plan(iterations: dict[str, int]) -> tuple[str, int, list[str]] | None:
+    """From each method's iterations: (the method given the most, the others' iteration count, the
+    methods that train exactly that many), or None when every method trains the same number."""
+    if len(set(iterations.values())) < 2:
+        return None
+    longest = max(iterations, key=lambda k: iterations[k])
+    step = statistics.mode(n for k, n in iterations.items() if k != longest)
+    return longest, step, [k for k, n in iterations.items() if k != longest and n == step]
 
 
 def _runs(compare_id: str, runs_dir: Path, method: str) -> dict[int, RunDir]:

@@ -27,6 +27,9 @@ from thinking_seeds.store.run_dir import RunDir
 # The final evaluation of a policy on the whole test split (its metrics stage name): a comparison's
 # headline numbers (thinking_seeds.experiments.compare) and `thinking_seeds.pipeline.loop --final-test`.
 FINAL_TEST_STAGE = "final-test"
+# A compute-matched run's earlier checkpoint, at the iteration count of the methods it is matched with,
+# tested like a final policy (experiments/equal_iterations.py explains why).
+EQUAL_ITERATIONS_STAGE = "final-test-equal-iterations"
 
 
 def per_prompt_path(run: RunDir, stage: str, step: int) -> Path:

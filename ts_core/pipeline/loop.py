@@ -176,6 +176,14 @@ def main(argv: list[str] | None = None) -> None:
         "samples per prompt; the comparison's final-test stage), unless that is done",
     )
     ap.add_argument("--final-test-base", action="store_true", help="with --final-test: θ_0 as well")
+    ap.add_argument(
+        "--equal-iterations",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="with --final-test: θ_STEP as well, under the final-test-equal-iterations stage (a run given more "
+        "iterations to match compute, tested at the iteration count of the methods it is compared with)",
+    )
     a = ap.parse_args(argv)
     cfg = load_config(a.preset, a.overrides)
     run = RunDir.for_run(a.run_id, a.runs_dir.resolve() if a.runs_dir else None)
@@ -193,31 +201,41 @@ def main(argv: list[str] | None = None) -> None:
     train(run, cfg, on_stage=on_stage)
     print(f"done {run.root} in {time.perf_counter() - t0:.1f}s", flush=True)
     if a.final_test:
-        final_tests(run, cfg, base=a.final_test_base)
+        final_tests(run, cfg, base=a.final_test_base, equal_iterations=a.equal_iterations)
 
 
-def final_tests(run: RunDir, cfg: RunConfig, base: bool = False) -> None:
-    """The comparison's final test of this run's last policy (and θ_0), right after its training, so
-    a comparison stopped half-way still has test numbers for every run that finished."""
+def final_tests(run: RunDir, cfg: RunConfig, base: bool = False, equal_iterations: int | None = None) -> None:
+    """The comparison's final test of this run's last policy (and θ_0; and θ_`equal_iterations` under
+    its own stage), right after its training, so a comparison stopped half-way still has test numbers
+    for every run that finished, and none of them needs the run's checkpoints later."""
     import time
 
-    from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE, evaluate_checkpoint
+    from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE, evaluate_checkpoint
+    from thinking_seeds.store.checkpoint_format import list_checkpoints
 
-    for step in ([0] if base else []) + [cfg.iterations]:
-        if run.metrics(step, FINAL_TEST_STAGE).exists():
+    tests = [(0, FINAL_TEST_STAGE)] if base else []
+    tests.append((cfg.iterations, FINAL_TEST_STAGE))
+    if equal_iterations is not None:
+        tests.append((equal_iterations, EQUAL_ITERATIONS_STAGE))
+    for step, stage in tests:
+        if run.metrics(step, stage).exists():
+            continue
+        if stage == EQUAL_ITERATIONS_STAGE and step not in {c.step for c in list_checkpoints(run.policy_root)}:
+            print(f"{stage} θ_{step} skipped: the run kept no checkpoint of step {step}", flush=True)
             continue
         t = time.perf_counter()
+        name = "final test" if stage == FINAL_TEST_STAGE else stage
         out = evaluate_checkpoint(
             run.root,
             step,
             "test",
             seeded=False,
             all_prompts=True,
-            stage=FINAL_TEST_STAGE,
+            stage=stage,
             samples=cfg.eval.test_samples,
         )
         print(
-            f"final test θ_{step}: accuracy {out['metrics']['eval/accuracy']:.4f} in {time.perf_counter() - t:.1f}s",
+            f"{name} θ_{step}: accuracy {out['metrics']['eval/accuracy']:.4f} in {time.perf_counter() - t:.1f}s",
             flush=True,
         )
 
