@@ -74,7 +74,7 @@ def test_seed_stats_on_a_known_run(run_dir):
         1,
     )
     # the live and the dead prefix hold one valid step each, the invalid one none
-    one, zero = s["by_prefix_steps"][1], s["by_prefix_steps"][0]
+    one, zero = s["by_prefix_steps"]["1"], s["by_prefix_steps"]["0"]
     assert one["n"] == 3 and one["live_share"] == pytest.approx(2 / 3) and one["success_after_live"] == 0.5
     assert one["dead_share"] == pytest.approx(1 / 3) and one["success_after_dead"] == 0.0
     assert zero == {"n": 1, "live_share": 0.0, "dead_share": 0.0, "invalid_share": 1.0} | {
@@ -135,3 +135,24 @@ def test_saved_statistics_give_the_same_table_as_the_run_folders(run_dir, tmp_pa
         main([str(tmp_path / "bad.json")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "not one run's statistics" in err and err.count("\n") == 1
+
+
+def test_the_archive_keeps_the_statistics_and_the_report_section_reads_them(run_dir, tmp_path):
+    """The archive does not keep rollouts: it keeps the run's statistics, which a report written from
+    a restored copy reads (the same table as from the live run); a run without seeds has no row."""
+    from thinking_seeds.experiments.archive import archive_run
+    from thinking_seeds.experiments.seed_decides import STATS_FILE, run_stats, seed_decides_section
+
+    live = seed_stats(run_dir)
+    assert run_stats(run_dir) == live
+    archive_run(run_dir, tmp_path / "archive", "h", final_test=False)
+    kept = tmp_path / "archive" / run_dir.name
+    assert json.loads((kept / STATS_FILE).read_text()) == live and not (kept / "rollouts").exists()
+    assert run_stats(kept) == live
+    unseeded = tmp_path / "grpo"
+    (unseeded / "rollouts").mkdir(parents=True)
+    assert run_stats(unseeded) is None
+    section = seed_decides_section({"kept": kept, "grpo": unseeded})
+    assert section[0] == "## Does the seed decide? (per seeded run)"
+    table = "\n".join(section)
+    assert "| kept | 0.500 | 5 |" in table and "| grpo |" not in table and "| mean of 1 runs |" in table

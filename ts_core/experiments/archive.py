@@ -10,6 +10,8 @@ every run that has finished into the report folder, which is committed:
         metrics/iteration=all/metrics.parquet             every metrics file of the run, as one table
         corpus/prefixes/iteration=all/prefixes.parquet    the prefix corpus without token ids, log-probs, text
         evals/final-test/step_XXXXXX.parquet              per-prompt final test (θ_0's too, in the run that has it)
+        seed_decides.json                                 a seeded run's does-the-seed-decide statistics
+                                                          (seed_decides.py), computed from its rollouts
 
 That is everything the report reads (collect's SQL over metrics, prefixes and configs; the claims'
 per-prompt files; the age table's metrics) and nothing it does not: no checkpoints, no rollouts,
@@ -34,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thinking_seeds.experiments.members import ARCHIVE_FILE, archive_record, discard_restored
+from thinking_seeds.experiments.seed_decides import STATS_FILE, run_stats
 from thinking_seeds.experiments.spec import MARKER
 from thinking_seeds.store.parquet_io import write_table_atomic
 
@@ -116,6 +119,9 @@ def archive_run(root: Path, dest_root: Path, config_hash: str, final_test: bool)
         for p in src["final_test"]:
             (tmp / p.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, tmp / p.relative_to(root))
+        stats = run_stats(root)  # its rollouts stay behind: keep what the report reads of them
+        if stats is not None:
+            (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
         files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
         record = {
             "run_id": root.name,

@@ -43,6 +43,7 @@ from thinking_seeds.experiments.equal_iterations import (
 from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import protocol_lines
+from thinking_seeds.experiments.seed_decides import seed_decides_section
 from thinking_seeds.experiments.spec import CONTROL_METHOD
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.parquet_io import write_table_atomic
@@ -225,6 +226,8 @@ def write_compare_report(
     md += validation_section(res)
     md += pass_at_k_sections(res, ks)
     md += entropy_section(res, last)
+    finished = [m["run_id"] for m in data["members"] if m["run_id"] not in unfinished]
+    md += seed_decides_section({r: runs_dir / r for r in finished})
     md += budget_section(res)
     md += curves_section(plot_paths)
     md += runs_section(res, ks)

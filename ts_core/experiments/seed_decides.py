@@ -39,7 +39,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
-__all__ = ["main", "seed_stats"]
+__all__ = ["STATS_FILE", "main", "run_stats", "seed_decides_section", "seed_stats"]
+
+# A finished run's statistics, kept beside its archived result files (archive.py): the rollouts they
+# are computed from are not archived, so a report written from the archive reads this file instead.
+STATS_FILE = "seed_decides.json"
 
 
 def _rows(root: Path, pattern: str, columns: list[str]) -> list[dict[str, Any]]:
@@ -138,8 +142,8 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
         "seeded_after_live_prefix_n": len(live) if game24 else None,
         "seeded_after_invalid_prefix": _mean(invalid) if game24 else None,
         "seeded_after_invalid_prefix_n": len(invalid) if game24 else None,
-        "by_prefix_steps": {
-            k: {"n": sum(map(len, v.values()))}
+        "by_prefix_steps": {  # keyed by the step count as text: the statistics round-trip through JSON
+            str(k): {"n": sum(map(len, v.values()))}
             | {f"{kind}_share": len(xs) / sum(map(len, v.values())) for kind, xs in v.items()}
             | {f"success_after_{kind}": _mean(xs) for kind, xs in v.items()}
             for k, v in sorted(by_steps.items())
@@ -150,6 +154,39 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
         "mean_response_tokens": mean_len,
         "even_share": min(1.0, first_tokens / mean_len) if mean_len else None,
     }
+
+
+def run_stats(run_root: str | Path, first_tokens: int = 16) -> dict[str, Any] | None:
+    """A run's statistics: its kept STATS_FILE, else computed from its rollouts; None for a run that
+    drew no seeds (no prefix corpus) or whose rollouts are gone."""
+    root = Path(run_root)
+    if (root / STATS_FILE).is_file():
+        return json.loads((root / STATS_FILE).read_text())
+    if not any(root.glob("corpus/prefixes/iteration=*/prefixes.parquet")) or not (root / "rollouts").is_dir():
+        return None
+    stats = seed_stats(root, first_tokens)
+    return stats if stats["seeded_samples"] else None
+
+
+def seed_decides_section(run_roots: dict[str, Path]) -> list[str]:
+    """The report's table of these statistics, one row per seeded run (Markdown lines; none without one)."""
+    stats = {name: st for name, root in run_roots.items() if (st := run_stats(root)) is not None}
+    if not stats:
+        return []
+    first = next(iter(stats.values()))["first_tokens"]
+    return [
+        "## Does the seed decide? (per seeded run)",
+        "",
+        "From each run's rollouts and prefix corpus (`python -m thinking_seeds.experiments.seed_decides`): "
+        "seeded samples' success next to the success of the drafts they were cut from (a draft stopped at its "
+        "cut, `prefix.ratio_of=budget`, has none), success after a wrong draft, the share of live / dead / "
+        "invalid prefixes (game24: 24 still reachable, unreachable, or a line that is no valid step) and the "
+        f"success after each, and the share of a response's surprisal in its first {first} tokens. Equal "
+        "seeded and draft success, with almost no success after a wrong draft, mean the seed decides the outcome.",
+        "",
+        markdown_table(stats),
+        "",
+    ]
 
 
 def _fmt(x: Any) -> str:
