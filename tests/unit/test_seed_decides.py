@@ -152,7 +152,8 @@ def test_the_archive_keeps_the_statistics_and_the_report_section_reads_them(run_
     unseeded = tmp_path / "grpo"
     (unseeded / "rollouts").mkdir(parents=True)
     assert run_stats(unseeded) is None
-    section = seed_decides_section({"kept": kept, "grpo": unseeded})
+    section = seed_decides_section({"thinking_seeds": {"kept": kept, "live": run_dir}, "grpo": {"grpo": unseeded}})
     assert section[0] == "## Does the seed decide? (per seeded run)"
     table = "\n".join(section)
-    assert "| kept | 0.500 | 5 |" in table and "| grpo |" not in table and "| mean of 1 runs |" in table
+    assert "### thinking_seeds" in table and "### grpo" not in table and "| grpo |" not in table
+    assert "| kept | 0.500 | 5 |" in table and "| live | 0.500 | 5 |" in table and "| mean of 2 runs |" in table

@@ -226,8 +226,9 @@ def write_compare_report(
     md += validation_section(res)
     md += pass_at_k_sections(res, ks)
     md += entropy_section(res, last)
-    finished = [m["run_id"] for m in data["members"] if m["run_id"] not in unfinished]
-    md += seed_decides_section({r: runs_dir / r for r in finished})
+    md += seed_decides_section(
+        {v: {r: runs_dir / r for r in ids if r not in unfinished} for v, ids in sorted(variants.items())}
+    )
     md += budget_section(res)
     md += curves_section(plot_paths)
     md += runs_section(res, ks)

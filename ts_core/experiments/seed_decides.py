@@ -161,20 +161,26 @@ def run_stats(run_root: str | Path, first_tokens: int = 16) -> dict[str, Any] | 
     drew no seeds (no prefix corpus) or whose rollouts are gone."""
     root = Path(run_root)
     if (root / STATS_FILE).is_file():
-        return json.loads((root / STATS_FILE).read_text())
-    if not any(root.glob("corpus/prefixes/iteration=*/prefixes.parquet")) or not (root / "rollouts").is_dir():
+        stats = json.loads((root / STATS_FILE).read_text())
+    elif any(root.glob("corpus/prefixes/iteration=*/prefixes.parquet")) and (root / "rollouts").is_dir():
+        stats = seed_stats(root, first_tokens)
+    else:
         return None
-    stats = seed_stats(root, first_tokens)
-    return stats if stats["seeded_samples"] else None
+    return stats if stats["seeded_samples"] else None  # e.g. seq_mix: whole drafts, nothing continued
 
 
-def seed_decides_section(run_roots: dict[str, Path]) -> list[str]:
-    """The report's table of these statistics, one row per seeded run (Markdown lines; none without one)."""
-    stats = {name: st for name, root in run_roots.items() if (st := run_stats(root)) is not None}
-    if not stats:
+def seed_decides_section(variants: dict[str, dict[str, Path]]) -> list[str]:
+    """The report's tables of these statistics: per variant ({variant: {run_id: run root}}), one row per
+    seeded run and their mean (Markdown lines; none without a seeded run)."""
+    tables = {}
+    for variant, runs in variants.items():
+        stats = {name: st for name, root in runs.items() if (st := run_stats(root)) is not None}
+        if stats:
+            tables[variant] = stats
+    if not tables:
         return []
-    first = next(iter(stats.values()))["first_tokens"]
-    return [
+    first = next(iter(next(iter(tables.values())).values()))["first_tokens"]
+    md = [
         "## Does the seed decide? (per seeded run)",
         "",
         "From each run's rollouts and prefix corpus (`python -m thinking_seeds.experiments.seed_decides`): "
@@ -184,9 +190,10 @@ def seed_decides_section(run_roots: dict[str, Path]) -> list[str]:
         f"success after each, and the share of a response's surprisal in its first {first} tokens. Equal "
         "seeded and draft success, with almost no success after a wrong draft, mean the seed decides the outcome.",
         "",
-        markdown_table(stats),
-        "",
     ]
+    for variant, stats in tables.items():
+        md += [f"### {variant}", "", markdown_table(stats), ""]
+    return md
 
 
 def _fmt(x: Any) -> str:
