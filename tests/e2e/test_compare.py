@@ -183,6 +183,9 @@ def test_e2e_report_numbers_equal_the_metrics(e2e):
     assert res[f"{CMP}-grpo-s0"]["actor/entropy/prefix"] is None
     assert res[f"{CMP}-thinking_seeds-s0"]["actor/entropy/prefix"] is not None
     assert "| thinking_seeds | prefix |" in md and "| grpo | prefix |" not in md
+    # item 1's statistics per seeded run, from its rollouts (the archive keeps them as seed_decides.json)
+    seeds = md.split("## Does the seed decide? (per seeded run)")[1].split("\n## ")[0]
+    assert "### thinking_seeds" in seeds and "### grpo" not in seeds and "\n| s0 | " in seeds
 
 
 def test_e2e_sft_control(e2e):

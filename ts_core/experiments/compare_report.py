@@ -226,8 +226,9 @@ def write_compare_report(
     md += validation_section(res)
     md += pass_at_k_sections(res, ks)
     md += entropy_section(res, last)
-    md += seed_decides_section(
-        {v: {r: runs_dir / r for r in ids if r not in unfinished} for v, ids in sorted(variants.items())}
+    seed_of = {m["run_id"]: m.get("seed") for m in data["members"]}
+    md += seed_decides_section(  # rows named by seed under each variant's heading (run ids name the Runs table)
+        {v: {f"s{seed_of[r]}": runs_dir / r for r in ids if r not in unfinished} for v, ids in sorted(variants.items())}
     )
     md += budget_section(res)
     md += curves_section(plot_paths)

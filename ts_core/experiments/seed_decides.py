@@ -170,7 +170,7 @@ def run_stats(run_root: str | Path, first_tokens: int = 16) -> dict[str, Any] | 
 
 
 def seed_decides_section(variants: dict[str, dict[str, Path]]) -> list[str]:
-    """The report's tables of these statistics: per variant ({variant: {run_id: run root}}), one row per
+    """The report's tables of these statistics: per variant ({variant: {row label: run root}}), one row per
     seeded run and their mean (Markdown lines; none without a seeded run)."""
     tables = {}
     for variant, runs in variants.items():
