@@ -120,3 +120,23 @@ def test_game24_is_a_builtin_task_with_the_countdown_checker():
     assert (cfg.data.source, cfg.data.train_size, cfg.model.path) == ("game24", 489, "builtin:tiny-game24-v2")
     with pytest.raises(ValueError, match="reasoning-gym's own checkers"):
         load_config("game24", ["reward.backend=math_verify"])
+
+
+def test_the_splits_and_solutions_the_bundled_base_was_built_on_are_pinned(tmp_path):
+    """The held-out splits and every solution chain are a contract with `builtin:tiny-game24-v2` (built
+    and checked on them). Pinned from the Fraction-based search, so a faster search (integer pairs) or
+    any other rewrite must give the very same multisets, rows and 15,645 chains."""
+    import hashlib
+
+    from thinking_seeds.data.game24_data import build_game24_splits
+    from thinking_seeds.data.sources import load_dataset
+
+    assert sum(len(g.solutions(m)) for m in g.solvable_multisets()) == 15645
+    paths = build_game24_splits(tmp_path, 489, 128, 256, 1234)
+    want = {"validation": "8b0d545f1cb595f0", "test": "04e4a5be74aa22b7", "train": "bd62f79632515584"}
+    for split, digest in want.items():
+        rows = load_dataset(paths[split])
+        ms = [sorted(json.loads(r.rg_entry)["metadata"]["numbers"]) for r in rows]
+        assert hashlib.sha256(json.dumps(ms).encode()).hexdigest()[:16] == digest, split
+    assert json.loads(load_dataset(paths["validation"])[0].rg_entry)["answer"] == "(12*5)*(2/5)"
+    assert json.loads(load_dataset(paths["test"])[0].rg_entry)["answer"] == "8*(10-(5+2))"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,19 +72,48 @@ def _apply(a: Fraction, op: str, b: Fraction) -> Fraction | None:
     return None if b == 0 else a / b
 
 
-def _pairs(values: tuple[Fraction, ...]):
+# The searches below (every multiset's solvability, every solution chain) use a rational as a pair
+# (numerator, denominator > 0) in lowest terms: as exact as Fraction and unique per value, so it can be a
+# cache key, but ~10x cheaper to build and hash. It is what made building the splits take seconds.
+Q = tuple[int, int]
+
+
+def _q(x: int | Fraction) -> Q:
+    f = Fraction(x)
+    return (f.numerator, f.denominator)
+
+
+def _reduced(n: int, d: int) -> Q:
+    if d < 0:
+        n, d = -n, -d
+    g = math.gcd(n, d)
+    return (n // g, d // g)
+
+
+def _apply_q(a: Q, op: str, b: Q) -> Q | None:
+    (an, ad), (bn, bd) = a, b
+    if op == "+":
+        return _reduced(an * bd + bn * ad, ad * bd)
+    if op == "-":
+        return _reduced(an * bd - bn * ad, ad * bd)
+    if op == "*":
+        return _reduced(an * bn, ad * bd)
+    return None if bn == 0 else _reduced(an * bd, ad * bn)
+
+
+def _pairs(values: tuple[Q, ...]):
     """(i, j, rest) for every unordered pair of positions."""
     for i, j in itertools.combinations(range(len(values)), 2):
         yield values[i], values[j], tuple(v for k, v in enumerate(values) if k not in (i, j))
 
 
 @cache
-def _solvable(values: tuple[Fraction, ...], target: Fraction) -> bool:
+def _solvable(values: tuple[Q, ...], target: Q) -> bool:
     if len(values) == 1:
         return values[0] == target
     for a, b, rest in _pairs(values):
         for x, op, y in ((a, "+", b), (a, "*", b), (a, "-", b), (b, "-", a), (a, "/", b), (b, "/", a)):
-            c = _apply(x, op, y)
+            c = _apply_q(x, op, y)
             if c is not None and _solvable(tuple(sorted((*rest, c))), target):
                 return True
     return False
@@ -91,7 +121,7 @@ def _solvable(values: tuple[Fraction, ...], target: Fraction) -> bool:
 
 def solvable(values: Sequence[int | Fraction], target: int = TARGET) -> bool:
     """Can `values` (each used once) make `target` with + - * / over the rationals?"""
-    return _solvable(tuple(sorted(Fraction(v) for v in values)), Fraction(target))
+    return _solvable(tuple(sorted(_q(v) for v in values)), _q(target))
 
 
 def all_multisets() -> list[tuple[int, ...]]:
@@ -104,41 +134,50 @@ def solvable_multisets() -> list[tuple[int, ...]]:
     return [m for m in all_multisets() if solvable(m)]
 
 
+def _fmt_q(n: int, d: int) -> str:
+    return str(n) if d == 1 else f"{n}/{d}"
+
+
+def _operand_q(n: int, d: int) -> str:
+    return _fmt_q(n, d) if d == 1 and n >= 0 else f"({_fmt_q(n, d)})"
+
+
 def _fmt(x: Fraction) -> str:
-    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
-
-
-def _operand(x: Fraction) -> str:
-    return _fmt(x) if x.denominator == 1 and x >= 0 else f"({_fmt(x)})"
+    return _fmt_q(x.numerator, x.denominator)
 
 
 def step_text(step: Step) -> str:
     a, op, b, c = step
-    return f"{_operand(a)}{op}{_operand(b)}={_fmt(c)}"
+    return f"{_operand_q(*_q(a))}{op}{_operand_q(*_q(b))}={_fmt(c)}"
+
+
+def _step_text_q(a: Q, op: str, b: Q, c: Q) -> str:
+    return f"{_operand_q(*a)}{op}{_operand_q(*b)}={_fmt_q(*c)}"
 
 
 @cache
-def _chains(values: tuple[Fraction, ...], target: Fraction) -> tuple[tuple[Step, ...], ...]:
-    """Every step sequence from `values` to `target` with non-negative intermediates; commutative
-    steps are written larger operand first (a+b and b+a are one step), so duplicates are cosmetic only."""
+def _chains(values: tuple[Q, ...], target: Q) -> tuple[tuple[str, ...], ...]:
+    """Every step sequence from `values` to `target` with non-negative intermediates, as step texts;
+    commutative steps are written larger operand first (a+b and b+a are one step), so duplicates are
+    cosmetic only."""
     if len(values) == 1:
         return ((),) if values[0] == target else ()
-    out: set[tuple[Step, ...]] = set()
+    out: set[tuple[str, ...]] = set()
     for a, b, rest in _pairs(values):
-        hi, lo = max(a, b), min(a, b)
+        hi, lo = (a, b) if a[0] * b[1] >= b[0] * a[1] else (b, a)
         for x, op, y in ((hi, "+", lo), (hi, "*", lo), (hi, "-", lo), (a, "/", b), (b, "/", a)):
-            c = _apply(x, op, y)
-            if c is None or c < 0:
+            c = _apply_q(x, op, y)
+            if c is None or c[0] < 0:
                 continue
             for tail in _chains(tuple(sorted((*rest, c))), target):
-                out.add(((x, op, y, c), *tail))
-    return tuple(sorted(out, key=lambda s: [step_text(t) for t in s]))
+                out.add((_step_text_q(x, op, y, c), *tail))
+    return tuple(out)
 
 
 def solutions(numbers: Sequence[int], target: int = TARGET) -> list[str]:
     """Every distinct chain-step solution of `numbers` (text without the boxed line), sorted."""
-    chains = _chains(tuple(sorted(Fraction(n) for n in numbers)), Fraction(target))
-    return sorted({"\n".join(step_text(s) for s in chain) for chain in chains})
+    chains = _chains(tuple(sorted(_q(n) for n in numbers)), _q(target))
+    return sorted({"\n".join(chain) for chain in chains})
 
 
 def _expression(numbers: Sequence[int], steps: Sequence[Step]) -> str:
@@ -215,7 +254,7 @@ def partial_state(numbers: Sequence[int], text: str, target: int = TARGET) -> Pa
         pool = [*avail, c]
         steps.append((a, op, b, c))
     remaining = tuple(sorted(pool))
-    return PartialState(remaining, tuple(steps), ok, ok and _solvable(remaining, Fraction(target)))
+    return PartialState(remaining, tuple(steps), ok, ok and solvable(remaining, target))
 
 
 def canonical(expression: str | None) -> str | None:
