@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from thinking_seeds.config import ConfigError, load_config, save_config
-from thinking_seeds.experiments.equal_iterations import STAGE, equal_iterations_jobs, equal_iterations_table, main
+from thinking_seeds.experiments.equal_iterations import equal_iterations_jobs, equal_iterations_table, main
 from thinking_seeds.experiments.members import write_marker
-from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
+from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE
 from thinking_seeds.store.run_dir import RunDir
 
 
@@ -30,11 +30,11 @@ def test_jobs_evaluate_the_earlier_checkpoint_like_a_final_test_and_the_table_pa
     assert len(jobs) == 3 and not any(j.done for j in jobs)
     cmd = jobs[0].cmd
     assert cmd[cmd.index("--step") + 1] == "4" and cmd[cmd.index("--split") + 1] == "test"
-    assert cmd[cmd.index("--stage") + 1] == STAGE and "--all-prompts" in cmd
+    assert cmd[cmd.index("--stage") + 1] == EQUAL_ITERATIONS_STAGE and "--all-prompts" in cmd
     assert cmd[cmd.index("--samples") + 1] == str(load_config("tiny").eval.test_samples)
 
     for s in (0, 1, 2):  # GRPO@4 0.30/0.32/0.34; TS final 0.35/0.33/0.38: differences +0.05, +0.01, +0.04
-        grpo[s].write_metrics(4, STAGE, {"eval/accuracy": 0.30 + 0.02 * s})
+        grpo[s].write_metrics(4, EQUAL_ITERATIONS_STAGE, {"eval/accuracy": 0.30 + 0.02 * s})
         grpo[s].write_metrics(5, FINAL_TEST_STAGE, {"eval/accuracy": 0.9})  # the compute-matched final: not read
         ts[s].write_metrics(4, FINAL_TEST_STAGE, {"eval/accuracy": [0.35, 0.33, 0.38][s]})
     assert all(j.done for j in equal_iterations_jobs("c", tmp_path, "grpo", 4))  # resumable: nothing repeated
@@ -78,7 +78,7 @@ def test_a_comparison_in_progress_evaluates_what_finished_and_the_archive_keeps_
     jobs = equal_iterations_jobs("c", runs, "grpo", 4, finished_only=True)
     assert [j.run_root.name for j in jobs] == ["c-grpo-s0"]
 
-    done.write_metrics(4, STAGE, {"eval/accuracy": 0.30})  # what the job's checkpoint_eval writes
+    done.write_metrics(4, EQUAL_ITERATIONS_STAGE, {"eval/accuracy": 0.30})  # what the job's checkpoint_eval writes
     assert archive_evaluated(jobs, archive) == ["c-grpo-s0"]
     assert archive_evaluated(jobs, archive) == []  # unchanged since: not rewritten
 

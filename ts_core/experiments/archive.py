@@ -40,13 +40,13 @@ from thinking_seeds.experiments.seed_decides import STATS_FILE, run_stats
 from thinking_seeds.experiments.spec import MARKER
 from thinking_seeds.store.parquet_io import write_table_atomic
 
-__all__ = ["ARCHIVE_FILE", "PREFIX_COLUMNS", "archive_run", "restore"]
+__all__ = ["ARCHIVED_METRICS", "ARCHIVE_FILE", "PREFIX_COLUMNS", "archive_run", "restore"]
 
 # The prefix corpus's columns an archive keeps: what the budget table sums (draft_len where
 # source_step >= 0) and the cheap numbers beside it; the token lists and texts are most of its size.
 PREFIX_COLUMNS = ("run_id", "iteration", "source_step", "source_age", "prefix_ratio", "draft_len", "draft_reward")
 _COPIED = (MARKER, "config.yaml", "control.json")
-_METRICS = "metrics/iteration=all/metrics.parquet"
+ARCHIVED_METRICS = "metrics/iteration=all/metrics.parquet"
 _PREFIXES = "corpus/prefixes/iteration=all/prefixes.parquet"
 
 
@@ -112,7 +112,10 @@ def archive_run(root: Path, dest_root: Path, config_hash: str, final_test: bool)
     try:
         for p in src["copy"]:
             shutil.copy2(p, tmp / p.name)
-        for rel, files, cols in ((_METRICS, src["metrics"], None), (_PREFIXES, src["prefixes"], PREFIX_COLUMNS)):
+        for rel, files, cols in (
+            (ARCHIVED_METRICS, src["metrics"], None),
+            (_PREFIXES, src["prefixes"], PREFIX_COLUMNS),
+        ):
             if files:
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 write_table_atomic(_concat(files, cols), tmp / rel)

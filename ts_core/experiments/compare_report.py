@@ -65,25 +65,26 @@ def _archived(data: dict[str, Any], runs_dir: Path) -> list[str]:
     ]
 
 
-def _own_iterations(rl: list[dict[str, Any]], configs: dict[str, Any]) -> str:
-    """'grpo 185, thinking_seeds 150' when the methods train different numbers of iterations, else ''."""
-    own: dict[str, Any] = {}
+def _iterations_by_method(rl: list[dict[str, Any]], configs: dict[str, Any]) -> dict[str, int]:
+    """Each RL method's number of iterations (its first run's config)."""
+    own: dict[str, int] = {}
     for m in rl:
         n = (configs.get(m["run_id"]) or {}).get("iterations")
         if n is not None:
-            own.setdefault(m["method"], n)
+            own.setdefault(m["method"], int(n))
+    return own
+
+
+def _own_iterations(rl: list[dict[str, Any]], configs: dict[str, Any]) -> str:
+    """'grpo 185, thinking_seeds 150' when the methods train different numbers of iterations, else ''."""
+    own = _iterations_by_method(rl, configs)
     return ", ".join(f"{method} {n}" for method, n in own.items()) if len(set(own.values())) > 1 else ""
 
 
 def _equal_iterations(compare_id: str, rl: list[dict[str, Any]], configs: dict[str, Any], runs_dir: Path) -> list[str]:
     """With iterations matched to compute, the method given more of them is also compared at the
     others' count (equal_iterations.py: its earlier checkpoint, tested like a final policy)."""
-    own: dict[str, int] = {}
-    for m in rl:
-        n = (configs.get(m["run_id"]) or {}).get("iterations")
-        if n is not None:
-            own.setdefault(m["method"], int(n))
-    plan = equal_iterations_plan(own)
+    plan = equal_iterations_plan(_iterations_by_method(rl, configs))
     if plan is None:
         return []
     longest, step, against = plan

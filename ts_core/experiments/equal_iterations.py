@@ -7,9 +7,10 @@ Why: matching compute by iterations (`ts compare --method-set grpo:iterations=18
 updates than the methods it is compared with. Nothing in an update depends on the run's total
 iterations (no decaying lr schedule; θ_k is the same whether a run stops at 150 or 185), so θ_150 of
 a 185-iteration GRPO run is what a 150-iteration run reaches. Its checkpoint (checkpoint.every)
-is evaluated like a final test: every test prompt, eval.test_samples samples, stage STAGE, in the
-same run directory. The table then pairs each `--against` method's final test with it by seed:
-the contrast at equal iterations, beside the report's compute-matched one.
+is evaluated like a final test: every test prompt, eval.test_samples samples, stage
+`final-test-equal-iterations`, in the same run directory. The table then pairs each `--against`
+method's final test with it by seed: the contrast at equal iterations, beside the report's
+compute-matched one.
 
 It is not part of the report's Holm family (the protocol names it as an extra analysis). Nothing is
 trained; evaluations whose metrics file exists are not repeated (resumable).
@@ -34,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from thinking_seeds.config import ConfigError, load_saved_config
-from thinking_seeds.experiments.archive import archive_run
+from thinking_seeds.experiments.archive import ARCHIVED_METRICS, archive_run
 from thinking_seeds.experiments.claims import _fmt_ci, _seeds, _table, mean_ci
 from thinking_seeds.experiments.jobs import CompareError, Job, raise_on_failures, run_jobs
 from thinking_seeds.experiments.members import archive_record, compare_members
@@ -43,7 +44,6 @@ from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINA
 from thinking_seeds.store.run_dir import RunDir, runs_root
 
 __all__ = [
-    "STAGE",
     "archive_evaluated",
     "equal_iterations_done",
     "equal_iterations_jobs",
@@ -52,9 +52,7 @@ __all__ = [
     "main",
 ]
 
-STAGE = EQUAL_ITERATIONS_STAGE
 METRIC = "eval/accuracy"
-ARCHIVED_METRICS = "metrics/iteration=all/metrics.parquet"  # an archived run's metrics, as one table (archive.py)
 
 
 def equal_iterations_plan(iterations: dict[str, int]) -> tuple[str, int, list[str]] | None:
@@ -102,14 +100,14 @@ def equal_iterations_jobs(
         cfg = load_saved_config(run.config_path)
         if not 0 < step < cfg.iterations:
             raise ConfigError(f"--step {step}: {run.run_id} trains {cfg.iterations} iterations; give 0 < step < it")
-        done = _metric(run, step, STAGE) is not None
+        done = _metric(run, step, EQUAL_ITERATIONS_STAGE) is not None
         if not done and not (run.policy_root / f"step_{step:06d}").is_dir():
             raise ConfigError(
                 f"{run.run_id} has no checkpoint of step {step} (checkpoint.every={cfg.checkpoint.every}); "
                 "choose a step it wrote"
             )
         cmd = [sys.executable, "-m", "thinking_seeds.pipeline.checkpoint_eval", str(run.root), "--step", str(step)]
-        cmd += ["--split", "test", "--all-prompts", "--no-seeded", "--stage", STAGE]
+        cmd += ["--split", "test", "--all-prompts", "--no-seeded", "--stage", EQUAL_ITERATIONS_STAGE]
         cmd += ["--samples", str(cfg.eval.test_samples)]
         jobs.append(Job(f"{run.run_id} θ_{step}", cmd, run.root / "equal_iterations.log", done=done, run_root=run.root))
     return jobs
@@ -133,7 +131,7 @@ def _metric(run: RunDir, step: int, stage: str) -> float | None:
 
 def equal_iterations_done(run_root: Path, step: int) -> bool:
     """Whether θ_step of the run at `run_root` has its equal-iterations test (live or archived)."""
-    return _metric(RunDir(Path(run_root)), step, STAGE) is not None
+    return _metric(RunDir(Path(run_root)), step, EQUAL_ITERATIONS_STAGE) is not None
 
 
 def archive_evaluated(jobs: Sequence[Job], archive_dir: Path) -> list[str]:
@@ -155,7 +153,7 @@ def equal_iterations_table(
     compare_id: str, runs_dir: Path, method: str, step: int, against: Sequence[str]
 ) -> list[str]:
     """Markdown: each `against` method's final test pass@1 minus `method` at θ_step, paired by seed."""
-    base = {s: _metric(r, step, STAGE) for s, r in _runs(compare_id, runs_dir, method).items()}
+    base = {s: _metric(r, step, EQUAL_ITERATIONS_STAGE) for s, r in _runs(compare_id, runs_dir, method).items()}
     rows = []
     for other in against:
         finals = {}

@@ -16,7 +16,8 @@ For each s it reports, over the drafts that have s complete steps before any ans
   prompt's other drafts): after a wrong draft the continuation succeeds between 0 (the seed decides)
   and that rate (the seed carries nothing).
 - **after a live / dead / invalid prefix** (`game24.partial_state`: 24 still reachable, unreachable, or
-  a line that is no valid step). A dead prefix must read 0 when verifier and classifier agree.
+  a line that is no valid step). The checker scores only the boxed expression, so an answer may
+  still be right after a dead or invalid prefix (it ignores its own steps); on θ_0 that is rare.
 - **live prefixes by outcome**: the share whose `continuations` samples all succeed, all fail, or are
   mixed: mixed means the continuation, not the prefix, decided.
 
