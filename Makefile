@@ -98,7 +98,7 @@ game24-model: install
 # The 24 game's confirmatory comparison (issue #26), as registered in docs/results/game24-main-protocol.md:
 # selection of lr on validation (27 runs), then 35 RL runs + 3 SFT controls with the final test. Resumable;
 # a clone with the committed protocol.json and archive reuses the registered choice and the archived runs.
-# ~2.5 h (selection) + ~4 h (confirmatory) on 2 cores.
+# ~2.5 h (selection) + ~5-8 h (confirmatory: 14-30 min a run at --parallel 2, by load) on 2 cores.
 compare-game24: install
 	$(BIN)/ts compare --preset game24 \
 	  --methods grpo:200-209,thinking_seeds:200-209,thinking_seeds_adaptive:200-209,seq_mix:200-204 \
@@ -109,7 +109,16 @@ compare-game24: install
 	  --select-set eval.every=1000 --select-set eval.samples=1 --select-set eval.seeded=false \
 	  --control-seeds 200-202 --parallel 2 --id game24-main --archive --no-prefect
 
-.PHONY: install demo lint test test-slow compare ablations compare-countdown compare-countdown-plateau ablations-countdown compare-game24 \
+# The position-aware prefix weight, ablated once at the registered setting (docs/results/game24-main-protocol.md):
+# 5 Thinking Seeds runs with prefix.loss=position, paired by seed with game24-main's runs (its archive is the
+# base point, so compare-game24 must have finished). ~1 h on 2 cores; resumable.
+ablation-game24: install
+	$(BIN)/ts compare --preset game24 --methods thinking_seeds:200-204 --set eval.samples=32 \
+	  --method-set thinking_seeds:prefix.ratio_of=budget --method-set thinking_seeds:update.lr=1e-4 \
+	  --sweep prefix.loss=position --reference game24-main --no-control --parallel 2 \
+	  --id game24-ablation-position --archive --no-prefect
+
+.PHONY: install demo lint test test-slow compare ablations compare-countdown compare-countdown-plateau ablations-countdown compare-game24 ablation-game24 \
 	countdown-model game24-model
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
