@@ -106,13 +106,17 @@ def training_seconds_sql(source: str) -> str:
     sampled ahead (`perf/seeds_ahead` = 1 in that iteration, pipeline/seeds_ahead.py): they ran in a
     thread beside update k-1, whose own time already covers that wall time, and counting both
     doubled the seeded methods' budget (and so the SFT control's). The seeds stage's own io stays.
+
+    Each side is filtered where it is read and then joined: a correlated EXISTS over the whole
+    metrics view ran out of DuckDB's memory on 35 full-length runs (game24-main's SFT control budget).
     """
     return f"""
-        SELECT t.run_id, sum(t.value) AS seconds FROM {source} t
-        WHERE {TRAINING_TIME_SQL}
-          AND NOT (t.stage = 'seeds' AND t.name <> 'time/seeds/io' AND EXISTS (
-              SELECT 1 FROM {source} a WHERE a.run_id = t.run_id AND a.iteration = t.iteration
-                 AND a.stage = 'seeds' AND a.name = 'perf/seeds_ahead' AND a.value = 1))
+        SELECT t.run_id, sum(t.value) AS seconds
+        FROM (SELECT run_id, iteration, stage, name, value FROM {source} WHERE {TRAINING_TIME_SQL}) t
+        LEFT JOIN (SELECT DISTINCT run_id, iteration FROM {source}
+                   WHERE stage = 'seeds' AND name = 'perf/seeds_ahead' AND value = 1) a
+          ON a.run_id = t.run_id AND a.iteration = t.iteration
+        WHERE NOT (t.stage = 'seeds' AND t.name <> 'time/seeds/io' AND a.run_id IS NOT NULL)
         GROUP BY t.run_id"""
 
 
