@@ -111,7 +111,8 @@ compare-game24: install
 
 # The position-aware prefix weight, ablated once at the registered setting (docs/results/game24-main-protocol.md):
 # 5 Thinking Seeds runs with prefix.loss=position, paired by seed with game24-main's runs (its archive is the
-# base point, so compare-game24 must have finished). ~1 h on 2 cores; resumable.
+# base point, so compare-game24 must have finished); update.lr=1e-4 is the selection's choice for that arm.
+# ~1 h on 2 cores; resumable.
 ablation-game24: install
 	$(BIN)/ts compare --preset game24 --methods thinking_seeds:200-204 --set eval.samples=32 \
 	  --method-set thinking_seeds:prefix.ratio_of=budget --method-set thinking_seeds:update.lr=1e-4 \
