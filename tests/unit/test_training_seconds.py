@@ -37,3 +37,20 @@ def test_evaluations_filed_later_or_under_other_stages_are_not_training(tmp_path
     run.write_metrics(2, "final-test-equal-iterations", {"time/evaluate/generation": 280.0})
     run.write_metrics(3, "select-validation", {"time/evaluate/generation": 90.0})
     assert train_seconds([run.run_id], tmp_path) == {run.run_id: 7.0}
+
+
+def test_a_long_run_of_many_small_files_fits_in_little_memory(tmp_path, monkeypatch):
+    """A full-length run keeps one metrics file per stage and iteration. The old query (a correlated
+    EXISTS over the whole metrics view) needed DuckDB memory that grew with the number of files: it ran
+    out of 2 GB on game24-main's 35 runs, out of 64 MB on one real 150-iteration run (613 files), and
+    out of 32 MB on this 60-iteration one (300 files), where the filtered join needs a few MB."""
+    import thinking_seeds.store.sql as sql
+
+    monkeypatch.setattr(sql, "MEMORY_LIMIT", "32MB")
+    run = RunDir(tmp_path / "cmp-thinking_seeds-s0")
+    noise = {f"update/stat_{i}": float(i) for i in range(40)}  # an update stage logs dozens of metrics
+    for k in range(60):
+        _iteration(run, k, ahead=k > 0)
+        run.write_metrics(k, "verify", {"time/verify/total": 1.0} | noise)
+    # iteration 0: 5 + 0.25 + 2 + 7 + 1; each later one: 0.25 + 2 + 7 + 1
+    assert train_seconds([run.run_id], tmp_path) == {run.run_id: 15.25 + 59 * 10.25}
