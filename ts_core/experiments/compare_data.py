@@ -100,10 +100,15 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
     actor_or_age = " OR ".join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR + AGE)
     con = connect(runs_dir=runs_dir)
     try:
+        # The comparison's metrics are read from their files once, into memory (~10k rows a run): the
+        # queries below name them a dozen times, and a scan of the file dataset per mention ran out of
+        # DuckDB's 2 GB on game24-main's 38 full-length runs (one small file per stage and iteration).
+        own = f"SELECT run_id, iteration, stage, name, value FROM metrics WHERE run_id IN ({ids})"
+        con.register("cmp_metrics", con.sql(own).to_arrow_table().combine_chunks())
         finals = query(
             con,
             f"""
-            WITH m AS (SELECT * FROM metrics WHERE run_id IN ({ids})),
+            WITH m AS (SELECT * FROM cmp_metrics),
             ev AS (SELECT run_id, iteration, name, value FROM m WHERE stage = 'evaluate'),
             fin AS (SELECT run_id, max(iteration) AS final_step FROM ev WHERE name = 'eval/accuracy' GROUP BY run_id),
             act AS (SELECT run_id, iteration, name, value FROM m
@@ -136,15 +141,15 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
         base = query(
             con,
             f"""
-            SELECT substr(name, 6), avg(value) FROM metrics
-            WHERE run_id IN ({ids}) AND stage = '{FINAL_TEST_STAGE}' AND iteration = 0 AND starts_with(name, 'eval/')
+            SELECT substr(name, 6), avg(value) FROM cmp_metrics
+            WHERE stage = '{FINAL_TEST_STAGE}' AND iteration = 0 AND starts_with(name, 'eval/')
             GROUP BY name""",
         )
         series = query(
             con,
             f"""
-            SELECT run_id, stage, iteration, name, value FROM metrics
-            WHERE run_id IN ({ids}) AND (
+            SELECT run_id, stage, iteration, name, value FROM cmp_metrics
+            WHERE (
                 (stage = 'evaluate' AND (name IN ('eval/accuracy', 'eval/strategy_b', 'eval/distinct_patterns',
                                                  'eval/distinct_correct_solutions') OR starts_with(name, 'eval/pass@')))
                 OR (stage = 'update' AND ({" OR ".join(f"starts_with(name, 'actor/{a}/')" for a in ACTOR[:3])})))
