@@ -6,18 +6,19 @@ import json
 import pytest
 
 from tests.helpers import REPO
-from thinking_seeds.experiments.step_cut_probe import cut_after_steps, main, summarize
+from thinking_seeds.algo.seeding import after_steps
+from thinking_seeds.experiments.step_cut_probe import main, summarize
 
 ANSWER = "8/3=8/3\n3-(8/3)=1/3\n8/(1/3)=24\n\\boxed{8/(3-(8/3))}"
 
 
 def test_a_cut_ends_after_the_s_th_complete_line_and_never_holds_the_answer():
     pieces = list(ANSWER)  # a character vocabulary: one token per character
-    assert "".join(pieces[: cut_after_steps(pieces, 1)]) == "8/3=8/3\n"
-    assert "".join(pieces[: cut_after_steps(pieces, 3)]) == "8/3=8/3\n3-(8/3)=1/3\n8/(1/3)=24\n"
-    assert cut_after_steps(pieces, 4) is None  # the fourth line is the answer
-    assert cut_after_steps(list("8+4=12\n12*2"), 2) is None  # an unfinished line is no step
-    assert cut_after_steps(["8+4=12\n", "12*2=24\n"], 2) == 2  # multi-character tokens
+    assert "".join(pieces[: after_steps(pieces, 1)]) == "8/3=8/3\n"
+    assert "".join(pieces[: after_steps(pieces, 3)]) == "8/3=8/3\n3-(8/3)=1/3\n8/(1/3)=24\n"
+    assert after_steps(pieces, 4) is None  # the fourth line is the answer
+    assert after_steps(list("8+4=12\n12*2"), 2) is None  # an unfinished line is no step
+    assert after_steps(["8+4=12\n", "12*2=24\n"], 2) == 2  # multi-character tokens
 
 
 def test_the_statistics_separate_what_the_seed_carries_from_what_the_continuation_adds():

@@ -67,6 +67,7 @@ _HASH_OUT_AT_DEFAULT = {
     ("loss", "prefix_mismatch_metrics"): False,
     ("prefix", "when"): "always",
     ("prefix", "failure_drafts"): 1,
+    ("prefix", "steps"): 1,
     ("update", "lr_warmup_steps"): 0,
 }
 

@@ -200,8 +200,18 @@ class PoolConfig(_Section):
 class PrefixConfig(_Section):
     ratio_min: float = Field(0.2, ge=0.0, le=1.0, description="Lower end of the prefix fraction λ ~ U[min, max].")
     ratio_max: float = Field(0.6, ge=0.0, le=1.0, description="Upper end of the prefix fraction λ.")
-    cut: Literal["token", "line"] = Field(
-        "token", description="Cut the draft at a token, or back to the last step boundary."
+    cut: Literal["token", "line", "steps"] = Field(
+        "token",
+        description="Where a seed ends. token: at ⌊λ·|z|⌋. line: back from there to the last step boundary (a "
+        "newline, ',' or ';'). steps: after exactly prefix.steps complete lines (newline-ended) of the draft, "
+        "whatever λ (none of them the boxed answer); a draft with fewer steps gives no seed and its slot an on-policy sample.",
+    )
+    steps: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="prefix.cut=steps: how many complete step lines of the draft a seed keeps. 1 on the 24 game "
+        "leaves the continuation a real 3-number subproblem (docs/results/game24-step-cut-probe.md).",
     )
     loss: Literal["clip", "shaped", "capped", "context", "position"] = Field(
         "clip",
@@ -263,6 +273,13 @@ class PrefixConfig(_Section):
                 "prefix.filter=correct_draft needs each whole draft's reward, and prefix.ratio_of=budget stops "
                 "drafts at their cut: set prefix.ratio_of=draft or prefix.filter=none"
             )
+        if self.cut == "steps" and self.ratio_of == "budget":
+            raise ValueError(
+                "prefix.cut=steps reads each whole draft's step lines, and prefix.ratio_of=budget stops drafts at "
+                "⌊λ·T⌋: set prefix.ratio_of=draft"
+            )
+        if self.steps != 1 and self.cut != "steps":
+            raise ValueError(f"prefix.steps={self.steps} is read only with prefix.cut=steps: set prefix.cut=steps")
         if self.failure_drafts > 1 and self.when != "on_failure":
             raise ValueError(
                 f"prefix.failure_drafts={self.failure_drafts} drafts more for prompts whose probe failed, and "

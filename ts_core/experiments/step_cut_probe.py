@@ -37,22 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cut_after_steps", "main", "step_cut_probe", "summarize"]
+from thinking_seeds.algo.seeding import after_steps
 
-
-def cut_after_steps(token_texts: Sequence[str], steps: int) -> int | None:
-    """How many leading tokens hold exactly `steps` complete lines (the token that ends the s-th line
-    included); None when the draft has fewer complete lines, or one of them holds the answer."""
-    lines, text = 0, ""
-    for i, piece in enumerate(token_texts):
-        text += piece
-        if "\\boxed" in text:
-            return None
-        if piece.endswith("\n"):
-            lines += 1
-            if lines == steps:
-                return i + 1
-    return None
+__all__ = ["main", "step_cut_probe", "summarize"]
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -151,7 +138,7 @@ def step_cut_probe(
         for s in steps:
             cuts = []  # (owner index, prefix token ids)
             for k, g in enumerate(gens):
-                L = cut_after_steps([tok.decode([x]) for x in g.token_ids], s)
+                L = after_steps([tok.decode([x]) for x in g.token_ids], s)
                 if L is not None:
                     cuts.append((k, list(g.token_ids[:L])))
             rep = [(k, pre) for k, pre in cuts for _ in range(continuations)]  # each prefix, once per continuation

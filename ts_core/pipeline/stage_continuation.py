@@ -148,7 +148,10 @@ def sample_groups(
 
 def _keep_seed(cfg: RunConfig, seed: PrefixRow) -> bool:
     """prefix.filter=correct_draft keeps only seeds whose whole draft was verified correct (data-set
-    solutions have no draft reward and are kept)."""
+    solutions have no draft reward and are kept). prefix.cut=steps drops a draft with too few steps
+    (an empty seed): its slot is on-policy, and its row says so (kind on_policy, no source)."""
+    if cfg.prefix.cut == "steps" and not seed.prefix_token_ids:
+        return False
     if cfg.prefix.filter == "none" or seed.draft_reward is None:
         return True
     return seed.draft_reward >= 1.0

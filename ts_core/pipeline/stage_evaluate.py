@@ -99,8 +99,9 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
         with t("generation"):
             gens = s.engine(t).generate([ctx[plan[j][0]] for j in idx], params, max_new=caps)
             for j, g in zip(idx, gens, strict=True):
-                pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
-                L = seed_length(g.token_ids, g.finished, plan[j][2], cfg.prefix.ratio_of, T, cfg.prefix.cut, pieces)
+                pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut != "token" else None
+                pre = cfg.prefix
+                L = seed_length(g.token_ids, g.finished, plan[j][2], pre.ratio_of, T, pre.cut, pieces, pre.steps)
                 drafts[j] = g.token_ids[:L]
     s.use_weights(s.policy(step), t)
     with t("generation"):

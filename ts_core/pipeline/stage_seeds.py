@@ -243,8 +243,11 @@ def _rows(s: Session, k: int, plan: list, by_source: dict, gens: dict, t: Timer)
     rows = []
     for i, (p, j, step, lam) in enumerate(plan):
         g = drafts[i]
-        piece_texts = [tok.decode([x]) for x in g.token_ids] if cfg.prefix.cut == "line" else None
-        L = seed_length(g.token_ids, g.finished, lam, cfg.prefix.ratio_of, T, cfg.prefix.cut, piece_texts)
+        piece_texts = [tok.decode([x]) for x in g.token_ids] if cfg.prefix.cut != "token" else None
+        pre = cfg.prefix
+        L = seed_length(g.token_ids, g.finished, lam, pre.ratio_of, T, pre.cut, piece_texts, pre.steps)
+        if pre.cut == "steps":  # λ was drawn (the draws' order is part of the seed) but not used: record the cut
+            lam = L / len(g.token_ids) if g.token_ids else 0.0
         rows.append(
             _prefix_row(s, k, p, j, step, k - step, lam, g.token_ids[:L], g.logprobs[:L], len(g.token_ids), rewards[i])
         )
