@@ -76,6 +76,24 @@ def token_limits(contexts: Sequence[Sequence[int]], params: SamplingParams, max_
     return limits
 
 
+class ContextTooLong(ValueError):
+    """A request whose context plus its cap of new tokens does not fit the engine's length: refused, never cut."""
+
+
+def refuse_overlong(contexts: Sequence[Sequence[int]], limits: Sequence[int], max_len: int | None, fix: str) -> None:
+    """Raise `ContextTooLong` (one line) when a request that samples (cap > 0) needs more than `max_len`
+    positions, context + cap; `fix` names the setting that would make it fit. A response cut to fit would
+    be trained on as if the policy had stopped there: a long chain of thought truncated without a word."""
+    if max_len is None:
+        return
+    for i, (c, n) in enumerate(zip(contexts, limits, strict=True)):
+        if n > 0 and len(c) + n > max_len:
+            raise ContextTooLong(
+                f"request {i}: a context of {len(c)} tokens + {n} new tokens = {len(c) + n} positions, more than the "
+                f"engine's {max_len}: {fix}"
+            )
+
+
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Zero the tail of each row outside the smallest set with mass >= top_p (renormalised later)."""
     if top_p >= 1.0:
@@ -223,6 +241,13 @@ class HFEngine:
         self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
     ) -> list[Generation]:
         limits = token_limits(contexts, params, max_new)
+        # Past max_position_embeddings the positions are ones the model never saw: refuse, as vLLM's engine does.
+        refuse_overlong(
+            contexts,
+            limits,
+            getattr(self.model.config, "max_position_embeddings", None),
+            "the model's max_position_embeddings; lower rollout.max_new_tokens or use shorter prompts",
+        )
         # One generator per call: the same (contexts, params.seed) give the same samples.
         gen = torch.Generator(device=self.device).manual_seed(params.seed)
         out: list[Generation] = []
