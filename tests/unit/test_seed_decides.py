@@ -109,7 +109,11 @@ def test_several_runs_give_one_row_each_and_their_mean(run_dir, tmp_path, capsys
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| run | on-policy success |") and len(lines) == 5
     # both runs have the fixture's numbers: live / dead / invalid 2/4, 1/4, 1/4 of the classified seeds
-    row = "| 0.500 | 5 | 0.333 | 0.667 | 0.000 | 0.500 / 0.250 / 0.250 | 0.500 / 0.000 / 1.000 | 0.750 |"
+    # then its one group, mixed and seeded, and its off-policy tokens: 11 prefix tokens of 58
+    row = (
+        "| 0.500 | 5 | 0.333 | 0.667 | 0.000 | 0.500 / 0.250 / 0.250 | 0.500 / 0.000 / 1.000 | 0.750 "
+        "| 1.000 / 1.000 | 0.190 |"
+    )
     assert lines[2] == f"| run {row}" and lines[3] == f"| run2 {row}"
     assert lines[4].startswith("| mean of 2 runs | 0.500 | 5.000 | 0.333 |")
 
@@ -157,3 +161,21 @@ def test_the_archive_keeps_the_statistics_and_the_report_section_reads_them(run_
     table = "\n".join(section)
     assert "### thinking_seeds" in table and "### grpo" not in table and "| grpo |" not in table
     assert "| kept | 0.500 | 5 |" in table and "| live | 0.500 | 5 |" in table and "| mean of 2 runs |" in table
+
+
+def test_mixed_groups_and_the_off_policy_token_share(run_dir):
+    """Groups are (iteration, prompt): iteration 0's group is mixed and holds seeds; iteration 1's is
+    all wrong (no gradient) and holds a whole off-policy draft, whose every token counts as off-policy."""
+    pid = load_dataset(run_dir / "data" / "train.parquet")[0].prompt_id
+    rows = [
+        dict(_rollout(pid, "on_policy", None, [1, 2, 3, 4], 0, [-1.0] * 4, 0.0), iteration=1),
+        dict(_rollout(pid, "on_policy", None, [1, 2, 3, 4], 0, [-1.0] * 4, 0.0), iteration=1, sample_id=1),
+        dict(_rollout(pid, "offpolicy_full", 0, [5, 5, 5, 5, 5], 5, [-1.0] * 5, 0.0), iteration=1, sample_id=2),
+    ]
+    write_table_atomic(pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA),
+                       run_dir / "rollouts/iteration=1/rollouts.parquet", schema=ROLLOUT_SCHEMA)  # fmt: skip
+    s = seed_stats(run_dir, first_tokens=4)
+    assert (s["groups"], s["seeded_groups"]) == (2, 1)
+    assert (s["mixed_group_share"], s["seeded_mixed_group_share"]) == (0.5, 1.0)
+    # seeds' prefixes 2 + 2 + 3 + 2 + 2 and the whole 5-token draft, of 58 + 13 response tokens
+    assert s["off_policy_token_share"] == pytest.approx(16 / 71)

@@ -76,7 +76,7 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
     rollouts = _rows(
         root,
         "rollouts/iteration=*/rollouts.parquet",
-        ["prompt_id", "kind", "source_step", "prefix_len", "token_ids", "old_logprobs", "reward"],
+        ["iteration", "prompt_id", "kind", "source_step", "prefix_len", "token_ids", "old_logprobs", "reward"],
     )
     seeds = _rows(
         root, "corpus/prefixes/iteration=*/prefixes.parquet", ["prompt_id", "source_step", "prefix_token_ids",
@@ -124,7 +124,7 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
     total = [-sum(r["old_logprobs"]) for r in on_policy]
     shares = [h / t for h, t in zip(head, total, strict=True) if t > 0]
     mean_len = _mean([float(len(r["token_ids"])) for r in on_policy])
-    return {
+    return _group_stats(scored) | {
         "on_policy_samples": len(on_policy),
         "on_policy_success": _mean([r["reward"] for r in on_policy]),
         "seeded_samples": len(seeded),
@@ -153,6 +153,30 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
         "entropy_share_first_tokens_mean": _mean(shares),
         "mean_response_tokens": mean_len,
         "even_share": min(1.0, first_tokens / mean_len) if mean_len else None,
+    }
+
+
+def _group_stats(scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the gradient can come from: the share of groups (iteration, prompt) whose rewards are mixed
+    (some right, some wrong; an all-equal group has zero advantage), over all groups and over those
+    holding a seeded sample; and the share of response tokens the policy did not sample itself
+    (seeds' prefixes and whole off-policy drafts), the quantity a sequence-level mixing arm is matched on."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in scored:
+        groups[(r["iteration"], r["prompt_id"])].append(r)
+
+    def mixed(g: list[dict[str, Any]]) -> bool:
+        return len({x["reward"] for x in g}) > 1
+
+    with_seed = [g for g in groups.values() if any(x["kind"] == "seeded" and x["prefix_len"] > 0 for x in g)]
+    tokens = sum(len(r["token_ids"]) for r in scored)
+    off = sum(len(r["token_ids"]) if r["kind"] == "offpolicy_full" else r["prefix_len"] for r in scored)
+    return {
+        "groups": len(groups),
+        "mixed_group_share": _mean([float(mixed(g)) for g in groups.values()]),
+        "seeded_groups": len(with_seed),
+        "seeded_mixed_group_share": _mean([float(mixed(g)) for g in with_seed]),
+        "off_policy_token_share": off / tokens if tokens else None,
     }
 
 
@@ -219,6 +243,9 @@ COLUMNS: list[tuple[str, Any]] = [
         lambda s: tuple(s.get(f"seeded_after_{k}_prefix") for k in ("live", "dead", "invalid")),
     ),
     ("entropy share, first N tokens", lambda s: s["entropy_share_first_tokens"]),
+    # statistics added after game24-main's archives were written: absent (n/a) there
+    ("mixed groups: all / seeded", lambda s: (s.get("mixed_group_share"), s.get("seeded_mixed_group_share"))),
+    ("off-policy token share", lambda s: s.get("off_policy_token_share")),
 ]
 
 
