@@ -43,6 +43,12 @@ _HASH_ALWAYS_OUT = (
     ("cluster",),
     ("rollout", "workers"),
     ("rollout", "worker_gpus"),
+    # Placement and engine memory: which GPUs, how much of them, how long a sequence vLLM holds (a request
+    # that does not fit is refused, never cut), so none of these changes a sample.
+    ("rollout", "gpu_ids"),
+    ("rollout", "max_model_len"),
+    ("rollout", "gpu_memory_utilization"),
+    ("update", "gpu_ids"),
     ("reward", "workers"),
     ("update", "main_process_ip"),
     ("update", "main_process_port"),

@@ -50,13 +50,40 @@ class RolloutConfig(_Section):
         "Generation requests are cut into shards of rollout.batch_size, each with its own seed, so the samples "
         "are the same with 1 worker or N.",
     )
-    worker_gpus: float = Field(
-        0.0,
+    worker_gpus: float | None = Field(
+        None,
         ge=0.0,
-        description="GPUs each Ray rollout worker reserves (0 on CPUs; rollout.tensor_parallel_size for vLLM on GPUs).",
+        description="GPUs each Ray rollout worker reserves (Ray's num_gpus; its engine runs on the first of them). "
+        "Unset: tied to the engine's device, 0 when `device` is cpu (or auto without a GPU), else "
+        "rollout.tensor_parallel_size for vLLM and 1 for the HF engine. vLLM refuses fewer than "
+        "tensor_parallel_size whole GPUs.",
     )
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="vLLM: GPUs one engine shards its model over (tensor parallelism)."
+    )
+    gpu_ids: list[int] | None = Field(
+        None,
+        description="The engine's GPUs on this machine (indices as torch numbers the visible ones), one per "
+        "tensor-parallel shard (rollout.tensor_parallel_size of them). Unset: the GPU of `device` (cuda:N: N, "
+        "N+1, ...). The trainer's are update.gpu_ids; where the two share a GPU, vLLM takes only what it needs "
+        "(rollout.gpu_memory_utilization).",
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        description="vLLM: the longest sequence (context + new tokens) the engine holds. Unset: the longest "
+        "prompt of the run's data plus rollout.max_new_tokens (a seed is part of the response's budget). A "
+        "request that does not fit is refused in one line, never cut; so is a length above the model's "
+        "max_position_embeddings.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="vLLM on a GPU: the share of the GPU's memory the engine may take (weights, KV cache, "
+        "activations). Unset: on a GPU of its own, 90% of the memory free when it starts, the KV cache taking "
+        "what the weights leave; on a GPU it shares with a trainer process, just the weights, the KV cache "
+        "of rollout.batch_size sequences of max_model_len tokens and a margin, so the trainer keeps the rest.",
     )
     filter_groups: bool = Field(
         False,
@@ -247,6 +274,13 @@ class UpdateConfig(_Section):
         ge=1,
         description="Processes per machine for the accelerate launchers (one per GPU; on CPU, gloo processes). "
         "The trainer group has num_processes x num_machines processes.",
+    )
+    gpu_ids: list[int] | None = Field(
+        None,
+        description="The trainer processes' GPUs on each machine (accelerate's --gpu_ids), one per process "
+        "(update.num_processes of them, distinct). Unset: with one process the GPU of `device` (shared with "
+        "the engine); with more, GPUs the engine does not use when there are enough, else the first "
+        "num_processes GPUs. Ignored on the CPU and by launcher=in_process (the trainer runs on `device`).",
     )
     num_machines: int = Field(
         1,

@@ -1,7 +1,8 @@
 """Rollout workers on Ray (cluster=ray): actors that each hold an engine and run shards.
 
-Each `RolloutWorker` builds its engine (HF, or vLLM with rollout.tensor_parallel_size GPUs when
-rollout.worker_gpus reserves them) from the run's θ_0 and swaps weights *by checkpoint path*: every
+Each `RolloutWorker` builds its engine (HF, or vLLM with rollout.tensor_parallel_size GPUs) on the GPUs
+it reserves (rollout.worker_gpus; unset: tied to `device` and the tensor parallelism, config/placement.py)
+from the run's θ_0 and swaps weights *by checkpoint path*: every
 shard names the checkpoint it is sampled under and the worker loads it if it holds other weights
 (HFEngine/VLLMEngine.load_weights are no-ops for the weights already loaded). The path must therefore
 be readable on every node: the run directory lives on a filesystem shared by the machines (NFS, a
@@ -33,6 +34,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from thinking_seeds.config.placement import ray_worker_gpus
 from thinking_seeds.data.ray_pool import actor_options, fan_out, wait_started
 from thinking_seeds.engine.rollout import Generation
 from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine
@@ -41,15 +43,25 @@ from thinking_seeds.store import live_weights
 LIVE = "live|"  # the tag of a policy shipped as tensors (no checkpoint files)
 
 
+def worker_config(cfg, worker_gpus: float):
+    """The run config as a rollout worker's engine sees it: Ray hands the actor its reserved GPUs as
+    cuda:0.. (CUDA_VISIBLE_DEVICES), so the engine runs on `cuda` when it reserved any, else on the CPU,
+    and the driver's own GPU choice (`device`, rollout.gpu_ids) does not apply there."""
+    rollout = cfg.rollout.model_copy(update={"gpu_ids": None})  # copies: no validation (nor its plugin checks)
+    return cfg.model_copy(update={"device": "cuda" if worker_gpus > 0 else "cpu", "rollout": rollout})
+
+
 class RolloutWorker:
     """One engine in one Ray actor (a process on some node of the cluster)."""
 
-    def __init__(self, initial_checkpoint: str, cfg) -> None:
+    def __init__(self, initial_checkpoint: str, cfg, worker_gpus: float = 0.0, longest_prompt: int | None = None):
         import torch
 
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus; torch reads it only at import in a fresh process.
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-        self.engine = build_engine(initial_checkpoint, cfg)
+        # A fraction of a GPU (worker_gpus < 1) is a GPU shared with other workers: vLLM takes only its need.
+        shared = 0 < worker_gpus < 1
+        self.engine = build_engine(initial_checkpoint, worker_config(cfg, worker_gpus), longest_prompt, shared)
         self._live_keep = live_weights.keep_for(cfg.pipeline.max_staleness)  # as many as the driver holds
         self._copies: OrderedDict[str, Path] = OrderedDict()  # object_store: tag -> this worker's copy
         self._copies_root: Path | None = None
@@ -150,15 +162,19 @@ def checkpoint_files(checkpoint: Path) -> dict[str, bytes]:
 class RayRolloutPool:
     """`workers` RolloutWorker actors on the connected cluster; `run` fans shards out over them."""
 
-    def __init__(self, ray, initial_checkpoint: str | Path, cfg, workers: int) -> None:
+    def __init__(
+        self, ray, initial_checkpoint: str | Path, cfg, workers: int, longest_prompt: int | None = None
+    ) -> None:
+        import torch
+
         self.ray = ray
         c = cfg.cluster
         self.retries = c.shard_retries
-        opts = actor_options(
-            ray, num_cpus=c.worker_cpus, num_gpus=cfg.rollout.worker_gpus, restarts=max(1, self.retries)
-        )
+        # rollout.worker_gpus, or (unset) tied to the engine's device and tensor parallelism (config/placement.py)
+        gpus = ray_worker_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        opts = actor_options(ray, num_cpus=c.worker_cpus, num_gpus=gpus, restarts=max(1, self.retries))
         cls = ray.remote(RolloutWorker).options(**opts)
-        self.actors = [cls.remote(str(initial_checkpoint), cfg) for _ in range(workers)]
+        self.actors = [cls.remote(str(initial_checkpoint), cfg, gpus, longest_prompt) for _ in range(workers)]
         self.object_store = c.weights == "object_store"
         self._shipped: OrderedDict[str, list] = OrderedDict()  # tag -> [ref]: put once per checkpoint
         self._live: OrderedDict[str, list] = OrderedDict()  # the same for policies held in memory

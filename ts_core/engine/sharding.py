@@ -153,13 +153,16 @@ class LocalRollout:
         return [[next(flat) for _ in shards] for _, shards in plans]
 
 
-def build_engine(initial_checkpoint: str | Path, cfg):
+def build_engine(
+    initial_checkpoint: str | Path, cfg, longest_prompt: int | None = None, shared_gpu: bool | None = None
+):
     """The engine `cfg` asks for (a RunConfig: rollout.engine, engine dtype, device, batch size), built
-    from the run's θ_0: in the driver for cluster=local, in each Ray rollout worker otherwise."""
+    from the run's θ_0: in the driver for cluster=local, in each Ray rollout worker otherwise. vLLM sizes
+    its max_model_len from `longest_prompt` (tokens) + rollout.max_new_tokens (engine/vllm_args.py)."""
     if cfg.rollout.engine == "vllm":
         from thinking_seeds.engine.vllm_engine import VLLMEngine  # optional extra
 
-        return VLLMEngine(initial_checkpoint, cfg)
+        return VLLMEngine(initial_checkpoint, cfg, longest_prompt=longest_prompt, shared_gpu=shared_gpu)
     from thinking_seeds.engine.models import load_model
     from thinking_seeds.engine.rollout import HFEngine
 

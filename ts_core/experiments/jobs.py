@@ -4,7 +4,10 @@
     raise_on_failures(results)      # CompareError naming every failed job, its log and the log's tail
 
 At most `parallel` jobs run at once, each in its own process group with one torch thread, output
-appended to its log, a rich progress display on stderr. A failed job does not stop the others (a
+appended to its log, a rich progress display on stderr. On a machine with GPUs each running job sees
+GPUs of its own (CUDA_VISIBLE_DEVICES: the visible GPUs split in `parallel` equal groups,
+config/placement.job_gpu_slots), so two runs and their trainers never share a GPU by accident; fewer GPUs
+than concurrent jobs is refused in one line. A failed job does not stop the others (a
 comparison of many hours should not lose the runs that work to one that does not); rerunning the
 same command resumes the failed ones. Never imports prefect.
 """
@@ -21,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import ConfigError
+from thinking_seeds.config.placement import job_gpu_slots, visible_gpu_ids
 
-__all__ = ["CompareError", "Job", "JobResult", "child_env", "raise_on_failures", "run_jobs"]
+__all__ = ["CompareError", "Job", "JobResult", "child_env", "raise_on_failures", "run_jobs", "visible_gpus"]
 
 
 class CompareError(RuntimeError):
@@ -65,6 +69,14 @@ def child_env(runs_dir: Path) -> dict[str, str]:
     return env
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as CUDA_VISIBLE_DEVICES names them ([] without a GPU)."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return visible_gpu_ids(os.environ.get("CUDA_VISIBLE_DEVICES"), count)
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         with open(path, "rb") as f:
@@ -98,13 +110,15 @@ def run_jobs(
     env: dict[str, str] | None = None,
     poll: float = 0.5,
     on_done: Callable[[Job], None] | None = None,
+    gpus: list[str] | None = None,
 ) -> list[JobResult]:
     """Run `jobs` as subprocesses, at most `parallel` at once, with a rich progress display.
 
     Output goes to each job's log (appended). A failed job does not stop the others. `on_done(job)`
     runs in this process right after a job exits successfully (the comparison archives the run
     there, so a session that ends half-way keeps every run finished before). Interrupting (Ctrl-C)
-    terminates the processes started here, then re-raises.
+    terminates the processes started here, then re-raises. `gpus` (default: the visible ones) are
+    split between the jobs running at once, each job's CUDA_VISIBLE_DEVICES its own share.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -119,6 +133,10 @@ def run_jobs(
         if j.done:
             results[j.run_id] = JobResult(j.run_id, "skipped", 0, 0.0, str(j.log))
     running: dict[str, tuple[Job, subprocess.Popen, float, Any, Any]] = {}
+    # GPU shares for the jobs running at once; a job takes a free one when it starts and returns it at its end.
+    slots = job_gpu_slots(visible_gpus() if gpus is None else gpus, min(parallel, max(1, len(pending))))
+    free_slots = list(slots or [])
+    slot_of: dict[str, str] = {}
     with Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -140,8 +158,18 @@ def run_jobs(
                     fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(job.cmd)}\n")
                     # Own session: an interrupt here ends the run's whole process group (its verifier
                     # workers too), and a terminal's Ctrl-C reaches only this supervisor.
+                    job_env = env
+                    if free_slots:
+                        slot_of[job.run_id] = free_slots.pop(0)
+                        job_env = {**env, "CUDA_VISIBLE_DEVICES": slot_of[job.run_id]}
+                        fh.write(f"CUDA_VISIBLE_DEVICES={slot_of[job.run_id]}\n")
                     proc = subprocess.Popen(
-                        job.cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(), start_new_session=True
+                        job.cmd,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        env=job_env,
+                        cwd=os.getcwd(),
+                        start_new_session=True,
                     )
                     tid = progress.add_task(f"  {job.run_id}", total=None)
                     running[job.run_id] = (job, proc, time.perf_counter(), fh, tid)
@@ -154,6 +182,8 @@ def run_jobs(
                     fh.close()
                     progress.remove_task(tid)
                     del running[run_id]
+                    if run_id in slot_of:
+                        free_slots.append(slot_of.pop(run_id))
                     secs = time.perf_counter() - t0
                     ok = rc == 0
                     results[run_id] = JobResult(

@@ -143,7 +143,21 @@ class Session:
         return c.model.lora is not None and c.rollout.engine == "vllm" and c.rollout.lora_requests
 
     def _load_engine(self):
-        return build_engine(self.run.policy(0), self.cfg)
+        longest = self.longest_prompt() if self.cfg.rollout.engine == "vllm" else None  # vLLM's max_model_len
+        return build_engine(self.run.policy(0), self.cfg, longest_prompt=longest)
+
+    def longest_prompt(self) -> int | None:
+        """Tokens in the longest prompt of the run's splits (chat template applied, as the stages encode
+        them); None when the run has no data yet."""
+        from thinking_seeds.engine.models import encode_prompt
+
+        lengths = [
+            len(encode_prompt(self.tokenizer, p.chat()))
+            for split in ("train", "validation", "test")
+            if (self.run.data_dir / f"{split}.parquet").is_file()
+            for p in self.prompts(split)
+        ]
+        return max(lengths, default=None)
 
     def policy(self, step: int) -> Path:
         """θ_step for the engine: its checkpoint's path, whose weights the engine takes from memory when
@@ -200,7 +214,10 @@ class Session:
         key = (str(self.run.root.resolve()), r.engine, self.cfg.engine_dtype, self.cfg.device, r.batch_size, r.workers)
         key += (r.worker_gpus, r.tensor_parallel_size)
         key += (c.worker_cpus, c.shard_retries, c.weights, self.cfg.pool.size if self._lora_requests else None)
-        return _ray_pool("rollout", key, lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers))
+        longest = self.longest_prompt() if r.engine == "vllm" else None
+        return _ray_pool(
+            "rollout", key, lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers, longest_prompt=longest)
+        )
 
     @property
     def verifier(self) -> Verifier:

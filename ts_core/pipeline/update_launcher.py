@@ -15,7 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from thinking_seeds.config import RunConfig
+from thinking_seeds.config.placement import placement
 from thinking_seeds.engine.models import resolve_device
 from thinking_seeds.store.run_dir import RunDir
 
@@ -49,8 +52,11 @@ def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], boo
         "no",
     ]
     device = resolve_device(cfg.device)  # a device this machine lacks fails here, in one line
-    if device.type == "cuda" and device.index and total == 1:
-        cmd += ["--gpu_ids", str(device.index)]  # device=cuda:N: the worker sees that GPU as cuda:0
+    # The trainer processes' GPUs on this machine (update.gpu_ids, or as config/placement.py derives them):
+    # accelerate hands rank r the r-th of them as its cuda:0, so no rank lands on the engine's GPU by accident.
+    gpus = placement(cfg, torch.cuda.device_count() if device.type == "cuda" else 0).trainer_gpus
+    if gpus:
+        cmd += ["--gpu_ids", ",".join(str(g) for g in gpus)]
     if total > 1:
         # With Accelerator(cpu=True) this means gloo DDP on CPU (docs/algorithm.md §7).
         cmd += ["--multi_gpu"]
