@@ -29,7 +29,7 @@ from thinking_seeds.config.sections import (
     checks_outside,
 )
 
-__all__ = ["DEVICE_RE", "RunConfig"]
+__all__ = ["DEFAULTS_BEFORE", "DEVICE_RE", "RunConfig", "keep_defaults_before"]
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 # Keys left out of config_hash: `device` says where a run computes, not what (a run started on a CPU
@@ -60,7 +60,7 @@ _HASH_OUT_AT_DEFAULT = {
     ("prefix", "ratio_of"): "draft",
     ("update", "num_machines"): 1,  # hashed when set, as num_processes: the group's size orders its sums
     ("rollout", "lora_requests"): LORA_REQUESTS_DEFAULT,
-    ("update", "max_tokens_per_micro_batch"): None,
+    ("update", "max_tokens_per_micro_batch"): None,  # its default before it became a budget (DEFAULTS_BEFORE)
     ("update", "packed"): False,
     ("update", "strategy"): "ddp",
     ("rollout", "filter_groups"): False,
@@ -74,8 +74,34 @@ _HASH_OUT_AT_DEFAULT = {
     ("prefix", "when"): "always",
     ("prefix", "failure_drafts"): 1,
     ("prefix", "steps"): 1,
+    # equal to the plain path to 1e-6 and bitwise when one chunk holds the micro-batch (every tiny preset)
+    ("update", "logprob_chunk_size"): 0,
+    ("update", "gradient_checkpointing"): None,  # recomputes the same activations: the same gradients
     ("update", "lr_warmup_steps"): 0,
 }
+
+
+# Settings whose default changed after runs had started with the old one, and that old value. A run's
+# config.yaml holds every key (config/loading.py save_config), so one that lacks such a key was written
+# before the field existed and means the old value (load_saved_config reads it so); `ts train` on a run
+# whose config.yaml holds the old value continues with it, not with today's preset or default
+# (keep_defaults_before, from pipeline/resume.py): the run keeps its config hash and computes what it
+# computed. The hash leaves these keys out at their old value (_HASH_OUT_AT_DEFAULT), so new runs
+# that use the new default hash it.
+DEFAULTS_BEFORE: dict[tuple[str, str], Any] = {
+    # padded micro-batches of update.micro_batch_size sequences, until token budgets became the default
+    ("update", "max_tokens_per_micro_batch"): None,
+}
+
+
+def keep_defaults_before(saved: RunConfig, cfg: RunConfig) -> RunConfig:
+    """`cfg` with each DEFAULTS_BEFORE setting at its old value where the run's saved config holds that
+    value: a run started before a default changed continues as it started, whatever the preset says now."""
+    for (section, key), old in DEFAULTS_BEFORE.items():
+        if getattr(getattr(saved, section), key) == old and getattr(getattr(cfg, section), key) != old:
+            moved = getattr(cfg, section).model_copy(update={key: old})
+            cfg = cfg.model_copy(update={section: moved})
+    return cfg
 
 
 class RunConfig(_Section):

@@ -204,7 +204,8 @@ class PrefixConfig(_Section):
         "token",
         description="Where a seed ends. token: at ⌊λ·|z|⌋. line: back from there to the last step boundary (a "
         "newline, ',' or ';'). steps: after exactly prefix.steps complete lines (newline-ended) of the draft, "
-        "whatever λ (none of them the boxed answer); a draft with fewer steps gives no seed and its slot an on-policy sample.",
+        "whatever λ (none of them the boxed answer); a draft with fewer steps gives no seed and its slot an "
+        "on-policy sample.",
     )
     steps: int = Field(
         1,

@@ -225,19 +225,41 @@ class UpdateConfig(_Section):
         description="Sequences per forward/backward (gradient accumulation); not used with max_tokens_per_micro_batch.",
     )
     max_tokens_per_micro_batch: int | None = Field(
-        None,
+        4096,
         ge=1,
         description="Token budget of a forward/backward instead of micro_batch_size sequences: each process's "
         "sequences sorted by length and cut so that a micro-batch's input holds at most this many tokens (padded "
         "layout: rows x (longest context + longest response); packed: the sum of its tokens; a longer sequence "
         "trains alone). The loss is normalised by the mini-batch's global counts, so the gradient is the same as "
-        "with micro_batch_size (tested). None: micro_batch_size sequences in the shuffled order.",
+        "with micro_batch_size (tested). The default, 4096, is half the padded default's largest tensor (64 "
+        "sequences x (32 + 96) tokens), so memory never grows; sorted micro-batches compute less padding, and on "
+        "a CPU small ones stay in cache: the tiny preset's update took 0.61-0.86x the padded time at 1024-4096 "
+        "(bench/micro_batches.py; each preset sets its own). null: micro_batch_size sequences in the shuffled "
+        "order, padded (the default of runs started before; they keep it).",
     )
     packed: bool = Field(
         False,
         description="With max_tokens_per_micro_batch: run each micro-batch as one row of concatenated sequences, "
         "positions restarting per sequence and no padding (transformers' packed-sequence masks: varlen kernels on "
         "flash attention, a block-diagonal mask on sdpa/eager, where attention still spans the whole row).",
+    )
+    logprob_chunk_size: int | None = Field(
+        0,
+        ge=0,
+        description="Tokens per chunk of the LM head when the update scores responses: log-probs and entropies "
+        "are computed a chunk at a time and recomputed in the backward pass (engine/token_scores.py), so no "
+        "(tokens x vocabulary) tensor is kept: ~1-2 bytes per (response token x vocabulary entry) instead of ~20. "
+        "0: as many tokens as keep a chunk's fp32 logits within 16M entries (110 tokens at a 152k vocabulary; the "
+        "whole micro-batch at the tiny presets' 39, which is then bitwise the plain path). None: the plain path "
+        "(full logits). Gradients equal the plain path's to 1e-6 (tested).",
+    )
+    gradient_checkpointing: bool | None = Field(
+        None,
+        description="Recompute each decoder layer's activations in the backward pass instead of keeping them "
+        "(transformers' gradient checkpointing): activation memory of a layer's input per token instead of the "
+        "whole layer's, for ~30% more forward compute. None: on for models of 1B parameters or more (at 1.5B a "
+        "token's activations are ~3 MB in bf16, so a few thousand tokens per micro-batch outgrow a GPU next to "
+        "16 bytes per parameter of weights, gradients and AdamW), off below (where it only costs time).",
     )
     strategy: Literal["ddp", "fsdp2"] = Field(
         "ddp",

@@ -128,6 +128,14 @@ class DeviceError(ValueError):
     """A `device` setting this machine cannot honour, with what to do about it."""
 
 
+def release_cached_memory(device: torch.device) -> None:
+    """Hand the CUDA caching allocator's free blocks back to the GPU: between generation and update the
+    engine and the trainer (two processes, each with its own allocator) take turns on one device, and a
+    block one keeps cached at its peak is memory the other cannot have. A no-op on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     """`auto` -> the first CUDA GPU when torch sees one, else the CPU; `cpu`, `cuda`, `cuda:N` as given.
 

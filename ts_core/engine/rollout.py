@@ -12,7 +12,7 @@ the same interface.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -238,8 +238,13 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(
-        self, contexts: Sequence[Sequence[int]], params: SamplingParams, max_new: Sequence[int] | None = None
+        self,
+        contexts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        max_new: Sequence[int] | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> list[Generation]:
+        """`progress(n)`: called with the requests done so far after each batch (evaluation's progress lines)."""
         limits = token_limits(contexts, params, max_new)
         # Past max_position_embeddings the positions are ones the model never saw: refuse, as vLLM's engine does.
         refuse_overlong(
@@ -254,6 +259,8 @@ class HFEngine:
         for start in range(0, len(contexts), self.batch_size):
             end = start + self.batch_size
             out.extend(self._generate_batch(contexts[start:end], limits[start:end], params, gen))
+            if progress is not None:
+                progress(len(out))
         return out
 
     def _left_padded(self, contexts, width: int):
@@ -280,7 +287,9 @@ class HFEngine:
         for group in prefill_groups([len(c) for c in uniq]):
             w = group_width(max(len(uniq[u]) for u in group), L)
             ids, attn, pos = self._left_padded([uniq[u] for u in group], w)
-            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+            # logits_to_keep=1: only the last position is sampled from; the (rows, width, V) logits of the
+            # whole context would be ~20 GB for 128 rows x 256 tokens at a 152k vocabulary
+            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
             # every row of the batch whose context is one of this group's, and where its prefill sits
             src = torch.tensor(
                 [j for j, u in enumerate(group) for _ in rows_of[u]], dtype=torch.long, device=self.device
@@ -318,7 +327,7 @@ class HFEngine:
         ids, attn, pos = self._left_padded(heads, L)  # the whole batch's mask and positions: every step's
         past = _kv_cache(self.model, L + steps, B)
         if past is None:  # the model's own cache: one prefill of the whole padded batch
-            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
             past, logits = res.past_key_values, res.logits[:, -1, :]
         else:
             logits = self._grouped_prefill(heads, L, past)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from thinking_seeds.engine.token_scores import chunk_tokens, head_scores, supports_head_scores
+
 
 @dataclass
 class ResponseScores:
@@ -52,16 +54,29 @@ def score_responses(
     pad_id: int,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    chunk_size: int | None = None,
+    entropy_grad: bool = True,
 ) -> ResponseScores:
     """log π(response_t | context, response_<t) / T-scaled, for every response token.
 
     Runs with whatever grad mode the caller set: under `torch.no_grad()` for analysis, with grad
-    in the update.
+    in the update. `chunk_size` (tokens; 0: sized by the vocabulary) scores through the LM head in
+    chunks (engine/token_scores.py: no (B, T, V) tensor); None, or a head it cannot stand in for:
+    the plain path. `entropy_grad=False` keeps the entropy out of the graph (chunked path).
     """
     dev = next(model.parameters()).device
     ids, attn, pos, resp, rmask = pack(contexts, responses, pad_id, dev)
     T = resp.shape[1]
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
+    kw = dict(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
+    if chunk_size is not None and supports_head_scores(model):
+        chunk = chunk_tokens(model.get_output_embeddings().out_features, chunk_size)
+        with head_scores(
+            model, resp, temperature=temperature, chunk=chunk, entropy=with_entropy, entropy_grad=entropy_grad
+        ):
+            scores = model(**kw).logits
+        logprobs = scores[..., 0].masked_fill(~rmask, 0.0)
+        return ResponseScores(logprobs=logprobs, entropy=scores[..., 1] if with_entropy else None, mask=rmask)
+    out = model(**kw)
     # Position j predicts token j+1: logits at columns Lc-1 .. Lc+T-2 score the T response tokens.
     logits = out.logits[:, :T, :].float() / temperature
     logz = torch.logsumexp(logits, dim=-1)

@@ -10,6 +10,7 @@ step, the checkpoint's path (a kill before the write ends makes resume redo this
 
 from __future__ import annotations
 
+from thinking_seeds.engine.models import release_cached_memory, resolve_device
 from thinking_seeds.pipeline.policy_chain import (
     chain_job,
     checkpoint_due,
@@ -38,6 +39,7 @@ def update(s: Session, k: int) -> Manifest:
     # overlap, and the CPU copy a background write takes would double the trainer's memory at the end.
     background = handoff and k + 1 < cfg.iterations
     save = ("background" if background else "sync") if checkpoint_due(cfg, k + 1) else None
+    release_cached_memory(resolve_device(cfg.device))  # what generation left cached, for the trainer's peak
     if cfg.update.launcher == "accelerate_per_update":
         # The launcher's hand-over file sits with the manifests; `ts check` knows to skip it.
         metrics_path = run.manifest_path(k, "update_metrics")

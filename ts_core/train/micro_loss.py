@@ -55,11 +55,17 @@ def autocast(cfg: RunConfig, model):
 
 def score(model, mb: Batch, cfg: RunConfig, pad_id: int, with_entropy: bool) -> ResponseScores:
     """The micro-batch's response log-probs (B, T): padded (engine/scoring.py) or, with update.packed,
-    from one packed row (train/packed_scoring.py); the same tensors either way."""
-    t = cfg.rollout.temperature
+    from one packed row (train/packed_scoring.py); the same tensors either way. Through the LM head in
+    chunks (update.logprob_chunk_size); the entropy has a gradient only when the loss uses it."""
+    kw = dict(
+        temperature=cfg.rollout.temperature,
+        with_entropy=with_entropy,
+        chunk_size=cfg.update.logprob_chunk_size,
+        entropy_grad=cfg.loss.entropy_coeff > 0,
+    )
     if cfg.update.packed:
-        return score_packed(model, mb.contexts, mb.responses, temperature=t, with_entropy=with_entropy)
-    return score_responses(model, mb.contexts, mb.responses, pad_id=pad_id, temperature=t, with_entropy=with_entropy)
+        return score_packed(model, mb.contexts, mb.responses, **kw)
+    return score_responses(model, mb.contexts, mb.responses, pad_id=pad_id, **kw)
 
 
 def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSettings, ref_model=None):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from thinking_seeds.engine.scoring import ResponseScores
+from thinking_seeds.engine.token_scores import chunk_tokens, head_scores, supports_head_scores
 
 
 def pack_row(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]):
@@ -48,8 +49,11 @@ def score_packed(
     *,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    chunk_size: int | None = None,
+    entropy_grad: bool = True,
 ) -> ResponseScores:
-    """engine/scoring.score_responses's result, from one packed row instead of a padded batch."""
+    """engine/scoring.score_responses's result, from one packed row instead of a padded batch (`chunk_size`
+    and `entropy_grad` as there)."""
     dev = next(model.parameters()).device
     ids, pos, keep, rows, cols, targets = (x.to(dev) for x in pack_row(contexts, responses))
     B, T = len(responses), max(1, max(len(r) for r in responses))
@@ -59,7 +63,18 @@ def score_packed(
     entropy = torch.zeros((B, T), dtype=torch.float32, device=dev) if with_entropy else None
     if keep.numel() == 0:
         return ResponseScores(logprobs=logprobs, entropy=entropy, mask=mask)
-    out = model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False, logits_to_keep=keep)
+    kw = dict(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False, logits_to_keep=keep)
+    if chunk_size is not None and supports_head_scores(model):
+        chunk = chunk_tokens(model.get_output_embeddings().out_features, chunk_size)
+        with head_scores(
+            model, targets[None], temperature=temperature, chunk=chunk, entropy=with_entropy, entropy_grad=entropy_grad
+        ):
+            scores = model(**kw).logits[0]  # (K, 2)
+        logprobs = logprobs.index_put((rows, cols), scores[:, 0])
+        if with_entropy:
+            entropy = entropy.index_put((rows, cols), scores[:, 1])
+        return ResponseScores(logprobs=logprobs, entropy=entropy, mask=mask)
+    out = model(**kw)
     logits = out.logits[0].float() / temperature  # (K, V)
     logz = torch.logsumexp(logits, dim=-1)
     logprobs = logprobs.index_put((rows, cols), logits.gather(-1, targets[:, None]).squeeze(-1) - logz)

@@ -38,7 +38,7 @@ import torch
 
 from thinking_seeds.config import RunConfig, load_saved_config
 from thinking_seeds.engine.lora import load_policy
-from thinking_seeds.engine.models import load_model, resolve_device
+from thinking_seeds.engine.models import load_model, release_cached_memory, resolve_device
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.checkpoints import OPTIMIZER_NAME, save_checkpoint
 from thinking_seeds.store.optimizer_state import load_optimizer_state
@@ -91,6 +91,18 @@ class TrainState:
     gathered: tuple[Any, Any] | None = None
 
 
+# update.gradient_checkpointing=None turns it on from this size (the field's help says why)
+CHECKPOINTING_FROM_PARAMS = 1_000_000_000
+
+
+def gradient_checkpointing(cfg: RunConfig, model) -> bool:
+    """Whether the update recomputes activations: update.gradient_checkpointing, or by the model's size."""
+    on = cfg.update.gradient_checkpointing
+    if on is None:
+        on = sum(p.numel() for p in model.parameters()) >= CHECKPOINTING_FROM_PARAMS
+    return bool(on) and getattr(model, "supports_gradient_checkpointing", False)
+
+
 def load_state(
     policy_dir: Path, cfg: RunConfig, ref_dir: Path | None = None, accelerator=None, policy=None
 ) -> TrainState:
@@ -108,6 +120,9 @@ def load_state(
         model.to(device)
     model.train()
     model.config.use_cache = False
+    if gradient_checkpointing(cfg, model):
+        # non-reentrant: no input needs requires_grad (LoRA), and it nests with the head's own checkpoints
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = make_optimizer(model, cfg)
     opt_path = Path(policy_dir) / OPTIMIZER_NAME
     if policy is not None and (Path(policy_dir) / "manifest.json").is_file():
@@ -157,9 +172,13 @@ def update_state(
         )
     t1 = time.perf_counter()
     stats = train_on_batch(st.train_model, batch, cfg, tok.pad_token_id, st.train_optimizer, accelerator, st.ref_model)
+    # Free the gradients now, not at the next update's first step: between updates the engine samples,
+    # and on a shared GPU a model's worth of stale gradients is memory it cannot use.
+    st.train_optimizer.zero_grad(set_to_none=True)
     if st.device.type == "cuda":
         torch.cuda.synchronize(st.device)  # so perf/fwd_bwd_s is the GPU's time, not the launch queue's
         stats.add("perf/cuda_max_memory_gib", torch.cuda.max_memory_allocated(st.device) / 2**30)
+        release_cached_memory(st.device)  # the update's transient blocks, for the engine's turn
     t2 = time.perf_counter()
     # The one reduction (and host-device sync) of the update: sums and counts SUM, maxima MAX over
     # every process, so a mean is over the union of all processes' tokens (algo/stats.py).
