@@ -126,7 +126,9 @@ def check(run_id: str = typer.Argument(..., help="Run to verify.")) -> None:
     run = RunDir.for_run(run_id)
     if not run.root.is_dir():
         raise DataError(f"no run {run_id!r} under {run.root.parent}; see `ts runs`, or set --runs-dir")
-    damage, notes = check_run(run)
+    from thinking_seeds.pipeline.policy_chain import policy_id
+
+    damage, notes = check_run(run, policy_ids=lambda step: policy_id(run, step))
     for line in notes:
         typer.echo(line)
     for line in damage:

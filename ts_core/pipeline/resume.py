@@ -13,14 +13,20 @@ refused, naming each key with its old and new value.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from thinking_seeds.config import EXTENSION_FILE, RunConfig, load_saved_config
+from thinking_seeds.config import EXTENSION_FILE, ConfigError, RunConfig, load_saved_config, save_config
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.store.atomic import atomic_write
+from thinking_seeds.store.parquet_io import content_hash
 from thinking_seeds.store.run_dir import RunDir
 
-__all__ = ["changed_settings", "continued_config", "record_extension", "resume_line"]
+__all__ = ["changed_settings", "continued_config", "record_extension", "restore_config", "resume_line"]
+
+MAX_STARTED_ITERATIONS = 100_000  # how far restore_config looks for an extended run's first end
 
 
 def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -42,9 +48,10 @@ def changed_settings(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any
 def continued_config(run: RunDir, cfg: RunConfig) -> RunConfig:
     """`cfg` as run `run` continues with it: itself for a new run, the run's identity kept
     (`started_iterations`) for an existing one; ValueError (one line) for a config the run did not start with."""
+    restore_config(run, cfg)
     if not run.config_path.is_file():
         return cfg
-    saved = load_saved_config(run.config_path, check_outside=False)  # iterations: the run's current end
+    saved = saved_config(run)  # iterations: the run's current end
     changed = changed_settings(saved, cfg)
     started = saved.started_iterations
     if set(changed) == {"iterations"} and cfg.iterations > saved.iterations:
@@ -62,6 +69,54 @@ def continued_config(run: RunDir, cfg: RunConfig) -> RunConfig:
     return cfg.model_copy(update={"started_iterations": started})
 
 
+def saved_config(run: RunDir) -> RunConfig:
+    """The run's config.yaml (nothing it names imported); ConfigError saying the file is damaged when it
+    does not read as a config."""
+    try:
+        return load_saved_config(run.config_path, check_outside=False)
+    except ConfigError as e:
+        why = " ".join(str(e).split())
+        raise ConfigError(
+            f"{run.config_path} is damaged ({why[:300]}); `ts train --run-id {run.run_id}` with the run's preset "
+            "and --set values writes it again, or restore it from a copy of the run"
+        ) from None
+
+
+def restore_config(run: RunDir, cfg: RunConfig) -> bool:
+    """Write config.yaml again when it is missing or no longer hashes as the run's prepare manifest
+    recorded, from `cfg` (the preset and --set values the run is resumed with) -- only if that gives
+    exactly the recorded bytes; else ConfigError in one line. True when it was written. An extended
+    run's config.yaml holds its first end: found as the `iterations` whose config hash the run has."""
+    m = run.read_manifest(0, "prepare")
+    recorded = m.hashes.get("config") if m is not None else None
+    if recorded is None or (run.config_path.is_file() and run.file_hash(run.config_path) == recorded):
+        return False
+    first = cfg.started_iterations or cfg.iterations
+    candidates = [first] if cfg.config_hash() == m.config_hash else []
+    if not candidates:  # extended since it started: the first end is a smaller iterations with the run's hash
+        for i in range(1, min(cfg.iterations, MAX_STARTED_ITERATIONS)):
+            if cfg.model_copy(update={"iterations": i, "started_iterations": None}).config_hash() == m.config_hash:
+                candidates = [i]
+                break
+    for i in candidates:
+        started = cfg.model_copy(update={"iterations": i, "started_iterations": None})
+        fd, name = tempfile.mkstemp(prefix=".tmp_config_", dir=run.root)  # a stale temp if killed: cleaned
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            save_config(started, tmp)
+            if content_hash(tmp) == recorded:
+                os.replace(tmp, run.config_path)
+                return True
+        finally:
+            tmp.unlink(missing_ok=True)
+    state = "is missing" if not run.config_path.is_file() else "is damaged or was edited (it does not hash as recorded)"
+    raise ConfigError(
+        f"{run.config_path} {state}, and this preset and --set values do not write the run's own again; pass "
+        f"the ones run {run.run_id} was started with, or restore config.yaml from a copy of the run"
+    )
+
+
 def _show(v: Any) -> str:
     return json.dumps(v) if isinstance(v, (str, list, dict)) or v is None else str(v)
 
@@ -70,7 +125,7 @@ def record_extension(run: RunDir, cfg: RunConfig) -> None:
     """Write the run's new end beside its config.yaml when `cfg` extends it (its lock held)."""
     if cfg.started_iterations is None or not run.config_path.is_file():
         return
-    if load_saved_config(run.config_path, check_outside=False).iterations != cfg.iterations:
+    if saved_config(run).iterations != cfg.iterations:
         atomic_write(run.root / EXTENSION_FILE, json.dumps({"iterations": cfg.iterations}) + "\n")
 
 
@@ -82,13 +137,16 @@ def resume_line(run: RunDir, cfg: RunConfig) -> str | None:
     done = [(k, s) for k, s in order if _manifest_hash(run, k, s) == h]
     if not done:
         return None
-    before = load_saved_config(run.config_path, check_outside=False).iterations if run.config_path.is_file() else 0
+    before = saved_config(run).iterations if run.config_path.is_file() else 0
     head = f"resuming {run.run_id}"
     if 0 < before < cfg.iterations:
         head = f"extending {run.run_id} from {before} to {cfg.iterations} iterations"
     todo = [(k, s) for k, s in order if (k, s) not in set(done)]
     if not todo:
-        return f"run {run.run_id} is complete ({len(done)} stages, {cfg.iterations} iterations): nothing to run"
+        return (
+            f"run {run.run_id} has all its {len(done)} stages ({cfg.iterations} iterations): checking their files "
+            "(a stage whose files are damaged is redone)"
+        )
     k, s = todo[0]
     at = f"iteration {k} ({s})" if k >= 0 else "the evaluation of θ_0"
     return f"{head}: {len(done)} stage{'s' if len(done) != 1 else ''} done, continuing at {at}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,22 +13,32 @@ if TYPE_CHECKING:
 __all__ = ["check_run"]
 
 
-def check_run(run: RunDir) -> tuple[list[str], list[str]]:
+def check_run(run: RunDir, policy_ids: Callable[[int], str] | None = None) -> tuple[list[str], list[str]]:
     """Verify a whole run directory: (damage, notes), one line each.
 
     Damage: a torn or unreadable manifest, an output a manifest names that is missing or no longer
-    hashes as recorded, any policy step or pool snapshot whose files do not match its own manifest.
-    Each line says which stage of which iteration to redo (resume does exactly that). Notes: temp
-    files a killed writer left (removed when the run is next started) and the state of the lock.
-    Reads only; hashes every file.
+    hashes as recorded, a manifest whose inputs' records changed since it was written (an edited
+    manifest upstream), any policy step or pool snapshot whose files do not match its own manifest.
+    Each line says the command that repairs it (resume redoes exactly that stage; prepare writes
+    config.yaml and a generated split again, or copies a user's split again from its file) or what
+    to restore. Notes: temp files a killed writer left (removed when the run is next started) and
+    the state of the lock. Reads only; hashes every file.
+
+    `policy_ids(step)`: θ_step's identity from the current manifests (pipeline/policy_chain.py
+    policy_id); with it, a checkpoint an update wrote in the background (its manifest records no hash)
+    must carry that identity.
     """
     damage: list[str] = []
     seen: set[Path] = set()
-    redo = f"re-run `ts train --run-id {run.run_id}` with its preset and --set values to redo"
+    train = f"`ts train --run-id {run.run_id}` with the run's preset and --set values"
+    redo = f"re-run {train} to redo"
     if not run.config_path.is_file():
-        damage.append(
-            f"{run.config_path} is missing: this is not a complete run directory; start it again with `ts train`"
-        )
+        if run.read_manifest(0, "prepare") is not None:
+            damage.append(f"{run.config_path} is missing: {train} writes it again")
+        else:
+            damage.append(
+                f"{run.config_path} is missing: this is not a complete run directory; start it again with `ts train`"
+            )
     for path in sorted(run.root.glob("manifests/iteration=*/*.json"), key=lambda p: (_iter_of(p), p.name)):
         if path.stem.endswith("_metrics"):
             continue  # the accelerate launcher's hand-over file, not a stage manifest
@@ -40,8 +52,17 @@ def check_run(run: RunDir) -> tuple[list[str], list[str]]:
             p = run.root / rel
             seen.add(p)
             problem = _output_problem(run, p, m.hashes.get(name))
+            if problem is None and stage == "update" and name not in m.hashes and policy_ids is not None:
+                problem = _identity_problem(p, policy_ids(k + 1))
             if problem:
-                damage.append(f"{p} {problem}: {redo} {where}")
+                damage.append(f"{p} {problem}: {_repair(run, stage, name, train, redo, where)}")
+        for key, digest in sorted(m.upstream.items()):
+            up_stage, _, up_k = key.rpartition("@")
+            up = run.read_manifest(int(up_k), up_stage) if up_k.lstrip("-").isdigit() else None
+            now = up.digest if up is not None else "missing"
+            torn = up is None and up_k.lstrip("-").isdigit() and run.manifest_path(int(up_k), up_stage).exists()
+            if now != digest and not torn:  # a torn one is named on its own
+                damage.append(f"{path} was computed from inputs whose record ({key}) has changed since: {redo} {where}")
     for root in (run.policy_root, run.pool_root):
         for d in sorted(root.glob("step_*")) if root.is_dir() else []:
             if d not in seen:
@@ -51,6 +72,33 @@ def check_run(run: RunDir) -> tuple[list[str], list[str]]:
     notes = [f"{p} was left by a killed writer (removed when the run is next started)" for p in run.stale_temps()]
     notes.append(f"lock: {run.lock_state()}")
     return damage, notes
+
+
+def _identity_problem(p: Path, expected: str) -> str | None:
+    """Why a checkpoint whose update recorded no hash is not the θ that update computed, or None."""
+    if not p.is_dir():
+        return None  # pruned (checkpoint.keep_last) or still being written
+    try:
+        found = json.loads((p / "manifest.json").read_text()).get("extra", {}).get("policy_id")
+    except (OSError, ValueError, AttributeError):
+        return "is damaged (its manifest.json does not read)"
+    if found != expected:
+        return f"is not the policy its update computed (policy id {found!r}, expected {expected!r})"
+    return None
+
+
+def _repair(run: RunDir, stage: str, name: str, train: str, redo: str, where: str) -> str:
+    """The command that repairs one damaged output, in words."""
+    if stage != "prepare":
+        return f"{redo} {where}"
+    if name == "config":
+        return f"{train} writes it again"
+    if name == "policy":
+        return f"{train} copies θ_0 again from the base model"
+    user_file = {"train": "data.train_path", "validation": "data.val_path"}.get(name)
+    return f"{train} builds this split again (a generated data source)" + (
+        f" or copies it again from {user_file} (data.source: parquet, if that file is unchanged)" if user_file else ""
+    )
 
 
 def _iter_of(path: Path) -> int:

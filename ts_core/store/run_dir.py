@@ -31,7 +31,7 @@ from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.child_guard import guard_children
 from thinking_seeds.store.compaction import COMPACTED
 from thinking_seeds.store.manifest import Manifest
-from thinking_seeds.store.parquet_io import content_hash, write_table_atomic
+from thinking_seeds.store.parquet_io import DataError, content_hash, write_table_atomic
 from thinking_seeds.store.run_check import check_run
 from thinking_seeds.store.run_lock import RunLockedError
 
@@ -155,7 +155,13 @@ class RunDir:
                 # checkpoint.keep_last removed it on purpose after it was complete: still done
                 ok = is_pruned(p, m.hashes.get(name)) and ok
             elif p.is_dir():
-                ok = self._intact_checkpoint(p) and (name not in m.hashes or self.file_hash(p) == m.hashes[name]) and ok
+                if not self._intact_checkpoint(p):
+                    ok = False
+                elif name in m.hashes and self.file_hash(p) != m.hashes[name]:
+                    # whole in itself but not the checkpoint the stage wrote: the redone stage must
+                    # write its own, not record this one (it only writes a checkpoint that is absent)
+                    self._set_aside(p, "unrecorded")
+                    ok = False
             elif name in m.hashes and self.file_hash(p) != m.hashes[name]:
                 ok = False
         return ok
@@ -172,12 +178,41 @@ class RunDir:
             verified(p)
             return True
         except CheckpointError:
-            if self.owns_lock():
-                aside = p.with_name(f".old_{p.name}_damaged")
-                shutil.rmtree(aside, ignore_errors=True)
-                os.replace(p, aside)  # atomic; a crash before the rmtree leaves a stale temp, cleaned on takeover
-                shutil.rmtree(aside, ignore_errors=True)
+            self._set_aside(p, "damaged")
             return False
+
+    def _set_aside(self, p: Path, why: str) -> None:
+        """Remove checkpoint folder `p` if this process owns the run (a reader only reports it)."""
+        if self.owns_lock():
+            aside = p.with_name(f".old_{p.name}_{why}")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(p, aside)  # atomic; a crash before the rmtree leaves a stale temp, cleaned on takeover
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def config_problem(self) -> str | None:
+        """Why this run's config.yaml is not the one its prepare stage recorded (one line), or None.
+
+        A run directory is data until this holds: the commands that import what a config names (a
+        reward function, trackers) check it first (docs/security.md)."""
+        redo = f"`ts train --run-id {self.run_id}` with the run's preset and --set values writes it again"
+        m = self.read_manifest(0, "prepare")
+        recorded = m.hashes.get("config") if m is not None else None
+        if not self.config_path.is_file():
+            return f"{self.config_path} is missing: {redo}"
+        if recorded is None:
+            return (
+                f"run {self.run_id} has no record of its config.yaml ({self.manifest_path(0, 'prepare')} is missing "
+                f"or torn), so nothing vouches for it: {redo}"
+            )
+        if self.file_hash(self.config_path) != recorded:
+            return f"{self.config_path} is damaged or was edited (it does not hash as the run recorded): {redo}"
+        return None
+
+    def check_config(self) -> None:
+        """Raise DataError (one line) unless config.yaml is the one the run recorded (config_problem)."""
+        problem = self.config_problem()
+        if problem is not None:
+            raise DataError(problem)
 
     def upstream_digests(self, deps: list[tuple[str, int]]) -> dict[str, str]:
         """{"stage@k": digest} of the manifests of `deps` ("missing" where a manifest is absent)."""
