@@ -1,7 +1,8 @@
 """Token-budget micro-batches (update.max_tokens_per_micro_batch, update.packed): the grouping never
 changes the gradient, because the loss is normalised by the mini-batch's global token and sequence
 counts (algo/losses.py) -- the padded path's gradient to 1e-6 (fp32, a tiny random Qwen2), per
-loss_agg_mode, with prefix tokens present, and the weights after several optimizer steps."""
+loss_agg_mode, with prefix tokens present, and the weights after several optimizer steps; and each
+preset's default budget (token budgets are the default) against the padded path it replaced."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import random
 import pytest
 import torch
 
+from thinking_seeds.assets import PRESETS_DIR
 from thinking_seeds.config import load_config
 from thinking_seeds.engine.scoring import score_responses
 from thinking_seeds.train.batch import Batch
@@ -72,6 +74,7 @@ def config(agg: str, extra: list[str] = ()):
             "update.grad_clip=1e9",  # no clipping: the raw gradient is compared
             "update.launcher=in_process",
             "update.micro_batch_size=5",
+            "update.max_tokens_per_micro_batch=null",  # padded: the reference (budgets are the default)
             *extra,
         ],
     )
@@ -162,7 +165,7 @@ def test_budget_groups_similar_lengths_within_the_budget_and_ranks_get_equal_cou
 
 def test_the_padded_tokens_shrink():
     """The point of sorting: on a wide spread the padded micro-batches compute far fewer tokens."""
-    cfg_fixed = load_config("tiny", ["update.micro_batch_size=8"])
+    cfg_fixed = load_config("tiny", ["update.micro_batch_size=8", "update.max_tokens_per_micro_batch=null"])
     cfg_budget = load_config("tiny", ["update.max_tokens_per_micro_batch=512"])
     rng = random.Random(5)
     lengths = [(rng.randint(20, 40), int(rng.lognormvariate(3.5, 0.8)) % 256) for _ in range(128)]
@@ -180,7 +183,10 @@ def test_the_padded_tokens_shrink():
     "overrides, needle",
     [
         (["update.max_tokens_per_micro_batch=0"], "update.max_tokens_per_micro_batch: Input should be greater"),
-        (["update.packed=true"], "update.packed=true packs each micro-batch's sequences into one row: set"),
+        (
+            ["update.packed=true", "update.max_tokens_per_micro_batch=null"],
+            "update.packed=true packs each micro-batch's sequences into one row: set",
+        ),
         (["update.strategy=zero"], "update.strategy: Input should be 'ddp' or 'fsdp2'"),
         (["update.strategy=fsdp2", "update.launcher=in_process"], "update.strategy=fsdp2 shards the model across"),
         (
@@ -203,7 +209,47 @@ def test_bad_micro_batch_and_strategy_settings_are_one_line_errors(overrides, ne
 
 
 def test_new_settings_leave_existing_run_hashes_alone():
-    default = load_config("tiny")
-    same = load_config("tiny", ["update.strategy=ddp", "update.packed=false"])
-    assert default.config_hash() == same.config_hash()
-    assert load_config("tiny", ["update.max_tokens_per_micro_batch=512"]).config_hash() != default.config_hash()
+    padded = load_config("tiny", ["update.max_tokens_per_micro_batch=null"])  # the default before budgets
+    same = load_config("tiny", ["update.max_tokens_per_micro_batch=null", "update.strategy=ddp", "update.packed=false"])
+    assert padded.config_hash() == same.config_hash()
+    assert "max_tokens_per_micro_batch" not in padded.hashed_settings()["update"]  # hashed as before the field
+    assert load_config("tiny", ["update.max_tokens_per_micro_batch=512"]).config_hash() != padded.config_hash()
+    assert load_config("tiny").config_hash() != padded.config_hash()  # the new default: another computation
+
+
+PRESETS = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_defaults_to_a_token_budget_with_the_padded_gradient(preset):
+    """Each preset's own budget (and the config default's) splits a batch of 64 spread sequences
+    into several micro-batches, and its gradient is the padded path's to 1e-6."""
+    from thinking_seeds.config import RunConfig
+
+    assert RunConfig().update.max_tokens_per_micro_batch is not None
+    common = ["loss.entropy_coeff=0.01", "update.grad_clip=1e9", "update.launcher=in_process", "update.mini_batches=1"]
+    cfg = load_config(preset, common)
+    assert cfg.update.max_tokens_per_micro_batch is not None, f"{preset} runs padded micro-batches by default"
+    padded = load_config(preset, [*common, "update.max_tokens_per_micro_batch=null", "update.micro_batch_size=64"])
+    model = tiny_model()
+    batch = spread_batch(model, n=64)
+    lengths = [(len(c), len(r)) for c, r in zip(batch.contexts, batch.responses, strict=True)]
+    # the budget as the preset sets it, or a quarter of it: a split of this small batch either way
+    small = cfg.model_copy(
+        update={
+            "update": cfg.update.model_copy(
+                update={"max_tokens_per_micro_batch": cfg.update.max_tokens_per_micro_batch // 4}
+            )
+        }
+    )
+    ref = gradient(model, batch, padded)
+    for budgeted in (cfg, small):
+        ((_, micro),) = schedule(len(batch), budgeted, 0, 0, 1, lengths=lengths)
+        assert micro and sorted(i for m in micro for i in m) == list(range(len(batch)))
+        got = gradient(model, batch, budgeted)
+        for name in ref:
+            torch.testing.assert_close(
+                got[name], ref[name], rtol=0, atol=1e-6, msg=lambda m, n=name: f"{preset} {n}: {m}"
+            )
+    ((_, micro),) = schedule(len(batch), small, 0, 0, 1, lengths=lengths)
+    assert len(micro) > 1  # the quarter budget really split the batch

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from thinking_seeds.algorithms import ALGORITHMS
 from thinking_seeds.assets import PRESETS_DIR  # package data: data/presets in a checkout
-from thinking_seeds.config.run_config import RunConfig
+from thinking_seeds.config.run_config import DEFAULTS_BEFORE, RunConfig
 from thinking_seeds.config.sections import CHECK_OUTSIDE
 
 __all__ = [
@@ -208,6 +208,11 @@ EXTENSION_FILE = "extension.json"
 def load_saved_config(path: Path, check_outside: bool = True) -> RunConfig:
     """A run directory's config.yaml, with the run's extension (EXTENSION_FILE) applied when it has one."""
     data = _read_yaml(path)
+    if isinstance(data, dict):  # a key written before its field existed: the value it meant then
+        for (section, key), before in DEFAULTS_BEFORE.items():
+            part = data.get(section, {})
+            if isinstance(part, dict) and key not in part:
+                data = {**data, section: {**part, key: before}}
     ext = path.with_name(EXTENSION_FILE)
     if isinstance(data, dict) and ext.is_file():
         try:

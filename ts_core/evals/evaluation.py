@@ -6,10 +6,16 @@ from historical seeds (prefix + current continuation) give two pass@k curves.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from thinking_seeds.algo.metrics import pass_at_k_curve
 from thinking_seeds.data.chain_sum import strategy_of
@@ -59,6 +65,41 @@ def powers_of_two_upto(n: int) -> list[int]:
     return ks
 
 
+class ProgressLines:
+    """`evaluate θ_4: 410/1024 samples (40%), 3.1 s` each time another tenth of a call's samples is
+    done: whole lines, never a carriage return, so a piped or logged evaluation shows them as well."""
+
+    def __init__(self, what: str, total: int, out: TextIO | None = None) -> None:
+        self.what, self.total, self.out = what, total, out
+        self.t0, self.shown = time.perf_counter(), 0
+
+    def __call__(self, done: int) -> None:
+        tenth = done * 10 // max(1, self.total)
+        if tenth <= self.shown:
+            return
+        self.shown = tenth
+        print(
+            f"{self.what}: {done}/{self.total} samples ({100 * done // max(1, self.total)}%), "
+            f"{time.perf_counter() - self.t0:.1f} s",
+            file=self.out or sys.stderr,
+            flush=True,
+        )
+
+
+def _no_timer(_: str) -> AbstractContextManager:
+    return contextlib.nullcontext()
+
+
+def _generate(engine, contexts, params, caps, progress: Callable[[int], None] | None):
+    """engine.generate, reporting progress where the engine can (the HF engine, after each batch)."""
+    if progress is not None and "progress" in inspect.signature(engine.generate).parameters:
+        return engine.generate(contexts, params, max_new=caps, progress=progress)
+    gens = engine.generate(contexts, params, max_new=caps)
+    if progress is not None:
+        progress(len(gens))
+    return gens
+
+
 def evaluate_prompts(
     engine,
     tokenizer,
@@ -72,11 +113,16 @@ def evaluate_prompts(
     prefixes: Sequence[Sequence[int]] | None = None,
     keep_samples: bool = False,
     label: Callable[[str, float], str | None] | None = None,
+    timer: Callable[[str], AbstractContextManager] = _no_timer,
+    part: str = "",
+    progress: str | None = None,
 ) -> EvalResult:
     """Sample n responses per prompt (optionally each continuing `prefixes[i*n + j]`) and score them.
 
     `label(text, reward)`: the task's solution label (None: chain_sum's strategy share instead);
     gives per-prompt distinct labels and label entropy, and `per_prompt` rows for every prompt.
+    `timer(name)` times `<part>generation` (sampling) and `<part>verification` (decoding and scoring);
+    `progress` names the evaluation in the progress lines (ProgressLines, on stderr; None: silent).
     """
     contexts, owners = [], []
     for i, p in enumerate(prompts):
@@ -87,15 +133,16 @@ def evaluate_prompts(
             owners.append((i, pre))
     # A seeded response is prefix + continuation, capped at max_new_tokens in total.
     caps = [max(0, max_new_tokens - len(pre)) for _, pre in owners]
-    gens = engine.generate(
-        contexts,
-        SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, feed_context=True),
-        max_new=caps,
-    )
-    texts = [
-        tokenizer.decode(pre + g.token_ids, skip_special_tokens=True) for (i, pre), g in zip(owners, gens, strict=True)
-    ]
-    verdicts = verifier.score_batch(texts, [prompts[i] for i, _ in owners])
+    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, feed_context=True)
+    lines = ProgressLines(progress, len(contexts)) if progress else None
+    with timer(f"{part}generation"):
+        gens = _generate(engine, contexts, params, caps, lines)
+    with timer(f"{part}verification"):
+        texts = [
+            tokenizer.decode(pre + g.token_ids, skip_special_tokens=True)
+            for (i, pre), g in zip(owners, gens, strict=True)
+        ]
+        verdicts = verifier.score_batch(texts, [prompts[i] for i, _ in owners])
 
     correct = [0] * len(prompts)
     solutions: list[set[str]] = [set() for _ in prompts]

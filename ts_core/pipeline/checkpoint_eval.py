@@ -20,7 +20,7 @@ from typing import Any
 from thinking_seeds.config import load_saved_config
 from thinking_seeds.pipeline.policy_steps import policy_step
 from thinking_seeds.pipeline.session import Session, Timer
-from thinking_seeds.pipeline.stage_evaluate import evaluate_policy
+from thinking_seeds.pipeline.stage_evaluate import evaluate_policy, time_metrics
 from thinking_seeds.store.checkpoints import list_checkpoints
 from thinking_seeds.store.run_dir import RunDir
 
@@ -86,7 +86,7 @@ def evaluate_checkpoint(
     finally:
         s.close()
     metrics["eval/prompts"] = float(cfg.eval.prompts)
-    metrics.update({f"time/evaluate/{part}": sec for part, sec in t.seconds.items()})
+    metrics.update(time_metrics(t))
     path = run.write_metrics(step, stage or f"evaluate-{split}", metrics)
     return {"run_id": run.run_id, "step": step, "split": split, "path": run.rel(path), "metrics": metrics}
 

@@ -6,8 +6,9 @@ every manifest and in a comparison's archive. The same command resumes the run a
 without a manifest. Raising `iterations` extends a finished or stopped run: the new end is recorded
 beside config.yaml (config/loading.py EXTENSION_FILE) and the config keeps hashing as it started
 (`RunConfig.started_iterations`), so every finished stage stays done -- the stage seeds do not read
-`iterations` (graph.stage_seed) and the evaluation of the old end stays on disk. Any other change is
-refused, naming each key with its old and new value.
+`iterations` (graph.stage_seed) and the evaluation of the old end stays on disk. A setting whose
+default changed since the run started (config/run_config.py DEFAULTS_BEFORE) keeps the run's value.
+Any other change is refused, naming each key with its old and new value.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import EXTENSION_FILE, ConfigError, RunConfig, load_saved_config, save_config
+from thinking_seeds.config.run_config import keep_defaults_before
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.parquet_io import content_hash
@@ -52,6 +54,7 @@ def continued_config(run: RunDir, cfg: RunConfig) -> RunConfig:
     if not run.config_path.is_file():
         return cfg
     saved = saved_config(run)  # iterations: the run's current end
+    cfg = keep_defaults_before(saved, cfg)  # a run started before a default changed keeps its value
     changed = changed_settings(saved, cfg)
     started = saved.started_iterations
     if set(changed) == {"iterations"} and cfg.iterations > saved.iterations:

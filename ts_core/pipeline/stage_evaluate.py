@@ -27,10 +27,19 @@ def evaluate(s: Session, k: int) -> Manifest:
     if eval_due(s.cfg, k):
         # The seeded (explorable-space) evaluation doubles the cost: only for the final policy.
         metrics = evaluate_policy(s, k + 1, t, seeded=s.cfg.eval.seeded and k == s.cfg.iterations - 1)
-        m.record(s.run, "metrics", s.run.write_metrics(k + 1, "evaluate", metrics))
+        # The file holds the evaluation's time too (time/evaluate/*: every run's, read as any stage's);
+        # the manifest's metrics stay the evaluation's results.
+        written = s.run.write_metrics(k + 1, "evaluate", {**metrics, **time_metrics(t)})
+        m.record(s.run, "metrics", written)
         m.metrics = metrics
     m.seconds = t.seconds
     return m
+
+
+def time_metrics(t: Timer) -> dict[str, float]:
+    """`time/evaluate/<part>`: seconds of generation, verification, the seeded evaluation's drafts,
+    generation and verification, weights and model loads."""
+    return {f"time/evaluate/{part}": sec for part, sec in t.seconds.items()}
 
 
 def evaluate_policy(
@@ -46,18 +55,19 @@ def evaluate_policy(
     t = t or Timer()
     s.use_weights(s.policy(step), t)
     prompts = s.prompts(cfg.eval.split)[: cfg.eval.prompts]
-    with t("generation"):
-        res = evaluate_prompts(
-            s.engine(t),
-            s.tokenizer,
-            prompts,
-            s.verifier,
-            n=cfg.eval.samples,
-            temperature=cfg.eval.temperature,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            seed=stage_seed(cfg, step, "evaluate"),
-            label=s.label(),
-        )
+    res = evaluate_prompts(
+        s.engine(t),
+        s.tokenizer,
+        prompts,
+        s.verifier,
+        n=cfg.eval.samples,
+        temperature=cfg.eval.temperature,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        seed=stage_seed(cfg, step, "evaluate"),
+        label=s.label(),
+        timer=t,
+        progress=f"evaluate θ_{step} ({cfg.eval.split})",
+    )
     metrics = res.flat("eval")
     rows = [dict(r, mode="plain") for r in res.per_prompt]
     if seeded:
@@ -96,7 +106,7 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
         params = SamplingParams(cfg.eval.temperature, 1.0, T, seed=stage_seed(cfg, step, f"evaluate/seeded/{src}"))
         # prefix.ratio_of=budget: each draft stops at its cut, as in the seeds stage.
         caps = [budget_tokens(plan[j][2], T) for j in idx] if cfg.prefix.ratio_of == "budget" else None
-        with t("generation"):
+        with t("seeded_drafts"):
             gens = s.engine(t).generate([ctx[plan[j][0]] for j in idx], params, max_new=caps)
             for j, g in zip(idx, gens, strict=True):
                 pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut != "token" else None
@@ -104,17 +114,19 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
                 L = seed_length(g.token_ids, g.finished, plan[j][2], pre.ratio_of, T, pre.cut, pieces, pre.steps)
                 drafts[j] = g.token_ids[:L]
     s.use_weights(s.policy(step), t)
-    with t("generation"):
-        res = evaluate_prompts(
-            s.engine(t),
-            s.tokenizer,
-            prompts,
-            s.verifier,
-            n=n,
-            temperature=cfg.eval.temperature,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            seed=stage_seed(cfg, step, "evaluate/cont"),
-            prefixes=[drafts[j] for j in range(len(plan))],
-            label=s.label(),
-        )
+    res = evaluate_prompts(
+        s.engine(t),
+        s.tokenizer,
+        prompts,
+        s.verifier,
+        n=n,
+        temperature=cfg.eval.temperature,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        seed=stage_seed(cfg, step, "evaluate/cont"),
+        prefixes=[drafts[j] for j in range(len(plan))],
+        label=s.label(),
+        timer=t,
+        part="seeded_",
+        progress=f"evaluate θ_{step} seeded",
+    )
     return res.flat("eval_seeded"), res.per_prompt
