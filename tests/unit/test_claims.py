@@ -90,7 +90,7 @@ def test_claims_markdown_on_a_made_up_comparison(tmp_path):
     data = {"members": members, "per_run": per_run, "base_test": {"test/accuracy": 0.25, "test/pass@8": 0.55}}
     md = claims_markdown(data, variants, tmp_path)
     lines = {line.split(" | ")[0].lstrip("| "): line for line in md.splitlines() if line.startswith("| ")}
-    assert lines["1. beats GRPO on pass@1"].endswith("| holds |") and "+0.0500" in lines["1. beats GRPO on pass@1"]
+    assert lines["1. beats GRPO on pass@1"].endswith("| holds | — |") and "+0.0500" in lines["1. beats GRPO on pass@1"]
     assert "inconclusive" in lines["2. higher effective entropy"]  # identical everywhere: zero spread
     assert "| holds" in lines["3. less gradient lost to clipping"]
     assert "2 test prompts θ_0 solves in < 25%" in md and "share of the 2 hard prompts" in md
@@ -154,6 +154,8 @@ def _plateau_like(tmp_path):
             }
             # validation pass@1: grpo rises fast (0.59 at 50), TS slowly (0.59 only at 150)
             acc = {0: 0.54, 50: 0.59, 100: 0.62, 150: 0.63} if not ts else {0: 0.54, 50: 0.56, 100: 0.575, 150: 0.589}
+            if ts:  # seed noise, so that a match has a standard error (0.0021 here) to be judged by
+                acc = {it: v + 0.003 * (s - 2) for it, v in acc.items()}
             pat = {it: 1.0 + 0.001 * s + (0.01 if ts and it == 150 else 0.0) for it in acc}
             curves[rid] = {
                 "eval/accuracy": sorted(acc.items()),
@@ -182,7 +184,7 @@ def test_claims_table_adds_seq_mix_half_matched_rows_and_holm(tmp_path):
     assert seq["verdict"] == "fails"  # significantly below seq_mix at every seed after Holm
     matched = [r for r in rows.values() if "at matched validation pass@1" in r["measurement"]]
     assert len(matched) == 2  # effective entropy and distinct patterns (no eval/pass@k curve here)
-    at = "(thinking_seeds θ_150 0.5890, grpo θ_50 0.5900)"
+    at = "(1 pair(s) of thinking_seeds θ vs grpo θ within one SE: θ_150 vs θ_50 0.5890 vs 0.5900 (SE 0.0021))"
     assert all(at in r["measurement"] for r in matched)
     pat = next(r for r in matched if "distinct" in r["measurement"])
     assert [d for _, d in pat["diffs"]] == pytest.approx([0.01] * 5)  # TS's θ_150 vs GRPO's θ_50, same seed

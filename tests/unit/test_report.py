@@ -81,3 +81,26 @@ def test_format_cell():
     assert format_cell("0.3") == "0.3"
     assert format_cell({1: 0.5, 16: 1.0}) == "1: 0.5000, 16: 1.0000"
     assert format_cell(float("nan")) == "nan"
+
+
+def test_the_report_shows_the_seeds_by_source_checkpoint_and_age(report):
+    """Who wrote the seeds: PREFIXES has 4 seeds of θ_0 (iterations 1 and 2) and 2 of θ_1 (iteration 2),
+    so two pool snapshots wrote seeds, at source ages 1-2; their continuations' solve rate is
+    seeded_solve_rate's (θ_0: 2 of its 4 seeded samples solved)."""
+    _, path = report
+    text = path.read_text()
+    section = text.split("### Seeds by source checkpoint")[1].split("\n### ")[0]
+    assert "](seeds_by_source.png)" in section
+    assert "Seeds from 2 source checkpoint(s) of the historical pool at source ages 1–2 iterations." in section
+    assert "| θ_0 | 4 | 66.7% | 0.5000 |" in section and "| θ_1 | 2 | 33.3% |" in section
+    assert "(seeds written by 2 of them)" in text
+    # the diversity plot's right panel is by source age: prefix_diversity's source_age rows feed it
+    assert "| syn | source_age | 1 |" in text and "| syn | source_age | 2 |" in text
+
+
+def test_an_on_policy_run_has_no_seeds_section(tmp_path):
+    make_run(tmp_path, "onp", algorithm="grpo")
+    text = write_report("onp", tmp_path).read_text()
+    assert (
+        "Seeds by source checkpoint" not in text and not (tmp_path / "onp" / "reports" / "seeds_by_source.png").exists()
+    )

@@ -2,7 +2,7 @@
 
     write_report("my-run")  ->  runs/my-run/reports/report.md
                                 runs/my-run/reports/{accuracy,entropy,effective_entropy,clip_fraction,
-                                                     prefix_diversity}.png
+                                                     seeds_by_source,prefix_diversity}.png
 
 Everything is read through `thinking_seeds.store.sql` (read-only DuckDB); every file is written atomically
 (temp file in the same folder, then rename), the Markdown last, so a reader never sees a report
@@ -24,7 +24,7 @@ from typing import Any
 from thinking_seeds.evals.report_plots import PLOTS, POPULATIONS, _merge_identical, _plots
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
-from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, QueryResult, connect, run_named
+from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, QueryResult, connect, query, run_named
 
 __all__ = ["PLOTS", "_merge_identical", "format_cell", "markdown_table", "write_report"]
 
@@ -33,6 +33,12 @@ MAX_TABLE_ROWS = 200
 # the prefix corpus"); `ts sql`'s 60 s default would stop it. The corpus-report deployment runs
 # every 6 hours, so this is the bound on one query, well inside that.
 QUERY_TIMEOUT_S = 1800.0
+# Each iteration's seeds by the pool snapshot that wrote them (source_step = iteration − source_age),
+# from the per-(iteration, source age) aggregates the seeds stage writes: ~1/20 of the corpus to read.
+SEEDS_BY_SOURCE = """
+SELECT iteration, iteration - source_age AS source_step, CAST(sum(prefixes) AS BIGINT) AS seeds
+FROM prefix_groups WHERE source_age >= 0 GROUP BY ALL ORDER BY iteration, source_step
+"""
 # settings worth seeing at the top of a report (dotted keys of config.yaml)
 _HEADLINE_KEYS = (
     "algorithm",
@@ -144,6 +150,43 @@ def _dotted(cfg: dict[str, Any], key: str) -> Any:
     return node
 
 
+def _sources_lines(results: dict[str, QueryResult], failed: dict[str, str]) -> list[str]:
+    """Below the seeds-by-source plot: how many pool snapshots wrote seeds, at which source ages, and
+    per snapshot its seeds and their continuations' solve rate (the seeded_solve_rate table's rows)."""
+    if "seeds_by_source" in failed:
+        return [f"_the query failed: {failed['seeds_by_source']}_", ""]
+    rows = results["seeds_by_source"].to_dicts()
+    if not rows:
+        return []
+    per_source: dict[int, int] = {}
+    for r in rows:
+        per_source[int(r["source_step"])] = per_source.get(int(r["source_step"]), 0) + int(r["seeds"])
+    ages = sorted({int(r["iteration"]) - int(r["source_step"]) for r in rows})
+    solve = {
+        str(r["bucket"]): r
+        for r in results["seeded_solve_rate"].to_dicts()
+        if r.get("kind") == "seeded" and r.get("breakdown") == "source_step"
+    }
+    total = sum(per_source.values())
+    md = [
+        f"Seeds from {len(per_source)} source checkpoint(s) of the historical pool at source ages "
+        f"{ages[0]}–{ages[-1]} iterations"
+        + (" (a checkpoint writes its own iteration's seeds only while the pool is empty)" if 0 in ages else "")
+        + ". Per checkpoint: its seeds and how often their continuations solved the task, next to the on-policy "
+        "samples of the same iterations (`ts sql --query seeded_solve_rate`).",
+        "",
+        "| written by | seeds | share | seeded solve rate | on-policy, same iterations |",
+        "|---|---|---|---|---|",
+    ]
+    for src, n in sorted(per_source.items()):
+        r = solve.get(str(src), {})
+        md.append(
+            f"| θ_{src} | {n} | {n / total:.1%} | {format_cell(r.get('solve_rate'))} | "
+            f"{format_cell(r.get('on_policy_solve_rate'))} |"
+        )
+    return md + [""]
+
+
 def write_report(
     run_id: str,
     runs_dir: Path | None = None,
@@ -172,6 +215,12 @@ def write_report(
             except QueryError as e:  # out of memory, timed out: the rest of the report is still worth writing
                 results[name], failed[name] = QueryResult([], []), str(e)
             steps[name] = time.perf_counter() - t
+        t = time.perf_counter()
+        try:
+            results["seeds_by_source"] = query(con, SEEDS_BY_SOURCE, QUERY_TIMEOUT_S)
+        except QueryError as e:
+            results["seeds_by_source"], failed["seeds_by_source"] = QueryResult([], []), str(e)
+        steps["seeds_by_source"] = time.perf_counter() - t
         cfg_rows = con.execute("SELECT config_json FROM configs").fetchall()
     finally:
         con.close()
@@ -210,7 +259,11 @@ def write_report(
             f"(best {format_cell(s.get('best_accuracy'))})"
         )
         corpus = f"prefix corpus: {s.get('prefixes', 0)} seeds; " if seeded else ""
-        md.append(f"- {corpus}rollouts: {s.get('rollouts', 0)}; pool snapshots: {s.get('pool_checkpoints', 0)}")
+        sources = len({r["source_step"] for r in results["seeds_by_source"].to_dicts()})
+        written = f" (seeds written by {sources} of them)" if seeded and sources else ""
+        md.append(
+            f"- {corpus}rollouts: {s.get('rollouts', 0)}; pool snapshots: {s.get('pool_checkpoints', 0)}{written}"
+        )
     if cfg:
         keys = [k for k in _HEADLINE_KEYS if seeded or not k.startswith("prefix.")]
         md.append("- settings: " + ", ".join(f"`{k}={_dotted(cfg, k)}`" for k in keys if _dotted(cfg, k) is not None))
@@ -239,6 +292,8 @@ def write_report(
         if note:
             md.append(note)
             md.append("")
+        if stem == "seeds_by_source":
+            md += _sources_lines(results, failed)
         if stem == "prefix_diversity" and path is not None:
             md.append(
                 f"The numbers: `ts sql --query prefix_diversity_history --run-id {run_id}` (by iteration) and "

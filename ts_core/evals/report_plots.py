@@ -1,5 +1,6 @@
 """The run report's PNG curves (report.py lays them out): accuracy and pass@k, entropy, effective
-entropy, clip fraction by population, and prefix diversity, drawn on matplotlib's Agg canvas directly
+entropy, clip fraction by population, the seeds of each iteration by source checkpoint, and prefix
+diversity (by iteration and by source age), drawn on matplotlib's Agg canvas directly
 (no pyplot, no global backend switch); each file written atomically.
 """
 
@@ -19,11 +20,13 @@ PLOTS = {
     "entropy": ("Token entropy by population (actor/entropy)", "entropy (nats)"),
     "effective_entropy": ("Effective entropy: tokens that carry gradient (actor/effective_entropy)", "entropy (nats)"),
     "clip_fraction": ("Gradient lost to clipping (actor/pg_clipfrac)", "fraction of tokens clipped"),
+    "seeds_by_source": ("Seeds by source checkpoint: which snapshot of the pool wrote each iteration's seeds", "seeds"),
     "prefix_diversity": (
         "Prefix diversity over the run: distinct / all character 3-grams of the prefixes",
         "distinct 3-gram ratio",
     ),
 }
+SEEDED_PLOTS = ("seeds_by_source", "prefix_diversity")  # drawn only for a method that trains on prefixes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,6 +141,37 @@ def _diversity_plot(path: Path, history: QueryResult, diversity: QueryResult) ->
     return atomic_write(path, lambda f: fig.savefig(f, format="png"))
 
 
+def _sources_plot(path: Path, sources: QueryResult) -> Path | None:
+    """Stacked bars: each iteration's seeds by the pool snapshot θ_j that wrote them (one colour per
+    snapshot), so the pool's history shows as the colours that join it. None (and no file) without
+    seeds from a checkpoint."""
+    rows = [(int(r["iteration"]), int(r["source_step"]), int(r["seeds"])) for r in sources.to_dicts()]
+    if not rows:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    its = sorted({it for it, _, _ in rows})
+    bottom = dict.fromkeys(its, 0)
+    for src in sorted({s for _, s, _ in rows}):
+        n = {it: c for it, s, c in rows if s == src}
+        ax.bar(its, [n.get(it, 0) for it in its], bottom=[bottom[it] for it in its], width=0.8, label=f"θ_{src}")
+        for it in its:
+            bottom[it] += n.get(it, 0)
+    ax.set_title(PLOTS["seeds_by_source"][0], fontsize=10)
+    ax.set_xlabel("iteration (policy step)")
+    ax.set_ylabel(PLOTS["seeds_by_source"][1])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, title="written by", title_fontsize=8)
+    fig.tight_layout()
+    return atomic_write(path, lambda f: fig.savefig(f, format="png"))
+
+
 def _finite(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
@@ -183,12 +217,12 @@ def _plots(
     out: dict[str, Path | None] = {}
     for stem in PLOTS:
         path = reports / f"{stem}.png"
-        if stem == "prefix_diversity":
-            drawn = (
-                _diversity_plot(path, results["prefix_diversity_history"], results["prefix_diversity"])
-                if seeded
-                else None
-            )
+        if stem in SEEDED_PLOTS:
+            drawn = None
+            if seeded and stem == "prefix_diversity":
+                drawn = _diversity_plot(path, results["prefix_diversity_history"], results["prefix_diversity"])
+            elif seeded:
+                drawn = _sources_plot(path, results.get("seeds_by_source") or QueryResult([], []))
             if seeded:
                 out[stem] = drawn
         else:

@@ -13,8 +13,13 @@ sampling seeds) with a 95% t-interval over seeds and the paired t-test's two-sid
     4. larger explorable space           test pass@k at the largest k vs grpo and vs θ_0; share of hard
                                          prompts ever solved; distinct solution patterns per prompt
     2./4. at matched pass@1              effective entropy, validation pass@k and distinct patterns of
-                                         ts and grpo at the evaluation steps where their validation
-                                         pass@1 agree best (matched.py states the rule)
+                                         ts and grpo at every pair of evaluation steps whose validation
+                                         pass@1 agree within one standard error (matched.py)
+
+Every row is also read at equal iterations (equal_reading.py: the arm given more iterations at its
+checkpoint of the other arm's count), beside the compute-matched reading and outside the Holm family.
+A row against θ_0 carries θ_0's own sampling noise (base_noise.py). The primary endpoint (the first
+row) also gets its one-sided 95% bounds and the smallest difference its seeds detect.
 
 Verdict, after Holm's correction over all the table's rows (a family of m tests; a row with fewer
 than two seeds counts as p = 1): "holds" when the Holm-adjusted p is below ALPHA and the mean lies on
@@ -28,14 +33,25 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from thinking_seeds.experiments.hard_subset import HARD_THRESHOLD, add_hard_subset, hard_subset_stats
-from thinking_seeds.experiments.matched import match_iterations, matched_differences
-from thinking_seeds.experiments.power import holm, paired_t_p
-from thinking_seeds.experiments.spec import CONTROL_METHOD
+from thinking_seeds.experiments.base_noise import against_base, base_sampling_sd
+from thinking_seeds.experiments.claims_tables import (
+    ALPHA,
+    _fmt_ci,
+    _table,
+    age_table,
+    claims_intro,
+    hard_table,
+    mean_ci,
+    regime_lines,
+    t_quantile_975,
+)
+from thinking_seeds.experiments.equal_reading import equal_pair, iterations_of
+from thinking_seeds.experiments.hard_subset import HARD_THRESHOLD, add_hard_subset, base_per_prompt, hard_subset_stats
+from thinking_seeds.experiments.matched import candidate_matches, matched_differences
+from thinking_seeds.experiments.power import holm, min_detectable_effect, paired_t_p, t_ppf
 
 __all__ = [
     "ALPHA",
@@ -48,47 +64,6 @@ __all__ = [
     "t_quantile_975",
     "verdict",
 ]
-
-ALPHA = 0.05
-# Two-sided 95% Student t quantiles by degrees of freedom (standard table values).
-_T975 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    12: 2.179,
-    15: 2.131,
-    20: 2.086,
-    30: 2.042,
-}
-
-
-def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom (table; 1.96 beyond 30)."""
-    if df < 1:
-        return float("nan")
-    if df in _T975:
-        return _T975[df]
-    below = max(d for d in _T975 if d < df) if df < 30 else None
-    return _T975[below] if below else 1.96  # conservative: the next smaller df's (wider) value
-
-
-def mean_ci(xs: Sequence[float]) -> tuple[float, float, float] | None:
-    """(mean, low, high): the 95% t-interval of the mean; (x, nan, nan) for one value; None for none."""
-    xs = [x for x in xs if x is not None and not math.isnan(x)]
-    if not xs:
-        return None
-    m = statistics.fmean(xs)
-    if len(xs) < 2:
-        return m, float("nan"), float("nan")
-    half = t_quantile_975(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return m, m - half, m + half
 
 
 def verdict(ci: tuple[float, float, float] | None, better: str = "higher") -> str:
@@ -103,15 +78,6 @@ def verdict(ci: tuple[float, float, float] | None, better: str = "higher") -> st
     if hi < 0:
         return "does not hold"
     return "inconclusive"
-
-
-def _fmt_ci(ci: tuple[float, float, float] | None, digits: int = 4) -> str:
-    if ci is None:
-        return "—"
-    m, lo, hi = ci
-    if math.isnan(lo):
-        return f"{m:+.{digits}f}"
-    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
 def _per_seed(data: dict[str, Any], variants: dict[str, list[str]], variant: str, name: str) -> dict[int, float]:
@@ -136,11 +102,6 @@ def paired(data, variants, a: str, b: str, name: str, name_b: str | None = None)
 # ---------------------------------------------------------------------------------------------
 
 
-def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    return out + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows] + [""]
-
-
 def _seeds(diffs: list[tuple[int, float]]) -> str:
     return ", ".join(f"s{s}: {d:+.3f}" for s, d in diffs) or "—"
 
@@ -161,6 +122,61 @@ def _fmt_p(p: float) -> str:
     return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
 
 
+def _row(claim: str, measure: str, diffs: list[tuple[int, float]], better: str = "higher") -> dict[str, Any]:
+    xs = [d for _, d in diffs]
+    return {"claim": claim, "measurement": measure, "diffs": diffs, "ci": mean_ci(xs), "p": paired_t_p(xs)} | {
+        "better": better,
+        "n": len(xs),
+    }
+
+
+def _with_equal(r: dict[str, Any], data, variants, a: str, b: str, name: str) -> dict[str, Any]:
+    """The row with its equal-iterations reading (equal_reading.py): None when both arms train the
+    same iterations (the row is that reading), else the reading (its diffs may be empty)."""
+    eq = equal_pair(data, variants, a, b, name)
+    na, nb = iterations_of(data, variants, a), iterations_of(data, variants, b)
+    r["equal"], r["equal_same"] = eq, na is not None and na == nb
+    if eq is not None:
+        xs = [d for _, d in eq.diffs]
+        r["equal_ci"], r["equal_p"] = mean_ci(xs), paired_t_p(xs)
+    return r
+
+
+def _matched_rows(data, variants, ts: str, grpo: str) -> list[dict[str, Any]]:
+    """The matched-pass@1 rows (matched.py): each metric read at every candidate pair within one
+    standard error. The row's p is the largest of the pairs' (the claim holds only if it holds at
+    every candidate: an intersection-union test), and 1 when the pairs disagree in sign; no candidate,
+    no row."""
+    cands = candidate_matches(data, variants, ts, grpo) if data.get("curves") else []
+    if not cands:
+        return []
+    vk = max(
+        (int(n.rsplit("@", 1)[1]) for c in data["curves"].values() for n in c if n.startswith("eval/pass@")),
+        default=None,
+    )
+    pairs = f"{len(cands)} pair(s) of {ts} θ vs {grpo} θ within one SE: " + "; ".join(
+        f"θ_{m.step_a} vs θ_{m.step_b} {m.pass1_a:.4f} vs {m.pass1_b:.4f} (SE {m.se:.4f})" for m in cands
+    )
+    out = []
+    for claim, measure, name in (
+        ("2. higher effective entropy", "effective entropy (all tokens)", "actor/effective_entropy/all"),
+        ("4. larger explorable space", f"validation pass@{vk}", f"eval/pass@{vk}"),
+        ("4. larger explorable space", "distinct correct patterns per validation prompt", "eval/distinct_patterns"),
+    ):
+        per_pair = [(m, matched_differences(data, variants, m, name)) for m in cands]
+        per_pair = [(m, d) for m, d in per_pair if d]
+        if not per_pair:
+            continue
+        r = _row(claim, f"{measure} at matched validation pass@1 ({pairs}), {ts} − {grpo}", per_pair[0][1])
+        reads = [(m, mean_ci([x for _, x in d]), paired_t_p([x for _, x in d])) for m, d in per_pair]
+        r["pairs"] = reads
+        r["seeds_of"] = f"θ_{cands[0].step_a} vs θ_{cands[0].step_b}: "
+        signs = {ci[0] > 0 for _, ci, _ in reads if ci is not None}
+        r["p"] = max(p for _, _, p in reads) if len(signs) == 1 else 1.0
+        out.append(_with_equal(r, data, variants, ts, grpo, name))
+    return out
+
+
 def claims_rows(
     data: dict[str, Any],
     variants: dict[str, list[str]],
@@ -170,78 +186,110 @@ def claims_rows(
     seq: str = "seq_mix",
 ) -> list[dict[str, Any]]:
     """The claims table's rows: claim, measurement, per-seed differences, interval, raw p, Holm p,
-    verdict. Holm runs over every row returned (the family is the table)."""
+    verdict, and the equal-iterations reading. Holm runs over every row returned (the family is the
+    table). A row against θ_0 adds θ_0's own sampling sd (data['base_sd'], base_noise.py) to its
+    standard error; without it θ_0 is taken as exact and the measurement says so."""
     base = data["base_test"]
     ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
     kmax = ks[-1] if ks else None
     rows: list[dict[str, Any]] = []
 
-    def row(claim: str, measure: str, diffs: list[tuple[int, float]], better: str = "higher") -> None:
-        xs = [d for _, d in diffs]
-        rows.append(
-            {"claim": claim, "measurement": measure, "diffs": diffs, "ci": mean_ci(xs), "p": paired_t_p(xs)}
-            | {"better": better, "n": len(xs)}
-        )
+    def vs(claim: str, measure: str, a: str, b: str, name: str, better: str = "higher") -> None:
+        r = _row(claim, measure, paired(data, variants, a, b, name)[0], better)
+        rows.append(_with_equal(r, data, variants, a, b, name))
 
-    d, _ = paired(data, variants, ts, grpo, "test/accuracy")
-    row("1. beats GRPO on pass@1", f"test accuracy, {ts} − {grpo}", d)
+    vs("1. beats GRPO on pass@1", f"test accuracy, {ts} − {grpo}", ts, grpo, "test/accuracy")
     if seq in variants:
-        row(
-            "1. beats sequence-level mixing on pass@1",
-            f"test accuracy, {ts} − {seq}",
-            paired(data, variants, ts, seq, "test/accuracy")[0],
-        )
-    row(
+        vs("1. beats sequence-level mixing on pass@1", f"test accuracy, {ts} − {seq}", ts, seq, "test/accuracy")
+    vs(
         "2. higher effective entropy",
         f"effective entropy (all tokens, last iterations), {ts} − {grpo}",
-        paired(data, variants, ts, grpo, "actor/effective_entropy/all")[0],
+        ts,
+        grpo,
+        "actor/effective_entropy/all",
     )
     if seq in variants:
-        row(
+        vs(
             "3. less gradient lost to clipping",
             f"|A|-weighted clipped share of all tokens, {ts} − {seq}",
-            paired(data, variants, ts, seq, "actor/pg_clipfrac_adv/all")[0],
+            ts,
+            seq,
+            "actor/pg_clipfrac_adv/all",
             better="lower",
         )
     if kmax:
         explore = "4. larger explorable space"
-        row(explore, f"test pass@{kmax}, {ts} − {grpo}", paired(data, variants, ts, grpo, f"test/pass@{kmax}")[0])
-        b = base.get(f"test/pass@{kmax}")
+        vs(explore, f"test pass@{kmax}, {ts} − {grpo}", ts, grpo, f"test/pass@{kmax}")
+        name = f"test/pass@{kmax}"
+        b = base.get(name)
         if b is not None:
-            diffs = sorted((s, v - b) for s, v in _per_seed(data, variants, ts, f"test/pass@{kmax}").items())
-            row(explore, f"test pass@{kmax}, {ts} − θ_0 ({b:.4f})", diffs)
+            diffs = sorted((s, v - b) for s, v in _per_seed(data, variants, ts, name).items())
+            sd0 = data.get("base_sd", {}).get(name)
+            noise = f"± {sd0:.4f} sampling sd" if sd0 is not None else "taken as exact: no per-prompt file"
+            r = _row(explore, f"test pass@{kmax}, {ts} − θ_0 ({b:.4f} {noise})", diffs)
+            if sd0 is not None:
+                r["ci"], r["p"] = against_base([d for _, d in diffs], sd0)
+            rows.append(r | {"equal": None, "vs_base": True})
         if hard:
-            row(
+            vs(
                 explore,
                 f"share of the {len(hard[0])} hard prompts (θ_0 < {HARD_THRESHOLD:.0%}) solved at least once in "
                 f"{hard[1]} samples, {ts} − {grpo}",
-                paired(data, variants, ts, grpo, "hard/ever_solved")[0],
+                ts,
+                grpo,
+                "hard/ever_solved",
             )
-        d, _ = paired(data, variants, ts, grpo, "test/distinct_patterns")
-        if d:
-            row(explore, f"distinct correct solution patterns per test prompt, {ts} − {grpo}", d)
-    match = match_iterations(data, variants, ts, grpo) if data.get("curves") else None
-    if match:
-        at = (
-            f"at matched validation pass@1 ({ts} θ_{match.step_a} {match.pass1_a:.4f}, {grpo} θ_{match.step_b} "
-            f"{match.pass1_b:.4f})"
-        )
-        vk = max(
-            (int(n.rsplit("@", 1)[1]) for c in data["curves"].values() for n in c if n.startswith("eval/pass@")),
-            default=None,
-        )
-        for claim, measure, name in (
-            ("2. higher effective entropy", "effective entropy (all tokens)", "actor/effective_entropy/all"),
-            ("4. larger explorable space", f"validation pass@{vk}", f"eval/pass@{vk}"),
-            ("4. larger explorable space", "distinct correct patterns per validation prompt", "eval/distinct_patterns"),
-        ):
-            d = matched_differences(data, variants, match, name)
-            if d:
-                row(claim, f"{measure} {at}, {ts} − {grpo}", d)
+        if paired(data, variants, ts, grpo, "test/distinct_patterns")[0]:
+            vs(
+                explore,
+                f"distinct correct solution patterns per test prompt, {ts} − {grpo}",
+                ts,
+                grpo,
+                "test/distinct_patterns",
+            )
+    rows += _matched_rows(data, variants, ts, grpo)
     for r, p_adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
         r["p_holm"] = p_adj
         r["verdict"] = holm_verdict(r["ci"][0] if r["ci"] else None, p_adj, r["n"], r["better"])
     return rows
+
+
+def _equal_cell(r: dict[str, Any]) -> str:
+    eq = r.get("equal")
+    if r.get("vs_base"):
+        return "—"
+    if eq is None:
+        return "the same (equal iterations)" if r.get("equal_same") else "—"
+    if not eq.diffs:
+        return f"— (no θ_{eq.step} value of {eq.longer})"
+    return f"{_fmt_ci(r['equal_ci'])}, p {_fmt_p(r['equal_p'])}, n {len(eq.diffs)}"
+
+
+def _difference_cell(r: dict[str, Any]) -> str:
+    """The difference [95% CI]; a matched row: one per candidate pair, the pairs in its measurement's order."""
+    if "pairs" not in r:
+        return _fmt_ci(r["ci"])
+    return "; ".join(f"θ_{m.step_a} vs θ_{m.step_b}: {_fmt_ci(ci)} (p {_fmt_p(p)})" for m, ci, p in r["pairs"])
+
+
+def primary_bound_lines(r: dict[str, Any], label: str) -> list[str]:
+    """The primary endpoint beyond its verdict: the one-sided 95% bounds of the mean difference (what
+    gain or loss the data exclude), the sd of the paired differences, and the smallest difference these
+    seeds detect at 80% power."""
+    xs = [d for _, d in r["diffs"]]
+    if len(xs) < 2:
+        return []
+    m, sd, n = statistics.fmean(xs), statistics.stdev(xs), len(xs)
+    half = t_ppf(0.95, n - 1) * sd / math.sqrt(n)
+    mde = min_detectable_effect(sd, n)
+    return [
+        f"{label} ({r['measurement']}): {_fmt_ci(r['ci'])}; one-sided 95% bounds: the difference is below "
+        f"{m + half:+.4f} and above {m - half:+.4f} (the data exclude a gain larger than {100 * (m + half):.1f} "
+        f"points and a loss larger than {100 * (half - m):.1f} points at 95% confidence each). The paired "
+        f"differences have sd {sd:.4f}; {n} seeds detect a difference of {100 * mde:.1f} points at 80% power "
+        "(paired t-test, two-sided, alpha 0.05).",
+        "",
+    ]
 
 
 def claims_markdown(
@@ -253,118 +301,39 @@ def claims_markdown(
     seq: str = "seq_mix",
     title: str = "The paper's claims on this testbed",
     extras: bool = True,
+    primary: str | None = None,
 ) -> str:
-    """The claims table (Holm-adjusted) and, with `extras`, the regime check, the hard-subset table and
-    |log π_θ/π_h| by seed age."""
+    """The claims table (Holm-adjusted, with each row's equal-iterations reading beside it); with
+    `primary` (its label), the first row's one-sided bounds; with `extras`, the regime check, the hard-subset table
+    and |log π_θ/π_h| by seed age."""
     if ts not in variants or grpo not in variants:
         return ""
     hard = add_hard_subset(data, runs_dir)
+    base_rows = base_per_prompt(runs_dir, [m["run_id"] for m in data["members"]])
+    data["base_sd"] = {
+        n: sd
+        for n in data["base_test"]
+        if (sd := base_sampling_sd(base_rows, n) if n.startswith("test/") else None) is not None
+    }
     rows = claims_rows(data, variants, hard, ts, grpo, seq)
     ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
-    md = [
-        f"## {title}",
-        "",
-        "Paired differences at equal seed, mean [95% t-interval] over seeds, then per seed; p: the paired t-test's "
-        f"two-sided p-value; Holm: adjusted by Holm's step-down method over the {len(rows)} rows of this table "
-        "(a row with fewer than two seeds counts as p = 1). Verdict, after Holm: *holds* when the adjusted p is "
-        f"below {ALPHA} and the difference lies on the claimed side, *fails* when it lies on the other side, "
-        "*inconclusive* otherwise. The matched rows compare the two methods at the evaluation steps where their "
-        "mean validation pass@1 agree best (ts_core/experiments/matched.py states the rule).",
-        "",
-    ]
+    md = [f"## {title}", "", *claims_intro(len(rows)), ""]
     md += _table(
-        ["claim", "measurement", "difference [95% CI]", "per seed", "p", "p (Holm)", "verdict (Holm)"],
+        ["claim", "measurement", "difference [95% CI]", "per seed", "p", "p (Holm)", "verdict (Holm)"]
+        + ["at equal iterations: difference [95% CI], p"],
         [
-            [r["claim"], r["measurement"], _fmt_ci(r["ci"]), _seeds(r["diffs"]), _fmt_p(r["p"])]
-            + [_fmt_p(r["p_holm"]), r["verdict"]]
+            [r["claim"], r["measurement"], _difference_cell(r), r.get("seeds_of", "") + _seeds(r["diffs"])]
+            + [_fmt_p(r["p"])]
+            + [_fmt_p(r["p_holm"]), r["verdict"], _equal_cell(r)]
             for r in rows
         ],
     )
+    if primary and rows:
+        md += primary_bound_lines(rows[0], primary)
     if not extras:
         return "\n".join(md)
-    md += _regime(data, variants, grpo, ks[-1] if ks else None)
+    md += regime_lines(data, variants, grpo, ks[-1] if ks else None)
     if hard:
-        md += _hard_table(data, variants, hard)
-    md += _age_table(data, variants)
+        md += hard_table(data, variants, hard)
+    md += age_table(data, variants)
     return "\n".join(md)
-
-
-def _mean_of(data, runs: list[str], name: str) -> str:
-    ci = mean_ci([data["per_run"].get(r, {}).get(name, float("nan")) for r in runs])
-    return "—" if ci is None else (f"{ci[0]:.4f}" if math.isnan(ci[1]) else f"{ci[0]:.4f} [{ci[1]:.4f}, {ci[2]:.4f}]")
-
-
-def _regime(data, variants, grpo: str, kmax: int | None) -> list[str]:
-    """Is this the paper's regime? GRPO raises pass@1 and narrows pass@k_max below θ_0; the SFT
-    control gains little; on-policy tokens are clipped (several optimizer steps per batch)."""
-    base = data["base_test"]
-    md = ["### The regime", ""]
-    rows = [
-        [
-            "θ_0 test pass@1 → GRPO",
-            f"{base.get('test/accuracy', float('nan')):.4f}",
-            _mean_of(data, variants[grpo], "test/accuracy"),
-        ]
-    ]
-    if kmax:
-        rows.append(
-            [
-                f"θ_0 test pass@{kmax} → GRPO",
-                f"{base.get(f'test/pass@{kmax}', float('nan')):.4f}",
-                _mean_of(data, variants[grpo], f"test/pass@{kmax}"),
-            ]
-        )
-    if CONTROL_METHOD in variants:
-        rows.append(
-            [
-                "θ_0 test pass@1 → SFT control (same compute)",
-                f"{base.get('test/accuracy', float('nan')):.4f}",
-                _mean_of(data, variants[CONTROL_METHOD], "test/accuracy"),
-            ]
-        )
-    rows.append(
-        [
-            "on-policy clip fraction (GRPO, last iterations)",
-            "—",
-            _mean_of(data, variants[grpo], "actor/pg_clipfrac/on_policy"),
-        ]
-    )
-    md += _table(["check", "θ_0", "after training (mean [95% CI] over seeds)"], rows)
-    return md
-
-
-def _hard_table(data, variants, hard: tuple[list[str], int], key: str = "hard") -> list[str]:
-    ids, k = hard
-    base = data["base_test"]
-    md = [
-        f"### The hard subset: {len(ids)} test prompts θ_0 solves in < {HARD_THRESHOLD:.0%} of {k} samples",
-        "",
-        "Chosen from θ_0's final test alone, before any RL (ts_core/experiments/hard_subset.py).",
-        "",
-    ]
-    names = [f"{key}/accuracy", f"{key}/pass@{k}", f"{key}/ever_solved", f"{key}/distinct_patterns"]
-    rows = [["θ_0"] + [f"{base[n]:.4f}" if n in base else "—" for n in names]]
-    rows += [[v] + [_mean_of(data, runs, n) for n in names] for v, runs in variants.items()]
-    return md + _table(["variant", "accuracy", f"pass@{k}", "solved at least once", "distinct patterns / prompt"], rows)
-
-
-def _age_table(data, variants) -> list[str]:
-    """Mean |log π_θ − log π_h| on prefix tokens by the seed's source age: are historical seeds off-policy?"""
-    ages = sorted(
-        {
-            n.split("/", 2)[2]
-            for v in data["per_run"].values()
-            for n in v
-            if n.startswith("actor/prefix_abs_log_ratio/")
-        },
-        key=lambda a: int(a[4:].split("-")[0].rstrip("+")),
-    )
-    if not ages:
-        return []
-    md = ["### How off-policy the seeds are: mean |log π_θ − log π_h| on prefix tokens by source age (iterations)", ""]
-    rows = [
-        [v] + [_mean_of(data, runs, f"actor/prefix_abs_log_ratio/{a}") for a in ages]
-        for v, runs in variants.items()
-        if any(f"actor/prefix_abs_log_ratio/{a}" in data["per_run"].get(r, {}) for r in runs for a in ages)
-    ]
-    return md + _table(["variant"] + ages, rows)

@@ -3,6 +3,7 @@
     data = collect("cmp", Path("runs"))       # {"members", "per_run", "curves", "configs", "base_test"}
     data["per_run"]["cmp-grpo-s0"]["eval/accuracy"]      # final in-training evaluation
     data["per_run"]["cmp-grpo-s0"]["test/pass@64"]       # final test on the whole test split
+    data["per_run"]["cmp-grpo-s0"]["equal/test/pass@64"] # ... of θ_equal_step, the others' iteration count
     results_table(data, "cmp")                           # results.parquet: one row per run
 
 The runs are found by their `compare.json` markers (written by `thinking_seeds.experiments.compare.run_all`
@@ -34,12 +35,13 @@ from thinking_seeds.experiments.spec import (
     spec_of,
     training_seconds_sql,
 )
-from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
+from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.sql import connect, query
 
 __all__ = [
     "ACTOR",
+    "EQUAL",
     "EXTRA_COLUMNS",
     "PASS_KS",
     "POPULATIONS",
@@ -55,7 +57,13 @@ __all__ = [
 POPULATIONS = ("on_policy", "continuation", "prefix", "all")
 PASS_KS = (1, 2, 4, 8, 16)
 ACTOR = ("entropy", "effective_entropy", "pg_clipfrac", "pg_clipfrac_adv")
-AGE = ("prefix_abs_log_ratio",)  # by seed source age (thinking_seeds.train.trainer): how off-policy the seeds are
+AGE = ("prefix_abs_log_ratio",)
+# Prefix of a run's values at equal iterations: a run given more iterations than the others (compute
+# matched by iterations) is also read at their count, θ_step (`equal_step`), when that checkpoint's
+# test exists (equal_iterations.py): its test metrics there, its in-training evaluation at that step,
+# and its per-iteration actor metrics over the `last` iterations before it (as the final reading takes
+# the last iterations before the end).
+EQUAL = "equal/"  # by seed source age (thinking_seeds.train.trainer): how off-policy the seeds are
 
 
 def _sql_list(ids: Sequence[str]) -> str:
@@ -113,7 +121,8 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
             fin AS (SELECT run_id, max(iteration) AS final_step FROM ev WHERE name = 'eval/accuracy' GROUP BY run_id),
             act AS (SELECT run_id, iteration, name, value FROM m
                     WHERE stage = 'update' AND ({actor_or_age})),
-            actlast AS (SELECT run_id, max(iteration) AS last_it FROM act GROUP BY run_id)
+            actlast AS (SELECT run_id, max(iteration) AS last_it FROM act GROUP BY run_id),
+            eq AS (SELECT run_id, max(iteration) AS it FROM m WHERE stage = '{EQUAL_ITERATIONS_STAGE}' GROUP BY run_id)
             SELECT ev.run_id, ev.name, ev.value FROM ev
                    JOIN fin ON ev.run_id = fin.run_id AND ev.iteration = fin.final_step
             UNION ALL SELECT run_id, 'final_step', final_step FROM fin
@@ -136,6 +145,16 @@ def collect(compare_id: str, runs_dir: Path, last: int = 10, reference: str | No
                             WHERE stage = '{FINAL_TEST_STAGE}' GROUP BY run_id) ft
                       ON m.run_id = ft.run_id AND m.iteration = ft.it
                       WHERE m.stage = '{FINAL_TEST_STAGE}' AND starts_with(m.name, 'eval/')
+            UNION ALL SELECT run_id, 'equal_step', it FROM eq
+            UNION ALL SELECT m.run_id, '{EQUAL}test/' || substr(m.name, 6), m.value FROM m
+                      JOIN eq ON m.run_id = eq.run_id AND m.iteration = eq.it
+                      WHERE m.stage = '{EQUAL_ITERATIONS_STAGE}' AND starts_with(m.name, 'eval/')
+            UNION ALL SELECT ev.run_id, '{EQUAL}' || ev.name, ev.value FROM ev
+                      JOIN eq ON ev.run_id = eq.run_id AND ev.iteration = eq.it
+            UNION ALL SELECT act.run_id, '{EQUAL}' || act.name, avg(act.value) FILTER (WHERE NOT isnan(act.value))
+                      FROM act JOIN eq ON act.run_id = eq.run_id
+                      WHERE act.iteration >= eq.it - {int(last)} AND act.iteration < eq.it
+                      GROUP BY act.run_id, act.name
         """,
         )
         base = query(

@@ -26,6 +26,7 @@ from thinking_seeds.experiments.compare_data import collect, pass_ks, results_ta
 from thinking_seeds.experiments.compare_plots import plots
 from thinking_seeds.experiments.compare_sections import (
     Results,
+    baseline,
     budget_section,
     curves_section,
     entropy_section,
@@ -37,8 +38,8 @@ from thinking_seeds.experiments.compare_sections import (
 )
 from thinking_seeds.experiments.equal_iterations import (
     equal_iterations_done,
+    equal_iterations_lines,
     equal_iterations_plan,
-    equal_iterations_table,
 )
 from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.protocol import load as load_protocol
@@ -81,10 +82,13 @@ def _own_iterations(rl: list[dict[str, Any]], configs: dict[str, Any]) -> str:
     return ", ".join(f"{method} {n}" for method, n in own.items()) if len(set(own.values())) > 1 else ""
 
 
-def _equal_iterations(compare_id: str, rl: list[dict[str, Any]], configs: dict[str, Any], runs_dir: Path) -> list[str]:
+def _equal_iterations(
+    compare_id: str, rl: list[dict[str, Any]], data: dict[str, Any], variants: dict[str, list[str]], runs_dir: Path
+) -> list[str]:
     """With iterations matched to compute, the method given more of them is also compared at the
-    others' count (equal_iterations.py: its earlier checkpoint, tested like a final policy)."""
-    plan = equal_iterations_plan(_iterations_by_method(rl, configs))
+    others' count (equal_iterations.py: its earlier checkpoint, tested like a final policy): every
+    endpoint, both readings."""
+    plan = equal_iterations_plan(_iterations_by_method(rl, data["configs"]))
     if plan is None:
         return []
     longest, step, against = plan
@@ -95,7 +99,7 @@ def _equal_iterations(compare_id: str, rl: list[dict[str, Any]], configs: dict[s
             f"--against {','.join(against)}`.",
             "",
         ]
-    return [*equal_iterations_table(compare_id, runs_dir, longest, step, against), ""]
+    return [*equal_iterations_lines(data, variants, longest, [v for v in variants if v in against]), ""]
 
 
 def _shared(cfg: dict[str, Any]) -> str:
@@ -110,8 +114,26 @@ def _shared(cfg: dict[str, Any]) -> str:
     )
 
 
-def _control_note(members: list[dict[str, Any]], runs_dir: Path) -> list[str]:
-    """The paragraph on the SFT control's budget (nothing without a control that has its state file)."""
+def _excluded_by_base(cfg: dict[str, Any] | None) -> int | None:
+    """How many RL-train prompts the base model's warm-up left out (its rebuild command's
+    `--rl-train-size N`; None when it left out none, or the base has no warm-up report)."""
+    import re
+
+    from thinking_seeds.engine.models import ModelError, resolve_model_path
+
+    path = ((cfg or {}).get("model") or {}).get("path")
+    try:
+        report = resolve_model_path(path) / "warmup_report.json" if path else None
+    except ModelError:
+        return None
+    if report is None or not report.is_file():
+        return None
+    found = re.search(r"--rl-train-size\s+(\d+)", json.loads(report.read_text()).get("rebuild") or "")
+    return int(found.group(1)) if found else None
+
+
+def _control_note(members: list[dict[str, Any]], runs_dir: Path, cfg: dict[str, Any] | None) -> list[str]:
+    """The paragraph on the SFT control's budget and corpus (nothing without a control that has its state file)."""
     ctl = [m for m in members if m["method"] == CONTROL_METHOD]
     states = [
         json.loads((runs_dir / m["run_id"] / "control.json").read_text())
@@ -122,10 +144,44 @@ def _control_note(members: list[dict[str, Any]], runs_dir: Path) -> list[str]:
         return []
     b = statistics.fmean(s.get("budget_seconds", float("nan")) for s in states)
     st = statistics.fmean(s.get("steps", 0) for s in states)
+    excluded = _excluded_by_base(cfg)
+    corpus = (
+        f" The base model's warm-up left out the {excluded} multisets of the RL training split; the control's "
+        f"corpus leaves out only validation and test, so it also trains on worked solutions of those {excluded} "
+        "RL-train multisets, which the base never saw: it is more supervised data, including the RL runs' "
+        "own training prompts, not the warm-up continued on the warm-up's data."
+        if excluded
+        else ""
+    )
     return [
-        f"`{CONTROL_METHOD}`: the supervised warm-up continued from the same base model for the mean "
-        f"training time of the RL runs ({b:.1f} s; {st:.0f} SFT steps on average), evaluated exactly "
-        "like them. Its x axis is compute: step k = k/iterations of that time.",
+        f"`{CONTROL_METHOD}`: supervised training (the warm-up's own SFT step) from the same base model for the "
+        f"mean training time of the RL runs ({b:.1f} s; {st:.0f} SFT steps on average), on fresh worked solutions "
+        f"of the task whose prompts are not in the validation or test split, evaluated exactly like the RL runs."
+        f"{corpus} Its x axis is compute: step k = k/iterations of that time.",
+        "",
+    ]
+
+
+# The day the report's readings below were added (issue: claims that survive a reviewer). A comparison
+# registered before it had none of them in its protocol: its report labels them as post-hoc.
+REPORTING_REVISED = "2026-12-04T17:00:00+00:00"
+
+
+def post_hoc_lines(protocol: dict[str, Any] | None) -> list[str]:
+    """The paragraph that labels the readings added to the report after the comparison was registered (or
+    run, without a protocol): they change what the report shows, not the registered protocol or its hash."""
+    when = (protocol or {}).get("registered_at")
+    if when is not None and when >= REPORTING_REVISED:
+        return []
+    what = "the registered protocol and its hash are unchanged" if protocol else "no run was retrained"
+    return [
+        f"Post-hoc reporting fixes (added {REPORTING_REVISED[:10]}, after the runs; {what}; read from the same "
+        "run files): (1) every claims row is also read at equal iterations (its last column), and every "
+        "endpoint in the equal-iterations table; (2) a matched-pass@1 row is read at every pair of evaluation "
+        "steps whose validation pass@1 agree within one standard error, not at the single closest pair, and "
+        "its p is the largest of the pairs' (with no such pair the row is left out, and Holm's family is the "
+        "rows shown); (3) a row against θ_0 carries θ_0's own sampling sd; (4) the pass@1 row's one-sided 95% "
+        "bounds and detectable difference; (5) the SFT control's description says what its corpus holds.",
         "",
     ]
 
@@ -168,7 +224,9 @@ def write_compare_report(
     ts, grpo = ((protocol or {}).get("protocol", {}).get("primary_endpoint") or {}).get(
         "pair", ["thinking_seeds", "grpo"]
     )
-    claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo)  # also adds hard/* values to data
+    registered = ((protocol or {}).get("protocol") or {}).get("primary_endpoint")
+    label = "Primary endpoint" if registered else "The pass@1 row (no primary endpoint was registered)"
+    claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo, primary=label)  # also adds hard/* to data
     if ts != "thinking_seeds" and "thinking_seeds" in variants:
         # The paper's default arm beside the primary one: the same rows, but not the registered family.
         claims += "\n\n" + claims_markdown(
@@ -207,6 +265,7 @@ def write_compare_report(
     for line in _archived(data, runs_dir):
         md += [line, ""]
     md += protocol_lines(protocol)
+    md += post_hoc_lines(protocol)
     if claims:
         md += [claims, ""]
     if ref_cfg:
@@ -219,11 +278,13 @@ def write_compare_report(
                 f"budget keys are shared): {own}. The token and time columns below show what each method spent."
             )
         md.append("")
-    md += _control_note(data["members"], runs_dir)
-    md += _equal_iterations(compare_id, [m for m in rl if m["run_id"] not in unfinished], data["configs"], runs_dir)
+    md += _control_note(data["members"], runs_dir, ref_cfg)
+    md += _equal_iterations(compare_id, [m for m in rl if m["run_id"] not in unfinished], data, variants, runs_dir)
 
     md += final_test_section(res, ks)
     md += paired_section(res, ks)
+    if baseline(res) == "grpo" and "seq_mix" in variants and len(variants) > 2:
+        md += paired_section(res, ks, against="seq_mix")  # is a gain over GRPO seeding's, or any mixing's?
     md += validation_section(res)
     md += pass_at_k_sections(res, ks)
     md += entropy_section(res, last)

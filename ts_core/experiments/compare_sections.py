@@ -160,9 +160,9 @@ def _paired_cell(d: list[tuple[int, float]]) -> str:
     return text + " (" + ", ".join(f"s{sd}: {x:+.3f}" for sd, x in d) + ")"
 
 
-def paired_section(res: Results, ks: Sequence[int]) -> list[str]:
-    """Each variant minus the baseline at the same seed; nothing without a baseline."""
-    base_variant = baseline(res)
+def paired_section(res: Results, ks: Sequence[int], against: str | None = None) -> list[str]:
+    """Each variant minus the baseline (or `against`) at the same seed; nothing without a baseline."""
+    base_variant = against or baseline(res)
     if not base_variant:
         return []
     per_run = res.per_run

@@ -33,10 +33,12 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from thinking_seeds.config import ConfigError, load_saved_config
 from thinking_seeds.experiments.archive import ARCHIVED_METRICS, archive_run
-from thinking_seeds.experiments.claims import _fmt_ci, _seeds, _table, mean_ci
+from thinking_seeds.experiments.claims import _fmt_ci, _fmt_p, _seeds, _table, mean_ci, paired
+from thinking_seeds.experiments.equal_reading import equal_pair
 from thinking_seeds.experiments.jobs import CompareError, Job, raise_on_failures, run_jobs
 from thinking_seeds.experiments.members import archive_record, compare_members
 from thinking_seeds.experiments.power import paired_t_p
@@ -47,6 +49,7 @@ __all__ = [
     "archive_evaluated",
     "equal_iterations_done",
     "equal_iterations_jobs",
+    "equal_iterations_lines",
     "equal_iterations_plan",
     "equal_iterations_table",
     "main",
@@ -172,6 +175,72 @@ def equal_iterations_table(
         "",
     ]
     return head + _table(["difference", "seeds", "mean [95% CI]", "p (paired t)", "per seed"], rows)
+
+
+# the endpoints read both ways: (metric, label); a metric no run has is left out
+ENDPOINTS = (
+    ("test/accuracy", "test pass@1"),
+    ("test/pass@{k}", "test pass@{k}"),
+    ("hard/ever_solved", "hard prompts solved at least once (test)"),
+    ("test/distinct_patterns", "distinct correct patterns per test prompt"),
+    ("eval/accuracy", "validation pass@1"),
+    ("eval/pass@{vk}", "validation pass@{vk}"),
+    ("eval/distinct_patterns", "distinct correct patterns per validation prompt"),
+    ("actor/effective_entropy/all", "effective entropy (all tokens, last iterations)"),
+    ("actor/pg_clipfrac_adv/all", "|A|-weighted clipped share (all tokens, last iterations)"),
+)
+
+
+def _largest_k(data: dict[str, Any], prefix: str) -> int | None:
+    ks = [int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith(prefix)]
+    return max(ks, default=None)
+
+
+def equal_iterations_lines(
+    data: dict[str, Any], variants: dict[str, list[str]], longer: str, others: list[str]
+) -> list[str]:
+    """Markdown: every endpoint of each of `others` against `longer`, read at the runs' ends (compute
+    matched) and at equal iterations, mean [95% t-interval] and paired p over seeds; empty when
+    `longer` has no θ_step value at all."""
+    k, vk = _largest_k(data, "test/pass@"), _largest_k(data, "eval/pass@")
+    rows, step = [], None
+    for other in others:
+        for name, label in ENDPOINTS:
+            if ("{k}" in name and k is None) or ("{vk}" in name and vk is None):
+                continue
+            name, label = name.format(k=k, vk=vk), label.format(k=k, vk=vk)
+            ends, _ = paired(data, variants, other, longer, name)
+            eq = equal_pair(data, variants, other, longer, name)
+            if not ends or eq is None:
+                continue
+            step = eq.step
+            xs, ys = [d for _, d in ends], [d for _, d in eq.diffs]
+            at_equal = (
+                f"{_fmt_ci(mean_ci(ys))} (p {_fmt_p(paired_t_p(ys))}, n {len(ys)})" if ys else "— (not evaluated)"
+            )
+            rows.append(
+                [
+                    f"{other} − {longer}",
+                    label,
+                    f"{_fmt_ci(mean_ci(xs))} (p {_fmt_p(paired_t_p(xs))}, n {len(xs)})",
+                    at_equal,
+                ]
+            )
+    if step is None or all(r[3].startswith("—") for r in rows):
+        return []
+    head = [
+        f"### Every endpoint at equal iterations: {longer} at θ_{step} (extra reading, not Holm-adjusted)",
+        "",
+        f"{longer} trains more iterations than {', '.join(others)} (compute matched by iterations), so a difference "
+        f"at the runs' ends mixes the method with {longer}'s extra updates. The second reading pairs each "
+        f"run's end with {longer}'s θ_{step} of the same seed: its test on the whole test split (the "
+        "equal-iterations evaluation), its in-training evaluation at that step, and its per-iteration metrics "
+        "over the iterations before it. Mean [95% t-interval] over seeds, the paired t-test's p.",
+        "",
+    ]
+    return head + _table(
+        ["difference", "endpoint", "at the runs' ends (compute matched)", f"at equal iterations (θ_{step})"], rows
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

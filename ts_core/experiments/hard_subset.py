@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.algo.metrics import pass_at_k
+from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE
 
 __all__ = ["HARD_THRESHOLD", "add_hard_subset", "base_per_prompt", "hard_prompts", "hard_subset_stats", "per_prompt"]
 
@@ -85,4 +86,8 @@ def add_hard_subset(
         rows = per_prompt(runs_dir / rid)
         if rows:
             data["per_run"].setdefault(rid, {}).update(hard_subset_stats(rows, hard, k, key))
+        # θ_step of a run given more iterations, tested at the others' count (equal_iterations.py)
+        rows = per_prompt(runs_dir / rid, EQUAL_ITERATIONS_STAGE)
+        if rows:
+            data["per_run"].setdefault(rid, {}).update(hard_subset_stats(rows, hard, k, f"equal/{key}"))
     return hard, k

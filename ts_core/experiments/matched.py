@@ -21,6 +21,13 @@ The matching rule (match_iterations), exactly:
 4. One pair for all seeds, so every seed's difference compares the same two training stages;
    matching per seed would select on each seed's evaluation noise.
 
+A match is only as good as the noise allows: the mean pass@1 of 10 seeds has a standard error of
+about 0.005, so pairs whose gaps differ by less are equally good matches, and picking one of them is
+picking noise. `candidate_matches` therefore returns every pair whose gap lies within one standard
+error of zero (the standard error of the per-seed gaps of that pair over the shared seeds), best
+first; a matched claim is read at all of them (claims.py: it holds only when it holds at every
+candidate pair), and it is left out when no pair lies within one standard error.
+
 The matched differences are then paired at equal seed as everywhere else (claims.py): validation
 metrics at those steps, and the effective entropy averaged over the WINDOW update iterations that
 led to each step (iterations s − WINDOW ≤ k < s, the policies θ_{s−WINDOW} .. θ_{s−1}).
@@ -28,12 +35,13 @@ led to each step (iterations s − WINDOW ≤ k < s, the policies θ_{s−WINDOW
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WINDOW", "Match", "match_iterations", "matched_differences"]
+__all__ = ["WINDOW", "Match", "candidate_matches", "match_iterations", "matched_differences"]
 
 WINDOW = 10  # update iterations averaged for a per-iteration metric at an evaluation step
 _TIE = 1e-9
@@ -50,6 +58,7 @@ class Match:
     pass1_a: float
     pass1_b: float
     seeds: tuple[int, ...]
+    se: float = float("nan")  # standard error of the per-seed gaps (nan with one seed)
 
     @property
     def gap(self) -> float:
@@ -88,6 +97,41 @@ def match_iterations(
     best = min(p[0] for p in pairs)
     _, i, j = max((p for p in pairs if p[0] <= best + _TIE), key=lambda p: (min(p[1], p[2]), p[1]))
     return Match(a, b, i, j, ma[i], mb[j], tuple(seeds))
+
+
+def candidate_matches(
+    data: dict[str, Any], variants: dict[str, list[str]], a: str, b: str, name: str = "eval/accuracy"
+) -> list[Match]:
+    """Every pair of evaluation steps (θ_0 excluded) whose mean pass@1 gap lies within one standard
+    error of zero, the standard error of that pair's per-seed gaps; best (smallest |gap|, then the
+    tie rule of match_iterations) first. Empty when no pair is that close, or with fewer than two
+    shared seeds (no standard error to judge a match by)."""
+    ca, cb = _curves(data, variants, a), _curves(data, variants, b)
+    seeds = sorted(s for s in ca if s in cb and ca[s].get(name) and cb[s].get(name))
+    if len(seeds) < 2:
+        return []
+    pa, pb = [_at(ca[s][name]) for s in seeds], [_at(cb[s][name]) for s in seeds]
+    steps_a = set.intersection(*(set(p) for p in pa)) - {0}
+    steps_b = set.intersection(*(set(p) for p in pb)) - {0}
+    out = []
+    for i in steps_a:
+        for j in steps_b:
+            gaps = [x[i] - y[j] for x, y in zip(pa, pb, strict=True)]
+            gap, se = statistics.fmean(gaps), statistics.stdev(gaps) / math.sqrt(len(gaps))
+            if abs(gap) <= se:
+                out.append(
+                    Match(
+                        a,
+                        b,
+                        i,
+                        j,
+                        statistics.fmean(x[i] for x in pa),
+                        statistics.fmean(y[j] for y in pb),
+                        tuple(seeds),
+                        se,
+                    )
+                )
+    return sorted(out, key=lambda m: (round(abs(m.gap), 9), -min(m.step_a, m.step_b), -m.step_a))
 
 
 def _value(curve: dict[str, list], name: str, step: int, window: int) -> float | None:
