@@ -31,6 +31,7 @@ from thinking_seeds.pipeline.stage_prepare import check_inputs, prepare
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
 from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
+from thinking_seeds.store.compaction import compact_behind
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
 
@@ -59,6 +60,8 @@ def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
     computed from the current manifests of its upstream stages (`upstream_of`). The manifests are
     the only record of what is done: the Prefect tasks ask this function too.
     """
+    if stage == STAGES[0]:  # iteration k starts: compact the block it finishes, in the background (ts sql)
+        compact_behind(s.run.root, k)
     upstream = s.run.upstream_digests(upstream_of(stage, k))
     done = s.run.completed(k, stage, s.cfg.config_hash(), upstream)
     if done is not None and (stage != "update" or update_output_ok(s.run, done, k)):

@@ -12,10 +12,22 @@ Two kinds of part (PATTERNS), each made from the files of a finished block of BL
   files once, with its count (schemas.NGRAM_COUNTS_SCHEMA): 4.7x fewer rows, and every breakdown
   the queries make (by age, by length, by iteration, all) is still exact.
 
+- prefix_groups: the prefix corpus's counts per (iteration, source age, length bucket) (the seeds
+  stage's aggregates' summary rows, prefix_aggregates.PREFIX_GROUPS_SCHEMA): what the diversity
+  queries count prefixes and lengths with. A run of small iterations (64 prefixes each: the tiny
+  and game24 presets) has ~15,600 prefix files per million prefixes; read through its parts a block
+  of 100 of them costs one footer, not 100 aggregates files' footers.
+
 `compact(run_dir)` writes them as
 
     runs/<id>/compacted/metrics/iterations=000000-000099.parquet
     runs/<id>/compacted/ngram_counts/iterations=000000-000099.parquet
+    runs/<id>/compacted/prefix_groups/iterations=000000-000099.parquet
+
+and a run writes each block's parts itself, as it goes: `compact_behind` (called when iteration k
+starts, from pipeline/loop.py) compacts the block that has just finished in a background thread
+(one core's worth of DuckDB, one thread, seconds per block), so a live run is never more than one
+block of small files away from its compacted form, and `ts sql` on it answers as on a compacted one.
 
 The originals are never changed, moved or deleted: the stages, resume (manifests hash them), `ts
 check`, retention and the archive keep working on them, and a stage running now can never see a
@@ -40,6 +52,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +67,18 @@ from thinking_seeds.store.schemas import (
     with_derived_prefix_columns,
 )
 
-__all__ = ["BLOCK", "COMPACTED", "PATTERNS", "Part", "compact", "finished_blocks", "last_started", "parts"]
+__all__ = [
+    "BLOCK",
+    "COMPACTED",
+    "PATTERNS",
+    "Part",
+    "compact",
+    "compact_behind",
+    "finished_blocks",
+    "last_started",
+    "parts",
+    "wait_for_compaction",
+]
 
 BLOCK = 100  # iterations per part
 COMPACTED = "compacted"  # the folder under the run directory
@@ -63,9 +87,11 @@ COMPACTED = "compacted"  # the folder under the run directory
 #   ngram_counts  the prefix corpus's distinct (iteration, source age, length bucket, 3-gram) with the
 #                 number of prefixes holding each (schemas.NGRAM_COUNTS_SCHEMA): what the diversity
 #                 queries count, 4.7x fewer rows than the corpus's 3-grams
+#   prefix_groups the prefix corpus's counts and length sums per (iteration, source age, length bucket)
 PATTERNS = {
     "metrics": "metrics/iteration={k}/*.parquet",
     "ngram_counts": "corpus/prefixes/iteration={k}/prefixes.parquet",
+    "prefix_groups": "corpus/prefixes/iteration={k}/prefixes.parquet",
 }
 _SOURCES_KEY = b"thinking_seeds.compacted_from"
 
@@ -168,18 +194,41 @@ def _ngram_counts(files: list[Path]) -> pa.Table:
         con.close()
 
 
-_BUILD = {"metrics": _copied, "ngram_counts": _ngram_counts}
+def _prefix_groups(files: list[Path]) -> pa.Table:
+    """PREFIX_GROUPS_SCHEMA's rows of these prefix files (the aggregates' summary rows, with run_id)."""
+    import duckdb
+
+    from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql
+
+    tables = []
+    for f in files:
+        t = pq.read_table(f)
+        if "prefix_ngrams" not in t.column_names:  # written before the derived columns existed
+            t = with_derived_prefix_columns(t.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
+        tables.append(t.select(["run_id", "iteration", "source_age", "prefix_len", "prefix_ngram_count"]))
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET threads = 1")
+        con.register("src", pa.concat_tables(tables))
+        return con.sql(f"{prefix_groups_sql('src')} ORDER BY ALL").to_arrow_table().cast(PREFIX_GROUPS_SCHEMA)
+    finally:
+        con.close()
 
 
-def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS)) -> list[Path]:
-    """Write the missing or stale parts of `views` for the finished blocks of the run at `run_dir`;
-    returns the parts written (none when everything is up to date)."""
+_BUILD = {"metrics": _copied, "ngram_counts": _ngram_counts, "prefix_groups": _prefix_groups}
+
+
+def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: list[int] | None = None) -> list[Path]:
+    """Write the missing or stale parts of `views` for the finished blocks of the run at `run_dir`
+    (only those of `blocks`, first iterations, when given); returns the parts written (none when
+    everything is up to date)."""
     run_dir = Path(run_dir)
     written = []
+    finished = _finished_blocks(run_dir)
     for view in views:
         pattern = PATTERNS[view]
         have = {p.first: p for p in parts(run_dir, view)}
-        for first in _finished_blocks(run_dir):
+        for first in finished if blocks is None else [b for b in finished if b in blocks]:
             files = sorted(
                 (f for k in range(first, first + BLOCK) for f in run_dir.glob(pattern.format(k=k))),
                 key=lambda f: (int(f.parent.name.split("=", 1)[1]), f.name),
@@ -200,3 +249,42 @@ def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS)) -> list[Pat
             path.parent.mkdir(parents=True, exist_ok=True)
             written.append(write_table_atomic(table.replace_schema_metadata(meta), path))
     return written
+
+
+_BEHIND: dict[str, threading.Thread] = {}  # run directory -> its compaction thread, one at a time
+_BEHIND_LOCK = threading.Lock()
+
+
+def compact_behind(run_dir: Path, k: int) -> threading.Thread | None:
+    """Iteration k has started: when that finishes a block (k a multiple of BLOCK), compact the block
+    in a background thread (a daemon: a run that ends or is killed leaves whole parts or none, and
+    the next compaction writes what is missing). Never raises: the parts are a cache of the run's
+    files, so a failure costs `ts sql` time only. Returns the thread started, if any."""
+    if k < BLOCK or k % BLOCK:
+        return None
+    run_dir = Path(run_dir)
+    key = str(run_dir.resolve())
+
+    def work() -> None:
+        try:
+            compact(run_dir, blocks=[k - BLOCK])
+        except Exception:  # noqa: BLE001 - a cache: `ts compact` or the next block's compaction retries
+            pass
+
+    with _BEHIND_LOCK:
+        before = _BEHIND.get(key)
+        if before is not None and before.is_alive():
+            before.join()  # the last block's is still running (100 iterations ago: a very slow disk)
+        thread = threading.Thread(target=work, name=f"compact-{k - BLOCK}", daemon=True)
+        _BEHIND[key] = thread
+        thread.start()
+    return thread
+
+
+def wait_for_compaction(run_dir: Path) -> None:
+    """Wait for the run's background compaction (if any) to end: at the end of a run, so that the
+    process does not exit with a part half-written (the rename makes it whole or absent anyway)."""
+    with _BEHIND_LOCK:
+        thread = _BEHIND.pop(str(Path(run_dir).resolve()), None)
+    if thread is not None:
+        thread.join()

@@ -3,10 +3,11 @@ views derived from them that the diversity queries read, ngram_counts and prefix
 
 For each prefix file the derived views read the smallest thing that stands for it:
 
-    ngram_counts    a fresh compacted part (store/compaction.py, `ts compact`: finished blocks of
-                    100 iterations), else the seeds stage's aggregates beside the file
-                    (store/prefix_aggregates.py), else the 3-grams of the file itself
-    prefix_groups   the aggregates, else the file itself
+    ngram_counts    a fresh compacted part (store/compaction.py: finished blocks of 100 iterations,
+                    written by the run as it goes or by `ts compact`), else the seeds stage's
+                    aggregates beside the file (store/prefix_aggregates.py), else the 3-grams of the
+                    file itself
+    prefix_groups   a fresh compacted part, else the aggregates, else the file itself
 
 so a live run (never compacted) answers from files ~1/20 of its corpus, and a run written before the
 aggregates existed reads as before. Every source gives the same rows up to the order of rows and,
@@ -154,26 +155,38 @@ def register_corpus_views(
         return
     pattern = PARQUET_VIEWS["prefixes"][0]
     prefix_files = sorted((f for run in runs for f in run.glob(pattern)), key=file_order)
-    aggs = _aggregates(prefix_files)
+    # each view's fresh compacted parts, and the prefix files none of them stands for
+    covered: dict[str, tuple[list[Path], list[Path]]] = {}
+    for view in wanted:
+        parts_: list[Path] = []
+        rest: set[Path] = set()
+        for run in runs:
+            p, r = fresh_parts(run, view, pattern)
+            parts_ += p
+            rest |= set(r)
+        covered[view] = (parts_, [f for f in prefix_files if f in rest])
+    # the aggregates' footers of only the files a part does not stand for (one per file: the cost)
+    aggs = _aggregates(sorted({f for _, files in covered.values() for f in files}, key=file_order))
 
     def raw_view(name: str, files: list[Path]) -> str:
         register_prefixes(con, readable_files(files, PREFIX_FILE_SCHEMA, damaged), name)
         return name
 
     if "prefix_groups" in wanted:
+        parts_, uncovered = covered["prefix_groups"]
         cols = PREFIX_GROUPS_SCHEMA.names
-        stored = _row_group_views(con, "_ts_groups_aggs", [aggs[f] for f in prefix_files if f in aggs], 0, cols)
-        raw = raw_view("_ts_groups_src", [f for f in prefix_files if f not in aggs])
+        con.register(
+            "_ts_groups_parts", dataset(readable_files(parts_, PREFIX_GROUPS_SCHEMA, damaged), PREFIX_GROUPS_SCHEMA)
+        )
+        stored = _row_group_views(con, "_ts_groups_aggs", [aggs[f] for f in uncovered if f in aggs], 0, cols)
+        raw = raw_view("_ts_groups_src", [f for f in uncovered if f not in aggs])
         sel = ", ".join(cols)
-        con.execute(f"CREATE VIEW prefix_groups AS SELECT {sel} FROM {stored} UNION ALL {prefix_groups_sql(raw)}")
+        con.execute(
+            f"CREATE VIEW prefix_groups AS SELECT {sel} FROM _ts_groups_parts UNION ALL SELECT {sel} FROM {stored} "
+            f"UNION ALL {prefix_groups_sql(raw)}"
+        )
     if "ngram_counts" in wanted:
-        parts_: list[Path] = []
-        rest: set[Path] = set()
-        for run in runs:
-            p, r = fresh_parts(run, "ngram_counts", pattern)
-            parts_ += p
-            rest |= set(r)
-        uncovered = [f for f in prefix_files if f in rest]
+        parts_, uncovered = covered["ngram_counts"]
         cols = NGRAM_COUNTS_SCHEMA.names
         stored_parts = readable_files(parts_, NGRAM_COUNTS_SCHEMA, damaged)
         con.register("_ts_ngram_parts", dataset(stored_parts, NGRAM_COUNTS_SCHEMA))
