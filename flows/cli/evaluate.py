@@ -62,6 +62,7 @@ def eval_(
 
     step = policy_step(run, step)
     verify_checkpoint(run.policy(step))
+    run.check_config()  # before the reward fn it names is imported: a run directory is data until checked
     if data is not None:
         from thinking_seeds.data.sources import load_dataset
 

@@ -16,6 +16,7 @@ from thinking_seeds.algorithms import ALGORITHMS
 from thinking_seeds.assets import PRESETS_DIR  # package data: data/presets in a checkout
 from thinking_seeds.config.run_config import DEFAULTS_BEFORE, RunConfig
 from thinking_seeds.config.sections import CHECK_OUTSIDE
+from thinking_seeds.yaml_limits import YamlLimitError, load_bounded, read_bounded
 
 __all__ = [
     "EXTENSION_FILE",
@@ -52,14 +53,16 @@ for _cls in (_YamlLoader, _YamlDumper):
 
 
 def _load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+    return load_bounded(text, _YamlLoader)  # a SafeLoader subclass, within size and alias limits
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = _load_yaml(path.read_text()) or {}
+        data = read_bounded(path, _YamlLoader) or {}
+    except YamlLimitError as e:  # an alias bomb, a huge or binary file: damaged, or not a config
+        raise ConfigError(f"{path} is damaged or not a config: it {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from e
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of config sections, got {type(data).__name__}")
     return data
@@ -99,7 +102,12 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r} has an empty key")
-        value = _load_yaml(raw) if raw.strip() else None
+        try:
+            value = _load_yaml(raw) if raw.strip() else None
+        except YamlLimitError as e:
+            raise ConfigError(f"override {key}=...: the value {e}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item[:200]!r}: not a YAML value ({' '.join(str(e).split())})") from None
         node = nested
         parts = key.split(".")
         for part in parts[:-1]:

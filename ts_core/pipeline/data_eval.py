@@ -73,6 +73,7 @@ def evaluate_checkpoint_on_data(
     if not run.config_path.exists():
         raise DataError(f"{run.root} is not a run directory (no config.yaml); check the run id and --runs-dir")
     step = policy_step(run, step)
+    run.check_config()  # before anything the config names is imported: a run directory is data until then
     path = Path(data_path)
     rows = load_dataset(path)[:prompts] if prompts is not None else load_dataset(path)
     cfg = load_saved_config(run.config_path)

@@ -147,7 +147,7 @@ def resume_line(run: RunDir, cfg: RunConfig) -> str | None:
     todo = [(k, s) for k, s in order if (k, s) not in set(done)]
     if not todo:
         return (
-            f"run {run.run_id} has all its {len(done)} stages ({cfg.iterations} iterations): checking their files "
+            f"run {run.run_id} is complete ({len(done)} stages, {cfg.iterations} iterations): checking its files "
             "(a stage whose files are damaged is redone)"
         )
     k, s = todo[0]

@@ -54,7 +54,7 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
     old = run.read_manifest(0, "prepare")
     recorded = old.hashes if old is not None and old.config_hash == cfg.config_hash() else {}
     if run.config_path.exists():
-        saved = load_saved_config(run.config_path)
+        saved = load_saved_config(run.config_path, check_outside=False)  # compared, never imported from
         if saved.config_hash() != cfg.config_hash():
             continued_config(run, cfg)  # another config: the line that names its keys
             raise ValueError(

@@ -275,7 +275,8 @@ def join_trainer_group(run: RunDir, machine_rank: int, wait_s: float = 600.0, po
                 "this machine the same runs folder (a shared filesystem; --runs-dir or TS_RUNS_DIR)"
             )
         time.sleep(poll_s)
-    cmd = node_command(run, load_saved_config(run.config_path), machine_rank)
+    # nothing the config names is imported: a trainer never calls a reward fn or a tracker
+    cmd = node_command(run, load_saved_config(run.config_path, check_outside=False), machine_rank)
     print("trainer node: " + " ".join(cmd), flush=True)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")

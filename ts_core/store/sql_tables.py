@@ -98,8 +98,9 @@ def checkpoints(runs: list[Path]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CHECKPOINTS_SCHEMA)
 
 
-def configs(runs: list[Path]) -> pa.Table:
-    """The configs view: one row per run, from its config.yaml (nulls where it has none)."""
+def configs(runs: list[Path], damaged: list[str] | None = None) -> pa.Table:
+    """The configs view: one row per run, from its config.yaml (nulls where it has none, or where it
+    is damaged: named in `damaged`; a YAML bomb is refused unexpanded, thinking_seeds.yaml_limits)."""
     rows = []
     for run in runs:
         path = run / "config.yaml"
@@ -108,9 +109,16 @@ def configs(runs: list[Path]) -> pa.Table:
         if path.is_file():
             import yaml  # here, not at the top: `ts sql` over other views never needs it
 
+            from thinking_seeds.yaml_limits import read_bounded
+
             try:
-                cfg = yaml.safe_load(path.read_text()) or {}
-            except (OSError, yaml.YAMLError):
+                cfg = read_bounded(path) or {}
+            except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: over the limits (YamlLimitError)
+                why = f"it {e}" if isinstance(e, ValueError) else " ".join(str(e).split())[:200]
+                if damaged is not None:
+                    damaged.append(
+                        f"{path} is damaged ({why}); left out of the configs view; see `ts check {run.name}`"
+                    )
                 cfg = {}
             created = datetime.fromtimestamp(int(path.stat().st_mtime), tz=UTC)
         if not isinstance(cfg, dict):

@@ -93,7 +93,11 @@ def register_views(
         con.register(f"_ts_{view}", dataset(readable_files(files, contract, damaged), contract))
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
     register_corpus_views(con, runs, damaged, wanted)
-    tables = {"checkpoints": checkpoints, "configs": configs, "corpus_files": lambda r: corpus_files(r, damaged)}
+    tables = {
+        "checkpoints": checkpoints,
+        "configs": lambda r: configs(r, damaged),
+        "corpus_files": lambda r: corpus_files(r, damaged),
+    }
     for view, build in tables.items():
         if view in wanted:
             con.register(f"_ts_{view}", build(runs))
