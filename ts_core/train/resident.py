@@ -120,7 +120,12 @@ class Resident:
         replayed: dict[int, str] = {}
         for st in job["chain"][start:]:
             self.held = None  # mid-update the state is no policy of the chain
-            m = update_state(self.state, Path(st["rollouts"]), None, st["step"], cfg, self.acc, keep=True)
+            # fsdp2 gathers to rank 0 only for the chain's end: AdamW too when it is saved (strategy.gathered)
+            last = st is job["chain"][-1]
+            save, handoff = last and bool(job.get("save")), last and bool(job.get("handoff"))
+            m = update_state(
+                self.state, Path(st["rollouts"]), None, st["step"], cfg, self.acc, keep=True, save=save, handoff=handoff
+            )
             self.held = (st["policy_id"], cfg.config_hash(), job.get("ref"))
             if st["expect"] is None:
                 metrics = m

@@ -46,7 +46,7 @@ from thinking_seeds.train.batch import Batch, load_batch
 from thinking_seeds.train.micro_batches import schedule
 from thinking_seeds.train.micro_loss import AGE_BUCKETS, age_bucket, autocast, loss_settings, micro_loss
 from thinking_seeds.train.rollout_weights import correct_batch
-from thinking_seeds.train.strategy import gathered, shard, shard_fraction
+from thinking_seeds.train.strategy import gathered, load_sharded, shard_fraction
 from thinking_seeds.train.update_loop import make_optimizer, recompute_old_logprobs, train_on_batch
 
 __all__ = [  # the names other modules import from here (re-exported from the files that hold them)
@@ -110,19 +110,29 @@ def load_state(
 
     `policy` lets an in-process caller pass an already loaded (model, tokenizer) to skip a load.
     """
-    model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
     # In process: cfg.device; under accelerate: its device (prepare would move it too, but the
     # π_old recompute runs before prepare and must see the training device's numerics).
     device = accelerator.device if accelerator is not None else resolve_device(cfg.device)
     world = accelerator.num_processes if accelerator is not None else 1
-    fsdp2 = cfg.update.strategy == "fsdp2" and accelerator is not None
-    if not fsdp2:  # fsdp2: fully_shard moves only this process's shard to the device
-        model.to(device)
-    model.train()
-    model.config.use_cache = False
-    if gradient_checkpointing(cfg, model):
-        # non-reentrant: no input needs requires_grad (LoRA), and it nests with the head's own checkpoints
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def for_training(model) -> None:
+        model.train()
+        model.config.use_cache = False
+        if gradient_checkpointing(cfg, model):
+            # non-reentrant: no input needs requires_grad (LoRA), and it nests with the head's own checkpoints
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    if cfg.update.strategy == "fsdp2" and accelerator is not None:
+        # Rank 0 reads θ_k and its AdamW state once and broadcasts them shard by shard; the other ranks
+        # never hold a full copy (strategy.load_sharded).
+        model, tok, optimizer = load_sharded(
+            policy_dir, cfg, device, world, accelerator.is_main_process, prepare=for_training
+        )
+        ref_model = load_model(ref_dir, cfg.model.dtype, device=device)[0] if cfg.loss.kl_coef > 0 else None
+        return TrainState(model, tok, optimizer, ref_model, device, world)
+    model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
+    model.to(device)
+    for_training(model)
     optimizer = make_optimizer(model, cfg)
     opt_path = Path(policy_dir) / OPTIMIZER_NAME
     if policy is not None and (Path(policy_dir) / "manifest.json").is_file():
@@ -131,8 +141,6 @@ def load_state(
         verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
     if opt_path.exists():
         load_optimizer_state(optimizer, opt_path)  # torch moves the state to the parameters' device
-    if fsdp2:
-        model, optimizer = shard(model, optimizer, cfg, device, world)
     ref_model = None
     if cfg.loss.kl_coef > 0:
         ref_model, _ = load_model(ref_dir, cfg.model.dtype, device=device)
@@ -140,12 +148,22 @@ def load_state(
 
 
 def update_state(
-    st: TrainState, rollouts_path: Path, out_root: Path | None, step: int, cfg: RunConfig, accelerator=None, keep=False
+    st: TrainState,
+    rollouts_path: Path,
+    out_root: Path | None,
+    step: int,
+    cfg: RunConfig,
+    accelerator=None,
+    keep=False,
+    save: bool | None = None,
+    handoff: bool = True,
 ) -> dict:
     """Train `st` on the rollouts and save it as `out_root/step_{step}` (None: no file); the metrics.
 
     keep=True (the persistent trainer): the weights stay on the training device and in train mode
     after the save, ready for the next update; otherwise θ_{k+1} is written from a CPU copy.
+    fsdp2 gathers for rank 0 only what comes next (strategy.gathered): with `save` (default: out_root is
+    given) the fp32 weights and AdamW, else with `handoff` the weights in the engine's dtype, else nothing.
     """
     import time
 
@@ -195,8 +213,13 @@ def update_state(
     if accelerator is not None:
         accelerator.wait_for_everyone()
         if cfg.update.strategy == "fsdp2":  # every rank sends its shards; rank 0 gets an unsharded CPU copy
-            to_save, optimizer = gathered(model, st.optimizer, cfg, accelerator.is_main_process)
-            st.gathered = (to_save, optimizer)
+            save = out_root is not None if save is None else save
+            st.gathered = None
+            if save or handoff:  # a replayed update gathers nothing; a hand-over alone, no AdamW, engine dtype
+                dtype = None if save else getattr(torch, cfg.engine_dtype)
+                main = accelerator.is_main_process
+                to_save, optimizer = gathered(model, st.optimizer, cfg, main, with_optimizer=save, dtype=dtype)
+                st.gathered = (to_save, optimizer)
         if not accelerator.is_main_process:
             if keep:
                 model.train()
