@@ -29,7 +29,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from thinking_seeds.config import RunConfig, load_config
-from thinking_seeds.flows.cli.output import evaluation_line
+from thinking_seeds.flows.cli.output import evaluation_line, prepare_done_line, prepare_start_line
+from thinking_seeds.flows.cli.prefect_logs import prefect_console
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.groups_ahead import drop_groups, staleness_due
 from thinking_seeds.pipeline.loop import summary
@@ -70,13 +71,16 @@ class TrainProgress(AbstractContextManager):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            # markup off: Prefect's log lines print through this console while the bar is live
+            console=Console(stderr=True, markup=False, highlight=False),
             transient=False,
         )
         self.task_id = None
         self.artifact_id = None
+        self._logs = prefect_console(self.bar.console)
 
     def __enter__(self) -> TrainProgress:
+        self._logs.__enter__()  # Prefect's log lines go above the bar, never onto its line
         self.bar.start()
         self.task_id = self.bar.add_task(f"{self.run.run_id}: prepare", total=self.total)
         self.artifact_id = create_progress_artifact(
@@ -102,6 +106,7 @@ class TrainProgress(AbstractContextManager):
         if kind is KeyboardInterrupt:
             self.bar.live.transient = True  # a Ctrl-C ends in one line: the bar goes
         self.bar.stop()
+        self._logs.__exit__(kind, *exc)
 
 
 def iteration_table(k: int, manifests: list[dict]) -> list[dict]:
@@ -141,7 +146,12 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 bar.step(k, task.name, m)
                 return m
 
+            fresh = not run.manifest_path(0, "prepare").exists()
+            if fresh:
+                log.info("%s", prepare_start_line(cfg))
             theta = stage(prepare_task, 0, config=cfg.model_dump(mode="json"))  # θ_0
+            if fresh:
+                log.info("%s", prepare_done_line(theta.get("seconds") or {}, cfg))
             prelaunch_trainer(run, cfg)  # update.launcher=accelerate: it starts beside θ_0's evaluation
             ev = stage(evaluate_task, -1, theta)  # the curves' starting point
             report_iteration(run, -1, [ev])

@@ -60,6 +60,14 @@ def _group(flat: dict[str, float], prefix: str) -> dict[str, Any]:
     return ordered
 
 
+# The one line under a table with a seeded row: what that row measures, next to the plain one.
+SEEDED_LEGEND = (
+    "all (seeded): every sample continues a prefix that a checkpoint of the run's historical pool wrote "
+    "(θ_{step} writes only the continuation: the solutions the pool's seeds let it reach); "
+    "all: θ_{step}'s own samples from the prompt alone."
+)
+
+
 def split_result(res: dict[str, Any]) -> dict[str, Any]:
     """`evaluate_checkpoint`'s result (flat eval/* metrics) in the shape of the module docstring."""
     flat = res["metrics"]
@@ -103,6 +111,8 @@ def print_result(res: dict[str, Any], fmt: OutputFormat) -> None:
     if out.get("reward"):
         title += f", reward {out['reward']}"
     emit(columns, rows, fmt, title=title)
+    if "seeded" in out:
+        console().print(SEEDED_LEGEND.format(step=out["step"]))
     m = out["metrics"]
     other = [
         (k, v)

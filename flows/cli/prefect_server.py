@@ -35,11 +35,13 @@ def prefect_defaults() -> None:
         os.environ.setdefault(name, value)
 
 
-def start_prefect() -> None:
+def start_prefect(verbose: bool = False) -> None:
     """Get this process ready to run a Prefect flow: the child guard, the temporary server (when no
-    PREFECT_API_URL names one) in its own session, and Prefect's log records kept to one line for a
-    user's mistake and silent after a Ctrl-C (errors.py). Safe to call more than once."""
+    PREFECT_API_URL names one) in its own session, Prefect's log records kept to one line for a
+    user's mistake and silent after a Ctrl-C (errors.py), and task runs' INFO lines off the console
+    unless `verbose` (prefect_logs.py). Safe to call more than once."""
     from thinking_seeds.flows.cli.errors import quiet_prefect_logs
+    from thinking_seeds.flows.cli.prefect_logs import quiet_task_runs
     from thinking_seeds.store.child_guard import guard_children
 
     guard_children()  # first: whatever starts next dies with this process, kill -9 included
@@ -47,6 +49,7 @@ def start_prefect() -> None:
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE
 
     quiet_prefect_logs()
+    quiet_task_runs(verbose)
     if PREFECT_API_URL.value() or not PREFECT_SERVER_ALLOW_EPHEMERAL_MODE.value():
         return  # the user's own server (or none allowed): Prefect's business
     _server_class()().start()

@@ -20,9 +20,12 @@ def train(
     ),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: section.key=value (repeatable)."),
     no_prefect: bool = typer.Option(False, "--no-prefect", help="Run the plain loop in this process (no Prefect)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Also print Prefect's line for every task run (its final state)."
+    ),
 ) -> None:
-    """Train (or resume) a run: the stages of every iteration, as a Prefect flow or a plain loop.
-    Raising --set iterations on a finished or stopped run extends it."""
+    """Train (or resume) a run: the stages of every iteration, as a Prefect flow or a plain loop; one
+    line per iteration. Raising --set iterations on a finished or stopped run extends it."""
     from thinking_seeds.config import load_config
     from thinking_seeds.pipeline.resume import continued_config, resume_line
     from thinking_seeds.store.run_dir import RunDir, guard_children
@@ -42,7 +45,7 @@ def train(
         if not no_prefect:
             from thinking_seeds.flows.cli.prefect_server import start_prefect
 
-            start_prefect()  # the temporary server in its own session: Ctrl-C reaches only ts
+            start_prefect(verbose)  # the temporary server in its own session: Ctrl-C reaches only ts
             from thinking_seeds.flows.train import train_flow
 
             train_flow(preset=preset, run_id=run_id, overrides=list(set_) or None)
@@ -58,13 +61,16 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
     """The plain loop in this process, with a progress bar over every stage of every iteration."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from thinking_seeds.flows.cli.output import evaluation_line
+    from thinking_seeds.flows.cli.output import evaluation_line, prepare_done_line, prepare_start_line
     from thinking_seeds.pipeline.graph import STAGES
     from thinking_seeds.pipeline.loop import summary
     from thinking_seeds.pipeline.loop import train as train_loop
 
     total = 1 + cfg.iterations * len(STAGES)
     seen: dict[str, float] = {}
+    fresh = not run.manifest_path(0, "prepare").exists()
+    if fresh:  # a line before the first stage, piped or not: the bar alone says nothing until it ends
+        con.print(prepare_start_line(cfg), markup=False, highlight=False)
 
     def label(k: int, stage: str) -> str:
         return f"iteration {k}/{cfg.iterations - 1} · {stage}" if k >= 0 else "evaluate θ_0"
@@ -77,7 +83,12 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
         console=con,
         transient=False,
     ) as progress:
-        task = progress.add_task("prepare · " + label(-1, "evaluate"), total=total)
+        task = progress.add_task("prepare" if fresh else label(-1, "evaluate"), total=total)
+
+        def on_prepared(m: Any) -> None:
+            if fresh:
+                progress.console.print(prepare_done_line(m.seconds, cfg), markup=False, highlight=False)
+            progress.update(task, description=label(-1, "evaluate"))
 
         def on_stage(k: int, stage: str, m: Any) -> None:
             seen.update(m.metrics)
@@ -93,7 +104,7 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
             progress.update(task, description=label(nk, ns) if nk < cfg.iterations else "done")
 
         try:
-            train_loop(run, cfg, on_stage=on_stage)
+            train_loop(run, cfg, on_stage=on_stage, on_prepared=on_prepared)
         except KeyboardInterrupt:
             progress.live.transient = True  # a Ctrl-C ends in one line: the bar goes
             raise

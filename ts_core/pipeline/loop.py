@@ -118,14 +118,22 @@ def summary(metrics: dict[str, float]) -> str:
     return ", ".join(f"{n} {metrics[n]:.4f}" for n in SUMMARY_KEYS if n in metrics)
 
 
-def train(run: RunDir, cfg: RunConfig, on_stage: Callable[[int, str, Manifest], None] | None = None) -> RunDir:
-    """Run (or resume) all iterations of `cfg` in `run`, in this process."""
+def train(
+    run: RunDir,
+    cfg: RunConfig,
+    on_stage: Callable[[int, str, Manifest], None] | None = None,
+    on_prepared: Callable[[Manifest], None] | None = None,
+) -> RunDir:
+    """Run (or resume) all iterations of `cfg` in `run`, in this process. `on_stage(k, stage, manifest)`
+    after every stage from θ_0's evaluation (k = -1) on; `on_prepared(manifest)` after the prepare stage."""
     check_inputs(run, cfg)  # before the lock makes the run directory
     run.acquire_lock()
     try:
         cfg = continued_config(run, cfg)  # an existing run: the same config, or more iterations (resume.py)
         record_extension(run, cfg)
-        run_prepare(run, cfg)
+        prepared = run_prepare(run, cfg)
+        if on_prepared:
+            on_prepared(prepared)
         prelaunch_trainer(run, cfg)  # update.launcher=accelerate: it starts beside θ_0's evaluation
         s = Session(run, cfg)
         try:
