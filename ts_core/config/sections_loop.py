@@ -249,7 +249,7 @@ class UpdateConfig(_Section):
         description="Tokens per chunk of the LM head when the update scores responses: log-probs and entropies "
         "are computed a chunk at a time and recomputed in the backward pass (engine/token_scores.py), so no "
         "(tokens x vocabulary) tensor is kept: ~1-2 bytes per (response token x vocabulary entry) instead of ~20. "
-        "0: as many tokens as keep a chunk's fp32 logits within 16M entries (110 tokens at a 152k vocabulary; the "
+        "0: as many tokens as keep a chunk's fp32 logits within 8M entries (55 tokens at a 152k vocabulary; the "
         "whole micro-batch at the tiny presets' 39, which is then bitwise the plain path). None: the plain path "
         "(full logits). Gradients equal the plain path's to 1e-6 (tested).",
     )

@@ -215,7 +215,9 @@ class HFEngine:
         if is_adapter(checkpoint_dir):  # a LoRA step: base + adapters, merged by peft
             state = merged_state_dict(checkpoint_dir, str(self.device))
         else:
-            state = {k: v for f in files for k, v in load_file(str(f), device=str(self.device)).items()}
+            # Read into host memory: load_state_dict copies each tensor into the engine's parameters on their
+            # device, cast to their dtype, so an fp32 checkpoint never sits whole on a bf16 engine's GPU.
+            state = {k: v for f in files for k, v in load_file(str(f), device="cpu").items()}
         if not state:
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")
         self._load_state(state, checkpoint_dir)

@@ -25,9 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-# One chunk's fp32 logits hold at most this many (token × vocabulary) entries (64 MB): at V = 151,936
-# that is 110 tokens, so a chunk's transient (logits, softmax, p·logits, their gradient) stays ~0.3 GB.
-CHUNK_ENTRIES = 1 << 24
+# One chunk's fp32 logits hold at most this many (token × vocabulary) entries (32 MB): at V = 151,936
+# that is 55 tokens, so a chunk's transient (logits, softmax, p·logits, their gradient) stays ~0.2 GB;
+# 2^24 (110 tokens) measured 2.7 bytes per (token × entry) at 4 × 256 tokens (bench/logprob_memory.py).
+CHUNK_ENTRIES = 1 << 23
 # config.json keys of models that change their logits after the head (soft-capping, scaling)
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -57,7 +58,9 @@ def _chunk_scores(
 ) -> torch.Tensor:
     """(n, 2): log π(target) and the entropy (0 when not asked for) of one chunk of hidden states, as the
     plain path computes them."""
-    logits = F.linear(hidden, weight, bias).float() / temperature
+    logits = F.linear(hidden, weight, bias).float()
+    # in place: the linear's backward needs its input and weight, not its output (one (n, V) copy less)
+    logits = logits.div_(temperature) if temperature != 1.0 else logits
     logz = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
     if not entropy:

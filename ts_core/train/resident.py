@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+
 from thinking_seeds.config import load_saved_config
 from thinking_seeds.store.checkpoints import FrozenModel, save_checkpoint
 from thinking_seeds.store.optimizer_state import snapshot_optimizer
@@ -164,12 +166,17 @@ class Resident:
         )
         metrics["perf/save_s"] = time.perf_counter() - t0  # the wait for the last write and the CPU copies
 
-    def weights(self) -> dict:
+    def weights(self, dtype: torch.dtype | None = None) -> dict:
         """The held θ's tensors (the trainer's own, not a copy: the next update changes them in place);
         fsdp2: rank 0's unsharded CPU copy that the update gathered (TrainState.gathered), the same
-        tensors a checkpoint of this step is written from."""
+        tensors a checkpoint of this step is written from. `dtype` (the engine's, for a hand-over to
+        another process): floating tensors cast to it where they differ, on their own device, so fp32
+        masters under update.mixed_precision=bf16 cross the socket as bf16, half the bytes."""
         whole = (self.state.gathered or (None, None))[0]
-        return (self.state.model if whole is None else whole).state_dict()
+        state = (self.state.model if whole is None else whole).state_dict()
+        if dtype is None:
+            return state
+        return {k: t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t for k, t in state.items()}
 
     def flush(self) -> None:
         self.writer.wait()

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from thinking_seeds.config import load_saved_config
 from thinking_seeds.train.resident import Resident
 
 # A collective that waits longer than this raises (and the trainer exits, which the pipeline sees): a
@@ -85,13 +86,18 @@ class Server:
     def __init__(self, accelerator):
         self.acc = accelerator
         self.resident = Resident(accelerator)
+        self.outgoing: dict | None = None  # the weights of the last answer, sent after it
 
     def run(self, job: dict) -> dict:
         """One job on every rank (`job["start"]`: rank 0's plan); rank 0's answer."""
         metrics, replayed = self.resident.run(job, job["start"])
         answer: dict = {"metrics": metrics, "replayed": replayed}
+        self.outgoing = None
         if job.get("handoff") and self.acc.is_main_process:
-            answer["weights"] = weights_header(self.resident.weights())  # the bytes follow the answer
+            # in the engine's dtype (bf16 under mixed precision), once for the header and the bytes
+            cfg = load_saved_config(Path(job["config"]), check_outside=False)
+            self.outgoing = self.resident.weights(getattr(torch, cfg.engine_dtype))
+            answer["weights"] = weights_header(self.outgoing)  # the bytes follow the answer
         return answer
 
 
@@ -185,7 +191,8 @@ def serve(accelerator, sock_path: str) -> None:
         if main:
             _send(f, {"ok": True, **answer})
             if answer.get("weights"):
-                send_weights(f, server.resident.weights())
+                send_weights(f, server.outgoing)
+                server.outgoing = None  # a cast copy (mixed precision) is freed once sent
 
 
 def main() -> None:

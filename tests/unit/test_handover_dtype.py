@@ -1,0 +1,52 @@
+"""The persistent trainer hands θ to the engine in the engine's dtype: under update.mixed_precision=bf16
+the fp32 masters cross the socket as bf16 (half the bytes), equal to what the bf16 engine would make of
+the fp32 tensors; in process, and when the dtypes agree, the trainer's own tensors go (no copy)."""
+
+import socket
+import threading
+from types import SimpleNamespace
+
+import torch
+
+from tests.unit.test_micro_batches import tiny_model
+from thinking_seeds.config import load_config
+from thinking_seeds.pipeline.trainer_client import PersistentTrainer
+from thinking_seeds.train.resident import Resident
+from thinking_seeds.train.trainer_server import send_weights, weights_header
+
+
+def _resident(model) -> Resident:
+    res = Resident(None)
+    res.state = SimpleNamespace(model=model, gathered=None)
+    return res
+
+
+def test_the_engine_dtype_is_bf16_only_where_precision_differs():
+    assert load_config("tiny").engine_dtype == "float32"
+    assert load_config("tiny", ["update.mixed_precision=bf16"]).engine_dtype == "bfloat16"
+
+
+def test_the_hand_over_is_cast_to_the_engine_dtype_and_arrives_as_sent():
+    model = tiny_model()
+    res = _resident(model)
+    own = res.weights()
+    assert all(own[k].data_ptr() == t.data_ptr() for k, t in model.state_dict().items())  # no copy
+    same = res.weights(torch.float32)
+    assert all(same[k].data_ptr() == own[k].data_ptr() for k in own)  # nothing to cast: the same storage
+    out = res.weights(torch.bfloat16)
+    assert {t.dtype for t in out.values()} == {torch.bfloat16}
+    header = weights_header(out)
+    sent_bytes = sum(t.numel() * 2 for t in out.values())
+    a, b = socket.socketpair()
+    with a.makefile("wb") as fa, b.makefile("rb") as fb:
+        sender = threading.Thread(target=send_weights, args=(fa, out))
+        sender.start()
+        got = PersistentTrainer.receive_weights(SimpleNamespace(file=fb), header, "test")
+        sender.join()
+    a.close()
+    b.close()
+    assert sum(t.numel() * t.element_size() for t in got.values()) == sent_bytes  # half of fp32's
+    engine = tiny_model().to(torch.bfloat16)  # the engine's bf16 copy of θ
+    engine.load_state_dict(own)  # what it made of the fp32 tensors before
+    for name, t in engine.state_dict().items():
+        assert torch.equal(got[name], t), name
