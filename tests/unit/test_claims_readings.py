@@ -149,6 +149,7 @@ def test_the_primary_endpoint_carries_its_one_sided_bounds():
     diffs = [0.0, -0.03, -0.011, -0.012, 0.005, -0.012, -0.023, 0.006, -0.017, 0.042]
     r = {"measurement": "test accuracy, a − b", "diffs": list(enumerate(diffs)), "ci": (statistics.fmean(diffs), 0, 0)}
     (line, _) = primary_bound_lines(r, "Primary endpoint")
+    assert line.startswith("Primary endpoint: test accuracy, a − b, -0.0052 [")
     m, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
     upper, lower = m + 1.833113 * se, m - 1.833113 * se  # t(0.95, 9)
     assert f"below {upper:+.4f} and above {lower:+.4f}" in line

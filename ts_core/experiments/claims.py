@@ -283,7 +283,7 @@ def primary_bound_lines(r: dict[str, Any], label: str) -> list[str]:
     half = t_ppf(0.95, n - 1) * sd / math.sqrt(n)
     mde = min_detectable_effect(sd, n)
     return [
-        f"{label} ({r['measurement']}): {_fmt_ci(r['ci'])}; one-sided 95% bounds: the difference is below "
+        f"{label}: {r['measurement']}, {_fmt_ci(r['ci'])}; one-sided 95% bounds: the difference is below "
         f"{m + half:+.4f} and above {m - half:+.4f} (the data exclude a gain larger than {100 * (m + half):.1f} "
         f"points and a loss larger than {100 * (half - m):.1f} points at 95% confidence each). The paired "
         f"differences have sd {sd:.4f}; {n} seeds detect a difference of {100 * mde:.1f} points at 80% power "

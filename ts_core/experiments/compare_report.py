@@ -225,7 +225,7 @@ def write_compare_report(
         "pair", ["thinking_seeds", "grpo"]
     )
     registered = ((protocol or {}).get("protocol") or {}).get("primary_endpoint")
-    label = "Primary endpoint" if registered else "The pass@1 row (no primary endpoint was registered)"
+    label = "Primary endpoint" if registered else "First row (no primary endpoint was registered)"
     claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo, primary=label)  # also adds hard/* to data
     if ts != "thinking_seeds" and "thinking_seeds" in variants:
         # The paper's default arm beside the primary one: the same rows, but not the registered family.
