@@ -2,7 +2,7 @@
 
     python bench/corpus.py [--rows 1000000,10000000] [--rows-per-iteration 4096] [--repeat 3]
                            [--root /tmp/ts-corpus/bench] [--before COMMIT] [--keep] [--reuse] [--skip-report]
-    python bench/corpus.py --live --rows 1000000 [--repeat 3] [--before COMMIT]   # a run never compacted
+    python bench/corpus.py --live --rows 1000000 [--prefixes-per-file 64] [--repeat 3] [--before COMMIT]
 
 Builds, for each size, a run directory with the real contracts and nothing trained (no model, no
 GPU), then measures. What a corpus holds:
@@ -21,9 +21,12 @@ GPU), then measures. What a corpus holds:
             write them; update: the 44 actor/* metrics), evaluate every 50 iterations.
 
 With --live, only this (issue #25: users query live runs, before any `ts compact`): every named
-query end to end on the corpus as it is, never compacted, before (the code at LIVE_BEFORE, which
+query end to end on the corpus as a live run leaves it, before (the code at LIVE_BEFORE, which
 reads the raw corpus) vs after (this checkout, which reads the seeds stage's per-iteration
-aggregates, store/prefix_aggregates.py), on the same files, interleaved.
+aggregates, store/prefix_aggregates.py, and the parts of the finished blocks of iterations the run
+compacted behind itself, store/compaction.compact_behind; --no-behind: without those), on the same
+files, interleaved. --prefixes-per-file sets the iteration files' size (64: the tiny and game24
+presets, ~15,600 files per million prefixes).
 
 Measurements ("before" = the code at BEFORE, before issue #15, run from a `git archive` of it with
 this venv, on the files that code wrote; "after" = this checkout on the files it writes; each pair
@@ -554,33 +557,53 @@ def ablations(base: Path, run_id: str, repeat: int) -> None:
 LIVE_BEFORE = "f61febf"  # the code before issue #25 item 7: no per-iteration aggregates, metrics via a dataset
 
 
-def live(base: Path, run_id: str, repeat: int, tree: Path, label: str) -> None:
-    """Every named query on a run that was never compacted (issue #25: users query live runs), as a
+def live(base: Path, run_id: str, repeat: int, tree: Path, label: str, behind: bool = True) -> None:
+    """Every named query on a live run (issue #25: users query live runs; never hand-compacted), as a
     user runs it, on the same files: before = the code at --before (it reads the raw corpus; the
-    aggregates beside it are files it does not know), after = this checkout (the aggregates),
-    interleaved. The compacted parts are moved aside for the measurement and put back after."""
+    aggregates beside it are files it does not know), after = this checkout, interleaved.
+
+    A run of this checkout compacts each finished block of iterations behind itself as it goes
+    (store/compaction.compact_behind): with `behind` the after side reads the parts that leaves --
+    those of every finished block, written here by the same code (compact over the finished blocks)
+    -- and the before side does not (the parts are moved aside for it: its runs had none); without
+    `behind`, neither side has parts (the comparison of the seeds stage's aggregates alone)."""
+    from thinking_seeds.store.compaction import compact
     from thinking_seeds.store.sql_queries import NAMED_QUERIES
 
     parts = base / run_id / "compacted"
     aside = parts.with_name("compacted.live-aside")
+    if behind and not parts.exists():
+        if aside.exists():
+            aside.rename(parts)
+        t, c, written = _timed(lambda: compact(base / run_id))
+        print(f"  the parts the run compacted behind itself: {len(written)} written in {t:.1f} s ({c:.1f} s CPU)")
     if parts.exists():
         parts.rename(aside)
+
+    def with_parts(on: bool) -> None:
+        if on and aside.exists():
+            aside.rename(parts)
+        elif not on and parts.exists():
+            parts.rename(aside)
+
     try:
-        print(f"  live run (never compacted), `ts sql ... --run-id ID -f csv`, best of {repeat} (load {_uptime()}):")
-        print(f"    before = the code at {label}; after = this checkout")
+        what = "compacted behind itself, as a run does" if behind else "never compacted"
+        print(f"  live run ({what}), `ts sql ... --run-id ID -f csv`, best of {repeat} (load {_uptime()}):")
+        print(f"    before = the code at {label}, no parts; after = this checkout")
         _header()
         cmds = [("select 1", ["sql", "select 1"])]
         cmds += [(n, ["sql", "--query", n, "--timeout", "0"]) for n in NAMED_QUERIES]
         for name, args in cmds:
             before, after = [], []
             for _ in range(repeat):
+                with_parts(False)
                 before.append(measured(base, [*args, "--run-id", run_id, "-f", "csv"], tree))
+                with_parts(behind)
                 after.append(measured(base, [*args, "--run-id", run_id, "-f", "csv"]))
             _pair(name, before, after)
         print(f"    (load {_uptime()})")
     finally:
-        if aside.exists():
-            aside.rename(parts)
+        with_parts(True)
 
 
 def report(base: Path, run_id: str) -> None:
@@ -619,7 +642,19 @@ def demo_start(base: Path, repeat: int, tree: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", default="1000000,10000000")
-    ap.add_argument("--rows-per-iteration", type=int, default=4096)
+    ap.add_argument(
+        "--rows-per-iteration",
+        "--prefixes-per-file",
+        type=int,
+        default=4096,
+        help="prefixes per iteration file (the seeds stage writes one per iteration: 64 in the tiny and game24 "
+        "presets, 4096 at 512 prompts x 8 seeds)",
+    )
+    ap.add_argument(
+        "--no-behind",
+        action="store_true",
+        help="with --live: no compacted parts on the after side either (the run's own compaction left out)",
+    )
     ap.add_argument("--root", type=Path, default=Path("/tmp/ts-corpus/bench"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--before", default=None, help=f"commit whose CLI is the 'before' (default: {BEFORE})")
@@ -666,7 +701,7 @@ def main() -> None:
             flush=True,
         )
         if args.live:
-            live(args.root, run_id, args.repeat, tree, args.before)
+            live(args.root, run_id, args.repeat, tree, args.before, behind=not args.no_behind)
             continue
         from thinking_seeds.store.compaction import compact
 

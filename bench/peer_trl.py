@@ -11,7 +11,15 @@ load spreads over all sides instead of landing on one):
   loop     our tiny preset with algorithm=grpo through the plain loop (pipeline.loop.train), in this
            process, steps+2 iterations from θ_0: iteration 0 is the warm-up, the last one carries the
            run's final evaluation, iterations 1..steps are measured;
-  prefect  the same through the Prefect training flow (`ts train`; no server), in this process.
+  prefect  the same through the Prefect training flow (`ts train`; no server), in this process;
+  seeds    the tiny preset with its own algorithm (thinking_seeds: historical seeds, the pool's
+           snapshots) through the plain loop, in this process: the ratio seeds / loop is what
+           Thinking Seeds costs over our GRPO per step.
+
+Memory: every side's process tree (the side's process and its descendants: for ours this process,
+which runs the pipeline, with the persistent trainer, the verifier's worker, the child guard and
+Prefect's server; for TRL the driver) is sampled every 0.1 s (bench/process_tree.py TreePeak): the peak
+of the sum of its RSS, per round, and per role for ours.
 
 Same model (data/models/tiny-chainsum, fp32), same prompts (TRL's step i+1 gets our iteration i's 16
 prompts, unshuffled), same reward (math-verify on the last \\boxed{}), 8 samples per prompt, 64 new
@@ -48,6 +56,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from process_tree import TreePeak  # noqa: E402
+
 DRIVER = ROOT / "bench" / "_trl_driver.py"
 PRESET = "tiny"
 
@@ -56,11 +67,11 @@ OUR_PARTS = ("generation", "verify", "fwd_bwd", "checkpoint", "parquet_io", "els
 TRL_PARTS = ("generation", "reward", "prep_else", "update_else")
 
 
-def overrides(steps: int) -> list[str]:
+def overrides(steps: int, algorithm: str = "grpo") -> list[str]:
     """grpo on the tiny preset (16 prompts x 8, 64 tokens, lr 1e-4, 1 optimizer step per batch: the
     preset's own values); evaluation off except θ_0's and the final 1-sample check."""
     return [
-        "algorithm=grpo",
+        f"algorithm={algorithm}",
         f"iterations={steps + 2}",
         f"eval.every={steps + 3}",
         "eval.prompts=1",
@@ -113,12 +124,18 @@ def trl_round(trl_python: Path, model: str, prompts: Path, steps: int, a, work: 
     cmd = [str(trl_python), str(DRIVER), "--model", model, "--prompts", str(prompts), "--steps", str(steps + 1)]
     cmd += ["--out", str(out), "--group", str(a.group), "--max-new", str(a.max_new), "--lr", str(a.lr)]
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    with TreePeak(proc.pid, uss=False) as peak:
+        stdout, stderr = proc.communicate()
+    p = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     if p.returncode != 0:
         sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
         raise SystemExit(f"the TRL driver failed (exit {p.returncode})")
     res = json.loads(out.read_text())
     res["process_s"] = time.perf_counter() - t
+    res["peak_rss_mib"], res["roles"] = peak.peak_sum, peak.by_role()
     walls, parts = res["step_walls"][1:], res["step_parts"][1:]  # step 1: the warm-up
     res["walls"], res["cpu"] = walls, res["step_cpu"][1:]
     res["parts"] = [
@@ -214,7 +231,7 @@ def ours_round(mode: str, steps: int, base: Path, tag: str) -> dict:
     os.environ["TS_RUNS_DIR"] = str(base)
     t = time.perf_counter()
     stamps: dict[int, tuple[float, float, float, dict]] = {}
-    with stamp_iteration_ends(stamps):
+    with stamp_iteration_ends(stamps), TreePeak(os.getpid(), uss=False) as peak:
         if mode == "prefect":
             from thinking_seeds.flows.train import train_flow
 
@@ -222,7 +239,8 @@ def ours_round(mode: str, steps: int, base: Path, tag: str) -> dict:
         else:
             from thinking_seeds.pipeline.loop import train
 
-            train(RunDir.for_run(run_id, base), load_config(PRESET, overrides(steps)))
+            algorithm = "thinking_seeds" if mode == "seeds" else "grpo"
+            train(RunDir.for_run(run_id, base), load_config(PRESET, overrides(steps, algorithm)))
     total = time.perf_counter() - t
     run = RunDir.for_run(run_id, base)
     ks = range(1, steps + 1)  # iteration 0: the warm-up; steps+1: the run's final evaluation
@@ -234,6 +252,7 @@ def ours_round(mode: str, steps: int, base: Path, tag: str) -> dict:
         p["cpu_generation"] = stamps[k][3].get("generation", 0.0) + stamps[k][3].get("weight_swap", 0.0)
         p["cpu_update_total"] = stamps[k][3].get("update_total", 0.0)
     res["process_s"] = total
+    res["peak_rss_mib"], res["roles"] = peak.peak_sum, peak.by_role()
     shutil.rmtree(run.root, ignore_errors=True)
     return res
 
@@ -246,7 +265,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5, help="measured steps per side and round (plus warm-up)")
-    ap.add_argument("--ours", default="loop,prefect", help="our sides: loop (plain loop), prefect (the flow)")
+    ap.add_argument(
+        "--ours",
+        default="loop,prefect,seeds",
+        help="our sides: loop (GRPO, plain loop), prefect (GRPO, the flow), seeds (thinking_seeds, plain loop)",
+    )
     ap.add_argument("--trl-python", type=Path, default=ROOT / ".venv-trl" / "bin" / "python")
     ap.add_argument("--json", type=Path, default=None, help="also write every round's figures here")
     a = ap.parse_args()
@@ -299,7 +322,7 @@ def main() -> None:
                 print(
                     f"round {r} {side:8s} step median {med(res['walls']):6.2f} s, CPU {med(res['cpu']):5.2f} s  "
                     f"(steps {', '.join(f'{w:.2f}' for w in res['walls'])}; process {res['process_s']:.0f} s; "
-                    f"load {res['load']})",
+                    f"tree peak RSS {res['peak_rss_mib']:.0f} MiB; load {res['load']})",
                     flush=True,
                 )
             rounds.append(row)
@@ -321,6 +344,27 @@ def report(rounds: list[dict], sides: list[str], ours: list[str], a) -> None:
             f"ours ({side}) / TRL: median of per-round ratios {med(ratios):.3f}x "
             f"(range {min(ratios):.3f}-{max(ratios):.3f}; per round {', '.join(f'{x:.3f}' for x in ratios)})"
         )
+    if "seeds" in ours and "loop" in ours:
+        ratios = [med(row["seeds"]["walls"]) / med(row["loop"]["walls"]) for row in rounds]
+        print(
+            f"Thinking Seeds / our GRPO (both the plain loop): median of per-round ratios {med(ratios):.3f}x "
+            f"(range {min(ratios):.3f}-{max(ratios):.3f}; per round {', '.join(f'{x:.3f}' for x in ratios)})"
+        )
+    print("\npeak RSS of the side's process tree, MiB (sampled every 0.1 s)")
+    for side in sides:
+        per = [row[side]["peak_rss_mib"] for row in rounds]
+        ratio = med([row[side]["peak_rss_mib"] / row["trl"]["peak_rss_mib"] for row in rounds])
+        procs = med([sum(n for n, _, _ in row[side]["roles"].values()) for row in rounds])
+        print(
+            f"{side:8s} " + " ".join(f"{x:6.0f}" for x in per) + f" {med(per):7.0f}  "
+            f"{ratio:.2f}x TRL's, {procs:.0f} processes"
+        )
+    for side in ours:
+        last = rounds[-1][side]["roles"]
+        cells = ", ".join(
+            f"{role} {n}x {rss:.0f}" for role, (n, rss, _) in sorted(last.items(), key=lambda kv: -kv[1][1])
+        )
+        print(f"  {side} by role (last round, peak RSS MiB): {cells}")
     print("\nstep CPU time (user + system, the process and its live children), s: same medians")
     for side in sides:
         per = [med(row[side]["cpu"]) for row in rounds]

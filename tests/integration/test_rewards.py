@@ -150,3 +150,19 @@ def test_input_errors(verifier: Verifier) -> None:
     with pytest.raises(ValueError, match="'my_math' is not a reasoning-gym data set"):
         rg.score_batch(["\\boxed{1}"], [other])
     assert rg.worker_pids == []
+
+
+def test_a_repeated_answer_to_the_same_prompt_is_scored_once(verifier: Verifier, monkeypatch) -> None:
+    """The samples of a group agree often: each distinct (answer, prompt) goes to the pool once, and
+    every response gets its own verdict, as if each had been scored."""
+    sent: list[int] = []
+    run = Verifier._run
+    monkeypatch.setattr(Verifier, "_run", lambda self, items: sent.append(len(items)) or run(self, items))
+    a, b = _prompt("51", 0), _prompt("7", 1)
+    responses = ["\\boxed{51}", "x \\boxed{51}", "\\boxed{50}", "\\boxed{51}", "no box", "\\boxed{51}", SLOW_ANSWER]
+    prompts = [a, a, a, a, a, b, b]
+    got = verifier.score_batch(responses, prompts)
+    assert sent == [4]  # 51 for a (three responses), 50 for a, 51 for b, the slow one; no box never goes
+    one_by_one = [verifier.score_batch([r], [p])[0] for r, p in zip(responses, prompts, strict=True)]
+    assert [(v.reward, v.status, v.answer) for v in got] == [(v.reward, v.status, v.answer) for v in one_by_one]
+    assert [v.status for v in got] == ["ok", "ok", "wrong", "ok", "no_answer", "wrong", "timeout"]

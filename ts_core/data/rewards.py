@@ -245,10 +245,16 @@ class Verifier:
                 for i, a in enumerate(answers)
                 if a is not None
             }
+        # A built-in checker is a function of the item alone: an answer repeated for the same prompt (a
+        # group's or an evaluation's samples agree often) is scored once. The user's function may not
+        # be (it sees the whole response, and may draw): every item goes to it.
+        first: dict[Item, int] = {}
+        same = {} if self.backend == "custom" else {i: first.setdefault(item, i) for i, item in items.items()}
         if items:
             with self._lock:
-                results = self._run(items)
-            for i, (reward, status, detail) in results.items():
+                results = self._run({i: item for i, item in items.items() if same.get(i, i) == i})
+            for i in items:
+                reward, status, detail = results[same.get(i, i)]
                 verdicts[i] = Verdict(reward, status, answers[i], detail)  # type: ignore[arg-type]
         assert all(v is not None for v in verdicts)
         return verdicts  # type: ignore[return-value]

@@ -1,7 +1,8 @@
 """The pipeline's end of the persistent trainer (train/trainer_server.py): launch, jobs, teardown.
 
 `update.launcher=accelerate` (the default) starts `accelerate launch -m
-thinking_seeds.train.trainer_server` when the run starts (`prelaunch_trainer`, right after prepare:
+thinking_seeds.train.trainer_server` (a group of one: the launch's child itself, without the launcher's
+interpreter; update_launcher.without_launcher) when the run starts (`prelaunch_trainer`, right after prepare:
 it starts while θ_0 is evaluated and iteration 0 samples; else the first update stage of the run
 launches it), in this process, and sends it every update of the run as one JSON line over a Unix
 socket (a chain of updates: pipeline/policy_chain.py); the answer is one JSON line with the
@@ -48,7 +49,7 @@ import time
 from pathlib import Path
 
 from thinking_seeds.config import RunConfig
-from thinking_seeds.pipeline.update_launcher import _die_with_parent, launch_prefix
+from thinking_seeds.pipeline.update_launcher import _die_with_parent, launch_prefix, without_launcher
 from thinking_seeds.store.run_dir import RunDir
 
 START_TIMEOUT_S = 600.0  # imports + process group on a loaded 2-core box take 5-30 s; a GPU node's NCCL more
@@ -105,12 +106,13 @@ class PersistentTrainer:
         # group: seconds) runs beside whatever the pipeline does until then (prelaunch_trainer).
         self.listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.cmd = trainer_command(run, cfg, self.sock_path)  # a device this machine lacks: ValueError
+            cmd = trainer_command(run, cfg, self.sock_path)  # a device this machine lacks: ValueError
             self.listener.bind(str(self.sock_path))
             self.listener.listen(1)
             env = dict(os.environ)
             env.setdefault("OMP_NUM_THREADS", "1")
             env.setdefault("ACCELERATE_DISABLE_RICH", "1")
+            self.cmd, env = without_launcher(cmd, env)  # one process: no launcher interpreter in between
             with self.log_path.open("wb") as log:
                 # Its own session: the terminal's Ctrl-C reaches only the pipeline, which stops it (close).
                 self.proc = subprocess.Popen(

@@ -23,6 +23,9 @@ from thinking_seeds.engine.models import resolve_device
 from thinking_seeds.store.run_dir import RunDir
 
 
+LOOPBACK_LAUNCH_MODULE = "thinking_seeds.pipeline.loopback_launch"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -67,6 +70,9 @@ def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], boo
     elif total > 1:
         # A free rendezvous port per launch: the default 29500 can still be held by a run killed a moment ago.
         cmd += ["--main_process_port", str(_free_port())]
+        # One machine: accelerate's launch with every port on loopback (torch's rendezvous store
+        # otherwise listens on all interfaces, unauthenticated; pipeline/loopback_launch.py).
+        cmd[2] = LOOPBACK_LAUNCH_MODULE
     return cmd, device.type == "cpu"  # --cpu: device=cpu, or auto without a GPU
 
 
@@ -95,6 +101,33 @@ def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, 
     return cmd
 
 
+LAUNCH_MODULE = "accelerate.commands.launch"
+
+
+def without_launcher(cmd: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """`cmd` (an `accelerate launch` command from launch_prefix) and `env`, or -- for a group of one
+    process that accelerate would start with its simple launcher -- the command and environment that
+    launcher gives its one child, computed here with accelerate's own code: the trainer then runs as
+    this process's child, without the launcher's interpreter between them (~230 MB of RSS, torch
+    imported only to Popen and wait). What the launcher guarded stays: PR_SET_PDEATHSIG (the caller's
+    preexec_fn) now reaches the trainer itself after a kill -9, and a SIGTERM stops it directly."""
+    if cmd[1:3] != ["-m", LAUNCH_MODULE]:
+        return cmd, env
+    from unittest import mock
+
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    with mock.patch.dict(os.environ, env, clear=True):  # what the launcher would read: its own environment
+        args = launch_command_parser().parse_args(cmd[3:])
+        args, defaults, _ = _validate_launch_command(args)  # the user's accelerate config file included
+        simple = not (args.use_deepspeed or args.use_fsdp or args.use_megatron_lm or args.multi_gpu or args.tpu)
+        if not simple or args.num_processes != 1 or args.num_machines != 1 or defaults is not None:
+            return cmd, env  # a group, or a launch a config file shapes: accelerate's launcher decides
+        direct, child_env = prepare_simple_launcher_cmd_env(args)
+    return direct, child_env
+
+
 def _die_with_parent() -> None:
     """In the launcher child: get SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG).
 
@@ -115,7 +148,7 @@ def launch_update(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("ACCELERATE_DISABLE_RICH", "1")
-    cmd = accelerate_command(run, cfg, k, metrics_path, ref)
+    cmd, env = without_launcher(accelerate_command(run, cfg, k, metrics_path, ref), env)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
