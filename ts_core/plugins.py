@@ -15,34 +15,48 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["EXTRAS", "LOGGERS", "check_loggers", "check_task_names", "known_task_names", "load_reward_fn"]
+__all__ = [
+    "EXTRAS",
+    "LOGGERS",
+    "check_loggers",
+    "check_task_names",
+    "known_task_names",
+    "load_function",
+    "load_reward_fn",
+]
 
 LOGGERS = ("console", "tensorboard", "mlflow", "wandb")
 # logger -> (module that must import, the pip extra that brings it)
 EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 
 
-def load_reward_fn(path: str) -> Any:
-    """The user's reward function named `package.module:function` (verl's custom reward function).
-
-    Signature: fn(data_source: str, solution_str: str, ground_truth: str, extra_info: dict) ->
-    float | {"score": float, ...} | None (None: no answer found). ValueError in one line when the
-    path is malformed, the module does not import or the name is not a callable.
-    """
+def load_function(path: str, key: str) -> Any:
+    """The user's function named `package.module:function` for config key `key` (reward.fn, prefix.loss).
+    ValueError in one line when the path is malformed, the module does not import or the name is not
+    a callable."""
     mod_name, sep, fn_name = path.partition(":")
     if not sep or not mod_name or not fn_name:
-        raise ValueError(f"reward.fn={path!r} must look like package.module:function")
+        raise ValueError(f"{key}={path!r} must look like package.module:function")
     try:
         module = importlib.import_module(mod_name)
     except Exception as e:  # an ImportError or the module's own failure: both are the user's to fix
         raise ValueError(
-            f"reward.fn={path!r}: module {mod_name!r} does not import ({type(e).__name__}: {e}); "
+            f"{key}={path!r}: module {mod_name!r} does not import ({type(e).__name__}: {e}); "
             "check the name and that it is on PYTHONPATH"
         ) from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        raise ValueError(f"reward.fn={path!r}: {mod_name} has no function {fn_name!r}")
+        raise ValueError(f"{key}={path!r}: {mod_name} has no function {fn_name!r}")
     return fn
+
+
+def load_reward_fn(path: str) -> Any:
+    """The user's reward function named `package.module:function` (verl's custom reward function).
+
+    Signature: fn(data_source: str, solution_str: str, ground_truth: str, extra_info: dict) ->
+    float | {"score": float, ...} | None (None: no answer found).
+    """
+    return load_function(path, "reward.fn")
 
 
 def known_task_names() -> list[str]:

@@ -222,3 +222,52 @@ def test_effective_entropy_leaves_out_zero_advantage_tokens():
     assert m["actor/entropy/on_policy"] == pytest.approx(7.5 / 4)
     assert m["actor/effective_entropy/on_policy"] == pytest.approx(0.75)
     assert m["actor/grad_tokens/on_policy"] == pytest.approx(0.5)
+
+
+def test_the_registry_holds_exactly_the_configs_built_in_prefix_losses():
+    from thinking_seeds.algo.losses import SURROGATES
+    from thinking_seeds.config.sections import PREFIX_LOSSES
+
+    assert set(PREFIX_LOSSES) <= set(SURROGATES)
+    assert [n for n in SURROGATES if ":" not in n and n not in PREFIX_LOSSES] == []
+
+
+def test_loss_settings_come_from_the_config_by_name():
+    from dataclasses import fields
+
+    from thinking_seeds.config import load_config
+
+    cfg = load_config("tiny", ["loss.clip_ratio_c=3.0", "prefix.loss=shaped", "prefix.shaped_gamma=0.3",
+                               "loss.kl_coef=0.05", "loss.kl_type=k1", "rollout.max_new_tokens=40"])  # fmt: skip
+    s = LossSettings.from_config(cfg, global_tokens=7.0)
+    assert (s.clip_ratio_c, s.prefix_loss, s.shaped_gamma, s.kl_coef, s.kl_type) == (3.0, "shaped", 0.3, 0.05, "k1")
+    assert (s.seq_norm_len, s.global_tokens, s.global_seqs) == (40.0, 7.0, None)
+    for f in fields(LossSettings):  # every other field is the config's value of the same name
+        if f.name not in ("prefix_loss", "seq_norm_len", "global_tokens", "global_seqs"):
+            section = cfg.loss if hasattr(cfg.loss, f.name) else cfg.prefix
+            assert getattr(s, f.name) == getattr(section, f.name), f.name
+
+
+def halved_clip(logprobs, denom_logprobs, adv, s, prefix_mask):
+    """A user's own prefix surrogate (by import path): half the clip term."""
+    from thinking_seeds.algo.losses import clipped_surrogate
+
+    loss, clipped = clipped_surrogate(logprobs, denom_logprobs, adv, s)
+    return 0.5 * loss, clipped
+
+
+def test_a_users_own_prefix_loss_by_import_path():
+    from thinking_seeds.config import load_config
+
+    path = "tests.unit.test_losses:halved_clip"
+    assert load_config("tiny", [f"prefix.loss={path}"]).prefix.loss == path
+    with pytest.raises(ValueError, match="neither a built-in"):
+        load_config("tiny", ["prefix.loss=clipp"])
+    with pytest.raises(ValueError, match="has no function"):
+        load_config("tiny", ["prefix.loss=tests.unit.test_losses:nothing_here"])
+    inp = make_inputs([[-1.0, -2.0, -0.5]], behaviour=[[-1.5, -1.0, -0.5]], prefix=[[1, 1, 0]], seeded=[True])
+    _, g_clip = grad_of(inp, LossSettings(prefix_loss="clip"))
+    inp = make_inputs([[-1.0, -2.0, -0.5]], behaviour=[[-1.5, -1.0, -0.5]], prefix=[[1, 1, 0]], seeded=[True])
+    _, g_own = grad_of(inp, LossSettings(prefix_loss=path))
+    torch.testing.assert_close(g_own[0, :2], 0.5 * g_clip[0, :2])  # the prefix tokens: half
+    torch.testing.assert_close(g_own[0, 2:], g_clip[0, 2:])  # the continuation: unchanged

@@ -22,16 +22,27 @@ Shapes: B sequences, T response positions (right-padded). All per-token tensors 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
+from thinking_seeds.algo.populations import population_stats
 from thinking_seeds.algo.stats import Stats
+from thinking_seeds.plugins import load_function
 
-PrefixLoss = Literal["clip", "shaped", "capped", "context", "position"]
+if TYPE_CHECKING:
+    from thinking_seeds.config import RunConfig
+
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-POPULATIONS = ("on_policy", "continuation", "prefix")
+# |log r| is clamped here before exp: past it exp overflows fp32 (e^88) long before any loss could use
+# the value, and a ratio of e^20 is clipped or capped by every surrogate anyway.
+LOG_RATIO_CLAMP = 20.0
+
+
+def exp_ratio(log_numer: torch.Tensor, log_denom: torch.Tensor) -> torch.Tensor:
+    """r = exp(log_numer - log_denom), its log clamped to ±LOG_RATIO_CLAMP (an overflow guard only)."""
+    return torch.exp((log_numer - log_denom).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 @dataclass
@@ -68,7 +79,7 @@ class LossSettings:
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.28
     clip_ratio_c: float | None = None
-    prefix_loss: PrefixLoss = "clip"
+    prefix_loss: str = "clip"  # a registered surrogate or package.module:function (get_surrogate)
     shaped_gamma: float = 0.1
     cap: float = 2.0
     loss_agg_mode: LossAggMode = "token-mean"
@@ -83,6 +94,20 @@ class LossSettings:
     # seq-mean-token-sum-norm divides each sequence's sum by this constant (Dr. GRPO: max length).
     seq_norm_len: float | None = None
 
+    @classmethod
+    def from_config(cls, cfg: RunConfig, **counts: float) -> LossSettings:
+        """The settings as the run config holds them: each field read from `loss.<name>` or
+        `prefix.<name>` (`prefix_loss`: prefix.loss), the Dr. GRPO length from rollout.max_new_tokens, and
+        the global counts given. Nothing is copied by hand, so a field added to both stays in step."""
+        values: dict[str, object] = {"seq_norm_len": float(cfg.rollout.max_new_tokens)}
+        for f in fields(cls):
+            name = f.name.removeprefix("prefix_")
+            for section in (cfg.loss, cfg.prefix):
+                if name in type(section).model_fields:
+                    values[f.name] = getattr(section, name)
+                    break
+        return cls(**(values | counts))  # type: ignore[arg-type]
+
 
 @dataclass
 class LossOutput:
@@ -92,36 +117,55 @@ class LossOutput:
 
 
 # ---------------------------------------------------------------------------------------------
-# Surrogates: each returns (per-token loss, per-token "gradient lost to clipping" mask).
+# Surrogates: each returns (per-token loss, per-token "gradient lost to clipping" mask); its inputs
+# are (logprobs, denom_logprobs, adv, settings, prefix_mask), all (B, T) but the settings.
 # ---------------------------------------------------------------------------------------------
 
-SURROGATES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
+Surrogate = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-def register_surrogate(name: str):
+@dataclass(frozen=True)
+class PrefixSurrogate:
+    """A prefix loss: its function, and whether prefix tokens count in the loss at all (`context`: no)."""
+
+    fn: Surrogate
+    in_loss: bool = True
+
+
+SURROGATES: dict[str, PrefixSurrogate] = {}
+
+
+def register_surrogate(name: str, in_loss: bool = True):
     def deco(fn):
-        SURROGATES[name] = fn
+        SURROGATES[name] = PrefixSurrogate(fn, in_loss)
         return fn
 
     return deco
 
 
-def get_surrogate(name: str):
+def get_surrogate(name: str) -> PrefixSurrogate:
+    """The registered surrogate `name`, or a user's `package.module:function` (imported once, then
+    registered under its path, as reward.fn is)."""
     if name not in SURROGATES:
-        raise KeyError(f"unknown prefix loss {name!r}; known: {', '.join(sorted(SURROGATES))}")
+        if ":" not in name:
+            raise KeyError(f"unknown prefix loss {name!r}; known: {', '.join(sorted(SURROGATES))}")
+        SURROGATES[name] = PrefixSurrogate(load_function(name, "prefix.loss"))
     return SURROGATES[name]
 
 
 @register_surrogate("clip")
 def clipped_surrogate(
-    logprobs: torch.Tensor, denom_logprobs: torch.Tensor, adv: torch.Tensor, s: LossSettings
+    logprobs: torch.Tensor,
+    denom_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    s: LossSettings,
+    prefix_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO clip (with clip-higher and optional dual clip) on r = exp(logprobs - denom_logprobs).
 
     Returns the per-token loss −ψ and a bool mask of tokens whose gradient the clip zeroes.
     """
-    log_ratio = (logprobs - denom_logprobs).clamp(-20.0, 20.0)  # exp overflow guard only
-    ratio = torch.exp(log_ratio)
+    ratio = exp_ratio(logprobs, denom_logprobs)
     loss1 = -adv * ratio
     loss2 = -adv * ratio.clamp(1.0 - s.clip_ratio_low, 1.0 + s.clip_ratio_high)
     loss = torch.maximum(loss1, loss2)
@@ -138,7 +182,11 @@ def clipped_surrogate(
 
 @register_surrogate("shaped")
 def shaped_surrogate(
-    logprobs: torch.Tensor, denom_logprobs: torch.Tensor, adv: torch.Tensor, s: LossSettings
+    logprobs: torch.Tensor,
+    denom_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    s: LossSettings,
+    prefix_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """LUFFY policy shaping: ψ = f(π_θ)·A with f(p) = p / (p + γ); no ratio, no clip.
 
@@ -152,22 +200,48 @@ def shaped_surrogate(
 
 @register_surrogate("capped")
 def capped_surrogate(
-    logprobs: torch.Tensor, denom_logprobs: torch.Tensor, adv: torch.Tensor, s: LossSettings
+    logprobs: torch.Tensor,
+    denom_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    s: LossSettings,
+    prefix_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Truncated importance weight: ψ = min(r, c)·A with the weight treated as a constant.
 
     The gradient is min(r, c)·A·∇log π_θ: a large ratio is bounded, never zeroed, so no gradient
     is lost to clipping (the value of the loss is min(r, c)·A, as written).
     """
-    ratio = torch.exp((logprobs - denom_logprobs).clamp(-20.0, 20.0))
-    weight = ratio.clamp(max=s.cap).detach()
+    weight = exp_ratio(logprobs, denom_logprobs).clamp(max=s.cap).detach()
     # exp(lp - sg(lp)) == 1 in value, ∇ = ∇lp: value w·A, gradient w·A·∇log π_θ.
     loss = -adv * weight * torch.exp(logprobs - logprobs.detach())
     return loss, torch.zeros_like(loss, dtype=torch.bool)
 
 
-# `position` is the clip surrogate; compute_policy_loss then weighs it by prefix_position_weights.
-SURROGATES["position"] = clipped_surrogate
+@register_surrogate("position")
+def position_surrogate(
+    logprobs: torch.Tensor,
+    denom_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    s: LossSettings,
+    prefix_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The clip surrogate weighed by prefix_position_weights: trust in a prefix token falls with its depth."""
+    loss, clipped = clipped_surrogate(logprobs, denom_logprobs, adv, s)
+    if prefix_mask is None:
+        raise ValueError("prefix.loss=position needs the prefix mask")
+    return loss * prefix_position_weights(prefix_mask).to(loss.dtype), clipped
+
+
+@register_surrogate("context", in_loss=False)
+def context_surrogate(
+    logprobs: torch.Tensor,
+    denom_logprobs: torch.Tensor,
+    adv: torch.Tensor,
+    s: LossSettings,
+    prefix_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """No gradient: the prefix is only context (PrefixRL / QuestA); it leaves the loss's mean too (in_loss)."""
+    return torch.zeros_like(logprobs), torch.zeros_like(logprobs, dtype=torch.bool)
 
 
 def prefix_position_weights(prefix_mask: torch.Tensor) -> torch.Tensor:
@@ -225,60 +299,9 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) ->
     if kind == "k1":
         return log_ratio
     if kind == "k3":
-        neg = (-log_ratio).clamp(-20.0, 20.0)
+        neg = (-log_ratio).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         return torch.exp(neg) - 1.0 - neg
     raise KeyError(f"unknown kl_type {kind!r}; known: k1, k3")
-
-
-# ---------------------------------------------------------------------------------------------
-# Statistics by population
-# ---------------------------------------------------------------------------------------------
-
-
-def population_masks(inp: LossInputs) -> dict[str, torch.Tensor]:
-    """(B, T) masks of the three token populations of docs/algorithm.md §5."""
-    resp = inp.response_mask.bool()
-    prefix = inp.prefix_mask.bool() & resp
-    seeded = inp.seeded.bool()[:, None]
-    return {
-        "on_policy": resp & ~seeded,
-        "continuation": resp & seeded & ~prefix,
-        "prefix": prefix,
-    }
-
-
-@torch.no_grad()
-def _population_stats(
-    stats: Stats,
-    inp: LossInputs,
-    s: LossSettings,
-    adv: torch.Tensor,
-    ratio: torch.Tensor,
-    clipped: torch.Tensor,
-    grad_mask: torch.Tensor,
-) -> None:
-    pops = population_masks(inp)
-    abs_adv = adv.abs()
-    above = ratio > 1.0 + s.clip_ratio_high
-    # No `if n == 0: continue`: that test would wait for the GPU once per population. An empty
-    # population adds count 0 (and a maximum of -inf), which Stats leaves out of the metrics.
-    for name, m in list(pops.items()) + [("all", inp.response_mask.bool())]:
-        n = m.sum()
-        suffix = f"/{name}"
-        # Gradient lost to clipping: share of tokens, and of |A|-weighted mass, that the clip zeroes.
-        stats.add("actor/pg_clipfrac" + suffix, (clipped & m).sum(), n)
-        stats.add("actor/pg_clipfrac_adv" + suffix, (abs_adv * (clipped & m)).sum(), (abs_adv * m).sum())
-        stats.add("actor/ratio_mean" + suffix, (ratio * m).sum(), n)
-        stats.add("actor/ratio_above_frac" + suffix, (above & m).sum(), n)
-        if ratio.numel():  # (a shape, not a value: no sync) max() of no elements is an error
-            stats.add("actor/ratio_max" + suffix, ratio.masked_fill(~m, float("-inf")).max())
-        stats.add("actor/grad_tokens" + suffix, (grad_mask & m).sum(), n)
-        if inp.entropy is not None:
-            ent = inp.entropy.detach()
-            stats.add("actor/entropy" + suffix, (ent * m).sum(), n)
-            # Effective entropy: entropy of the tokens that actually carry gradient.
-            g = grad_mask & m
-            stats.add("actor/effective_entropy" + suffix, (ent * g).sum(), g.sum())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,18 +325,13 @@ def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
 
     # Continuation and on-policy tokens: the rollout policy wrote them.
     own_loss, own_clipped = clipped_surrogate(inp.logprobs, inp.old_logprobs, adv, s)
-    own_ratio = torch.exp((inp.logprobs - inp.old_logprobs).detach().clamp(-20.0, 20.0))
+    own_ratio = exp_ratio(inp.logprobs.detach(), inp.old_logprobs)
 
-    if s.prefix_loss == "context":
-        # Context only: the prefix leaves the loss altogether (no gradient, not in the mean).
-        loss_mask = resp & ~prefix
-        pre_loss, pre_clipped = torch.zeros_like(own_loss), torch.zeros_like(own_clipped)
-    else:
-        loss_mask = resp
-        pre_loss, pre_clipped = get_surrogate(s.prefix_loss)(inp.logprobs, inp.behaviour_logprobs, adv, s)
-        if s.prefix_loss == "position":
-            pre_loss = pre_loss * prefix_position_weights(prefix).to(pre_loss.dtype)
-    pre_ratio = torch.exp((inp.logprobs - inp.behaviour_logprobs).detach().clamp(-20.0, 20.0))
+    surrogate = get_surrogate(s.prefix_loss)
+    pre_loss, pre_clipped = surrogate.fn(inp.logprobs, inp.behaviour_logprobs, adv, s, prefix)
+    # `context` (in_loss False): the prefix leaves the loss altogether (no gradient, not in the mean).
+    loss_mask = resp if surrogate.in_loss else resp & ~prefix
+    pre_ratio = exp_ratio(inp.logprobs.detach(), inp.behaviour_logprobs)
 
     token_loss = torch.where(prefix, pre_loss, own_loss)
     if inp.token_weights is not None:  # verl's decoupled form: a constant factor on each token's surrogate
@@ -344,5 +362,5 @@ def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
     # all equal carries none) and not clipped. Counting zero-advantage tokens made the effective
     # entropy equal the plain entropy in every report before issue #9.
     grad_mask = loss_mask & ~clipped & (adv != 0)
-    _population_stats(stats, inp, s, adv.detach(), ratio, clipped, grad_mask)
+    population_stats(stats, inp, s.clip_ratio_high, adv.detach(), ratio, clipped, grad_mask)
     return LossOutput(loss=loss, stats=stats)

@@ -37,6 +37,7 @@ __all__ = [
     "LoraSettings",
     "LossConfig",
     "ModelConfig",
+    "PREFIX_LOSSES",
     "PipelineConfig",
     "PoolConfig",
     "PrefixConfig",
@@ -188,6 +189,11 @@ class DataConfig(_Section):
         return self
 
 
+# The built-in prefix surrogates, registered by these names in algo/losses.py (tests/unit/test_losses.py
+# checks the two agree); `context` keeps the prefix out of the loss.
+PREFIX_LOSSES = ("clip", "shaped", "capped", "context", "position")
+
+
 class PoolConfig(_Section):
     size: int = Field(4, ge=1, le=1000, description="Historical snapshots kept in the pool H.")
     include_initial: bool = Field(True, description="Keep the initial model (step 0) in H forever.")
@@ -214,12 +220,16 @@ class PrefixConfig(_Section):
         description="prefix.cut=steps: how many complete step lines of the draft a seed keeps. 1 on the 24 game "
         "leaves the continuation a real 3-number subproblem (docs/results/game24-step-cut-probe.md).",
     )
-    loss: Literal["clip", "shaped", "capped", "context", "position"] = Field(
+    loss: str = Field(
         "clip",
-        description="Loss on prefix tokens (docs/algorithm.md §3). Default `clip`: it had the best test accuracy at "
-        "every seed and the largest strategy diversity on average in docs/results/ablation-loss. `position`: the clip "
-        "term of prefix token t (0-based) of an L-token prefix weighted by w = 1 - t/L (our own position-aware form; "
-        "not yet ablated).",
+        description="Loss on prefix tokens (docs/algorithm.md §3): one of "
+        + ", ".join(PREFIX_LOSSES)
+        + ", or your own surrogate as package.module:function (algo/losses.py: fn(logprobs, denom_logprobs, "
+        "adv, settings, prefix_mask) -> (per-token loss, clipped mask), all (B, T)). Default `clip`: it had the "
+        "best test accuracy at every seed and the largest strategy diversity on average in "
+        "docs/results/ablation-loss. `position`: the clip term of prefix token t (0-based) of an L-token prefix "
+        "weighted by w = 1 - t/L (our own position-aware form; no detectable effect in "
+        "docs/results/game24-ablation-position).",
     )
     shaped_gamma: float = Field(0.1, gt=0.0, description="LUFFY policy shaping f(p)=p/(p+γ).")
     cap: float = Field(2.0, gt=0.0, description="`capped`: truncate the prefix importance weight at this value.")
@@ -266,7 +276,17 @@ class PrefixConfig(_Section):
     )
 
     @model_validator(mode="after")
-    def _ranges(self) -> PrefixConfig:
+    def _ranges(self, info: ValidationInfo) -> PrefixConfig:
+        if self.loss not in PREFIX_LOSSES:
+            if ":" not in self.loss:
+                raise ValueError(
+                    f"prefix.loss={self.loss!r} is neither a built-in ({', '.join(PREFIX_LOSSES)}) nor "
+                    "package.module:function"
+                )
+            from thinking_seeds.plugins import load_function  # imports the user's module: a typo fails here
+
+            if checks_outside(info):
+                load_function(self.loss, "prefix.loss")
         if self.ratio_min > self.ratio_max:
             raise ValueError(f"prefix.ratio_min={self.ratio_min} must be <= prefix.ratio_max={self.ratio_max}")
         if self.ratio_of == "budget" and self.filter == "correct_draft":

@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from thinking_seeds.algo.populations import REPORTED_POPULATIONS
 from thinking_seeds.config import ALGORITHMS
 from thinking_seeds.experiments.members import compare_members, reference_members
 from thinking_seeds.experiments.spec import (
@@ -54,7 +55,7 @@ __all__ = [
     "test_ks",
 ]
 
-POPULATIONS = ("on_policy", "continuation", "prefix", "all")
+POPULATIONS = REPORTED_POPULATIONS  # the loss's populations and "all" (algo/populations.py)
 PASS_KS = (1, 2, 4, 8, 16)
 ACTOR = ("entropy", "effective_entropy", "pg_clipfrac", "pg_clipfrac_adv")
 AGE = ("prefix_abs_log_ratio",)

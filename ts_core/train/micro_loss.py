@@ -21,21 +21,7 @@ from thinking_seeds.train.rollout_weights import weights_tensor
 
 
 def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
-    loss, p = cfg.loss, cfg.prefix
-    return LossSettings(
-        clip_ratio_low=loss.clip_ratio_low,
-        clip_ratio_high=loss.clip_ratio_high,
-        clip_ratio_c=loss.clip_ratio_c,
-        prefix_loss=p.loss,
-        shaped_gamma=p.shaped_gamma,
-        cap=p.cap,
-        loss_agg_mode=loss.loss_agg_mode,
-        entropy_coeff=loss.entropy_coeff,
-        kl_coef=loss.kl_coef,
-        kl_type=loss.kl_type,
-        seq_norm_len=float(cfg.rollout.max_new_tokens),
-        **global_counts,
-    )
+    return LossSettings.from_config(cfg, **global_counts)
 
 
 def _padded(rows: list[list[float]], T: int, device) -> torch.Tensor:
