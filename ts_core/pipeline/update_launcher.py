@@ -22,7 +22,6 @@ from thinking_seeds.config.placement import placement
 from thinking_seeds.engine.models import resolve_device
 from thinking_seeds.store.run_dir import RunDir
 
-
 LOOPBACK_LAUNCH_MODULE = "thinking_seeds.pipeline.loopback_launch"
 
 
