@@ -49,6 +49,41 @@ def data_stage(data_path: str | os.PathLike[str]) -> str:
     return f"evaluate-data-{Path(data_path).stem}"
 
 
+def _max_positions(checkpoint: Path) -> int | None:
+    """The model's max_position_embeddings, from the checkpoint's config.json (None: it does not say)."""
+    try:
+        value = json.loads((checkpoint / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def _check_lengths(prompts: list[Prompt], tokenizer: Any, max_positions: int | None, budget: int, path: Path) -> None:
+    """Refuse, in one line and before the model is loaded, a file with rows whose prompt plus the response
+    budget need more positions than the model has (a 1 MB prompt was sampled for minutes, in gigabytes).
+    A prompt of more characters than positions x 64 is refused without being tokenized."""
+    if max_positions is None:
+        return
+    from thinking_seeds.engine.models import encode_prompt
+
+    too_long: list[tuple[int, str]] = []  # (row, why)
+    for i, p in enumerate(prompts):
+        chars = sum(len(m["content"]) for m in p.chat())
+        if chars > 64 * max_positions:
+            too_long.append((i, f"has a prompt of {chars} characters (not tokenized: over 64 per position)"))
+            continue
+        n = len(encode_prompt(tokenizer, p.chat()))
+        if n + budget > max_positions:
+            too_long.append((i, f"has a prompt of {n} tokens + {budget} new tokens = {n + budget} positions"))
+    if too_long:
+        i, why = too_long[0]
+        raise DataError(
+            f"{path}: {len(too_long)} row(s) do not fit the model: row {i} ({prompts[i].prompt_id}) {why}, more "
+            f"than its max_position_embeddings={max_positions}; shorten or leave out those prompts, or lower "
+            "--max-new-tokens"
+        )
+
+
 def _check_reward_fits(reward: RewardConfig, prompts: list[Prompt], path: Path) -> None:
     if reward.backend == "reasoning_gym" and any(p.rg_entry is None for p in prompts):
         raise DataError(
@@ -84,9 +119,11 @@ def evaluate_checkpoint_on_data(
     n = cfg.eval.samples if samples is None else samples
     if n < 1:
         raise DataError(f"--samples must be >= 1, got {n}")
+    budget = max_new_tokens or cfg.rollout.max_new_tokens
     s = Session(run, cfg)
     t = Timer()
     try:
+        _check_lengths(rows, s.tokenizer, _max_positions(run.policy(step)), budget, path)
         s.use_weights(s.run.policy(step), t)
         with t("generation"):
             res = evaluate_prompts(
@@ -96,7 +133,7 @@ def evaluate_checkpoint_on_data(
                 s.verifier,
                 n=n,
                 temperature=cfg.eval.temperature,
-                max_new_tokens=max_new_tokens or cfg.rollout.max_new_tokens,
+                max_new_tokens=budget,
                 seed=stage_seed(cfg, step, "evaluate"),
                 keep_samples=True,
             )
