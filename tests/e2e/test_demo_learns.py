@@ -1,8 +1,8 @@
 """`make demo`'s preset learns visibly (issue #27, item 1): the run `ts train --preset demo` makes, on
 the plain loop, raises held-out accuracy from θ_0 to θ_20 by more than the evaluation's sampling noise.
 
-The README promises θ_0 0.435 -> θ_20 0.485 on this machine class (seed 0; the numbers are
-deterministic on one CPU but may move in the last digits elsewhere). The check is the rise, with a
+docs/results/demo/README.md gives θ_0 0.435 -> θ_20 0.480 on this machine class (seed 0; the numbers
+are deterministic on one CPU but may move in the last digits elsewhere). The check is the rise, with a
 margin: at least 0.03, about twice the sampling sd of a difference of two evaluations of 128 prompts x
 16 samples (<= 0.016). Slow: 20 iterations of the countdown preset, about 2 minutes on 2 cores.
 """
