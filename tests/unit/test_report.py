@@ -92,7 +92,7 @@ def test_the_report_shows_the_seeds_by_source_checkpoint_and_age(report):
     section = text.split("### Seeds by source checkpoint")[1].split("\n### ")[0]
     assert "](seeds_by_source.png)" in section
     assert "Seeds from 2 source checkpoint(s) of the historical pool at source ages 1–2 iterations." in section
-    assert "| θ_0 | 4 | 66.7% | 0.5000 |" in section and "| θ_1 | 2 | 33.3% |" in section
+    assert "| θ_0 | 1–2 | 4 | 66.7% | 0.5000 |" in section and "| θ_1 | 1–1 | 2 | 33.3% |" in section
     assert "(seeds written by 2 of them)" in text
     # the diversity plot's right panel is by source age: prefix_diversity's source_age rows feed it
     assert "| syn | source_age | 1 |" in text and "| syn | source_age | 2 |" in text

@@ -159,8 +159,11 @@ def _sources_lines(results: dict[str, QueryResult], failed: dict[str, str]) -> l
     if not rows:
         return []
     per_source: dict[int, int] = {}
+    ages_of: dict[int, list[int]] = {}
     for r in rows:
-        per_source[int(r["source_step"])] = per_source.get(int(r["source_step"]), 0) + int(r["seeds"])
+        src = int(r["source_step"])
+        per_source[src] = per_source.get(src, 0) + int(r["seeds"])
+        ages_of.setdefault(src, []).append(int(r["iteration"]) - src)
     ages = sorted({int(r["iteration"]) - int(r["source_step"]) for r in rows})
     solve = {
         str(r["bucket"]): r
@@ -175,13 +178,14 @@ def _sources_lines(results: dict[str, QueryResult], failed: dict[str, str]) -> l
         + ". Per checkpoint: its seeds and how often their continuations solved the task, next to the on-policy "
         "samples of the same iterations (`ts sql --query seeded_solve_rate`).",
         "",
-        "| written by | seeds | share | seeded solve rate | on-policy, same iterations |",
-        "|---|---|---|---|---|",
+        "| written by | at source ages | seeds | share | seeded solve rate | on-policy, same iterations |",
+        "|---|---|---|---|---|---|",
     ]
     for src, n in sorted(per_source.items()):
         r = solve.get(str(src), {})
+        lo, hi = min(ages_of[src]), max(ages_of[src])
         md.append(
-            f"| θ_{src} | {n} | {n / total:.1%} | {format_cell(r.get('solve_rate'))} | "
+            f"| θ_{src} | {lo}–{hi} | {n} | {n / total:.1%} | {format_cell(r.get('solve_rate'))} | "
             f"{format_cell(r.get('on_policy_solve_rate'))} |"
         )
     return md + [""]
