@@ -119,7 +119,19 @@ ablation-game24: install
 	  --sweep prefix.loss=position --reference game24-main --no-control --parallel 2 \
 	  --id game24-ablation-position --archive --no-prefect
 
+# The one-step seeds' pilot (docs/results/game24-1step-pilot.md: protocol and choice rules written before it),
+# validation only: GRPO and TS with seeds of exactly one step line, then the correct-draft filter. ~2-3 h on
+# 2 cores; resumable (archived runs are skipped).
+PILOT_1STEP := --set eval.every=150 --set eval.samples=32 --set eval.seeded=false --no-control --no-final-test \
+  --parallel 2 --archive --no-prefect
+pilot-game24-1step: install
+	$(BIN)/ts compare --preset game24 --methods grpo:90-92,thinking_seeds:90-92 \
+	  --method-set thinking_seeds:prefix.cut=steps $(PILOT_1STEP) --id game24-1step-pilot
+	$(BIN)/ts compare --preset game24 --methods thinking_seeds:90-92 --method-set thinking_seeds:prefix.cut=steps \
+	  --sweep prefix.filter=correct_draft --reference game24-1step-pilot $(PILOT_1STEP) --id game24-1step-pilot-filter
+
 .PHONY: install demo lint test test-slow compare ablations compare-countdown compare-countdown-plateau ablations-countdown compare-game24 ablation-game24 \
+	pilot-game24-1step \
 	countdown-model game24-model
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------

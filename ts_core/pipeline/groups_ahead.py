@@ -27,7 +27,6 @@ prefix.when=on_failure is refused by the config with max_staleness.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 
 from thinking_seeds.config import RunConfig
@@ -35,6 +34,7 @@ from thinking_seeds.pipeline.graph import rollout_step
 from thinking_seeds.pipeline.policy_chain import policy_id
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow
 from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.work_ahead import AheadStore
 from thinking_seeds.store.run_dir import RunDir
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,7 @@ class GroupsAhead:
     seconds: dict[str, float]
 
 
-_AHEAD: dict[tuple[str, int, str], GroupsAhead] = {}
-_LOCK = threading.Lock()
+_AHEAD: AheadStore[GroupsAhead] = AheadStore()
 
 
 def staleness_due(cfg: RunConfig, k: int) -> bool:
@@ -60,19 +59,13 @@ def staleness_due(cfg: RunConfig, k: int) -> bool:
     return cfg.pipeline.max_staleness > 0 and 0 <= k < cfg.iterations - 1
 
 
-def _key(s: Session, k: int) -> tuple[str, int, str]:
-    return (str(s.run.root.resolve()), k, s.cfg.config_hash())
-
-
 def put_groups(s: Session, k: int, ahead: GroupsAhead) -> None:
-    with _LOCK:
-        _AHEAD[_key(s, k)] = ahead
+    _AHEAD.put(s, k, ahead)
 
 
 def take_groups(s: Session, k: int, prefixes: list[PrefixRow]) -> GroupsAhead | None:
     """Groups k sampled ahead, if by the policy the stage would use and from exactly these seeds (once)."""
-    with _LOCK:
-        ahead = _AHEAD.pop(_key(s, k), None)
+    ahead = _AHEAD.take(s, k)
     if ahead is None:
         return None
     if ahead.policy != policy_id(s.run, rollout_step(s.cfg, k)) or ahead.prefixes != prefixes:
@@ -83,7 +76,4 @@ def take_groups(s: Session, k: int, prefixes: list[PrefixRow]) -> GroupsAhead | 
 
 def drop_groups(run: RunDir) -> None:
     """Forget this run's groups sampled ahead (the run ended, or failed)."""
-    root = str(run.root.resolve())
-    with _LOCK:
-        for key in [key for key in _AHEAD if key[0] == root]:
-            del _AHEAD[key]
+    _AHEAD.drop(run)

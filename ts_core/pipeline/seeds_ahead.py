@@ -17,12 +17,12 @@ in a submitted task (`tasks.seeds_ahead_task`).
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.rows import PrefixRow
 from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.work_ahead import AheadStore
 from thinking_seeds.store.checkpoints import CheckpointInfo
 from thinking_seeds.store.run_dir import RunDir
 
@@ -41,8 +41,7 @@ class Ahead:
     banked: bool = False  # drafted with an earlier iteration's seeds (pipeline.seeds_block): no seconds here
 
 
-_AHEAD: dict[tuple[str, int, str], Ahead] = {}
-_LOCK = threading.Lock()
+_AHEAD: AheadStore[Ahead] = AheadStore()
 
 
 def overlap_on(cfg: RunConfig) -> bool:
@@ -69,31 +68,23 @@ def fingerprint(members: list[CheckpointInfo]) -> Fingerprint:
     return tuple((c.step, tuple(sorted(c.sha256.items()))) for c in sorted(members, key=lambda c: c.step))
 
 
-def _key(s: Session, k: int) -> tuple[str, int, str]:
-    return (str(s.run.root.resolve()), k, s.cfg.config_hash())
-
-
 def put_ahead(s: Session, k: int, ahead: Ahead) -> None:
-    with _LOCK:
-        _AHEAD[_key(s, k)] = ahead
+    _AHEAD.put(s, k, ahead)
 
 
 def has_ahead(s: Session, k: int) -> bool:
-    with _LOCK:
-        return _key(s, k) in _AHEAD
+    return _AHEAD.has(s, k)
 
 
 def peek_ahead(s: Session, k: int) -> Ahead | None:
     """The drafts of seeds k if they are held, left in place for the seeds stage (bounded staleness
     continues them before that stage writes them: pipeline/groups_ahead.py)."""
-    with _LOCK:
-        return _AHEAD.get(_key(s, k))
+    return _AHEAD.peek(s, k)
 
 
 def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | None:
     """The drafts of seeds k if they were drafted ahead by exactly these pool members (once)."""
-    with _LOCK:
-        ahead = _AHEAD.pop(_key(s, k), None)
+    ahead = _AHEAD.take(s, k)
     if ahead is not None and ahead.members != fingerprint(members):
         log.warning("seeds %d: the pool changed since its seeds were drafted ahead; sampling them again", k)
         return None
@@ -102,7 +93,4 @@ def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | Non
 
 def drop_ahead(run: RunDir) -> None:
     """Forget this run's drafts (the run ended, or failed)."""
-    root = str(run.root.resolve())
-    with _LOCK:
-        for key in [key for key in _AHEAD if key[0] == root]:
-            del _AHEAD[key]
+    _AHEAD.drop(run)

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from thinking_seeds.algo.seeding import budget_tokens, draw_ratio, seed_length
 from thinking_seeds.data.sources import Prompt
-from thinking_seeds.engine.models import encode_prompt
-from thinking_seeds.engine.rollout import SamplingParams
 from thinking_seeds.evals.evaluation import evaluate_prompts
 from thinking_seeds.pipeline.graph import eval_due, stage_seed
+from thinking_seeds.pipeline.seed_plan import draft_calls, draw_seeds, seed_tokens
 from thinking_seeds.pipeline.session import Session, Timer
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.parquet_io import write_table_atomic
@@ -96,23 +94,17 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
     lo, hi = (cfg.prefix.ratio_min, cfg.prefix.ratio_max) if cfg.prefix.ratio_max < 1.0 else (0.2, 0.6)
     rng = random.Random(stage_seed(cfg, step, "evaluate/seeded"))
     n = cfg.eval.samples
-    plan = [(i, pool.pick(members, rng).step, draw_ratio(rng, lo, hi)) for i in range(len(prompts)) for _ in range(n)]
-    ctx = [encode_prompt(s.tokenizer, p.chat()) for p in prompts]
+    plan = draw_seeds(prompts, n, pool, members, rng, (lo, hi), step)  # as the seeds stage draws
+    calls = draft_calls(
+        cfg, s.tokenizer, plan, lambda src: stage_seed(cfg, step, f"evaluate/seeded/{src}"), cfg.eval.temperature, 1.0
+    )
     drafts: dict[int, list[int]] = {}
-    for src in sorted({st for _, st, _ in plan}):
-        idx = [j for j, (_, st, _) in enumerate(plan) if st == src]
-        s.use_weights(next(c.path for c in members if c.step == src), t)
-        T = cfg.rollout.max_new_tokens
-        params = SamplingParams(cfg.eval.temperature, 1.0, T, seed=stage_seed(cfg, step, f"evaluate/seeded/{src}"))
-        # prefix.ratio_of=budget: each draft stops at its cut, as in the seeds stage.
-        caps = [budget_tokens(plan[j][2], T) for j in idx] if cfg.prefix.ratio_of == "budget" else None
+    for c in calls:
+        s.use_weights(next(m.path for m in members if m.step == c.source_step), t)
         with t("seeded_drafts"):
-            gens = s.engine(t).generate([ctx[plan[j][0]] for j in idx], params, max_new=caps)
-            for j, g in zip(idx, gens, strict=True):
-                pieces = [s.tokenizer.decode([x]) for x in g.token_ids] if cfg.prefix.cut != "token" else None
-                pre = cfg.prefix
-                L = seed_length(g.token_ids, g.finished, plan[j][2], pre.ratio_of, T, pre.cut, pieces, pre.steps)
-                drafts[j] = g.token_ids[:L]
+            gens = s.engine(t).generate(c.contexts, c.params, max_new=c.caps)
+            for j, g in zip(c.draws, gens, strict=True):
+                drafts[j] = g.token_ids[: seed_tokens(cfg, s.tokenizer, g, plan[j].ratio)]
     s.use_weights(s.policy(step), t)
     res = evaluate_prompts(
         s.engine(t),

@@ -14,12 +14,11 @@ import logging
 import random
 from collections import defaultdict
 
-from thinking_seeds.algo.seeding import budget_tokens, draw_ratio, seed_length
 from thinking_seeds.data.sources import Prompt
-from thinking_seeds.engine.models import encode_prompt
-from thinking_seeds.engine.rollout import SamplingParams
+from thinking_seeds.engine.rollout import Generation
 from thinking_seeds.pipeline.graph import stage_seed
 from thinking_seeds.pipeline.rows import PrefixRow, write_rows
+from thinking_seeds.pipeline.seed_plan import DraftCall, SeedDraw, draft_calls, draw_seeds, seed_tokens
 from thinking_seeds.pipeline.seeds_ahead import Ahead, fingerprint, has_ahead, put_ahead, take_ahead
 from thinking_seeds.pipeline.session import Session, Timer, mean
 from thinking_seeds.store.checkpoints import CheckpointInfo
@@ -110,7 +109,12 @@ def _dataset_seeds(s: Session, k: int, prompts: list[Prompt], n_drafts: int) -> 
             )
         ids = tok(p.target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         for j in range(n_drafts):
-            rows.append(_prefix_row(s, k, p, j, -1, -1, 1.0, ids, [0.0] * len(ids), len(ids), None))
+            rows.append(
+                _prefix_row(
+                    s, k, p, j, source_step=-1, ratio=1.0, ids=ids, logps=[0.0] * len(ids), draft_len=len(ids),
+                    draft_reward=None,
+                )
+            )  # fmt: skip
     return rows
 
 
@@ -180,13 +184,19 @@ def block_rows(
     engine loads each member's weights once for the whole block. `prompts`, `tag` and `n_drafts`
     (default: the iteration's prompts, '', one draft per seed slot) serve prefixes_for."""
     plans = {j: _plan(s, j, pool, members, prompts, tag, n_drafts) for j in ks}
-    calls = [(step, j, call) for j in ks for step, call in plans[j][1]]
+    calls = [(c.source_step, j, c) for j in ks for c in plans[j][1]]
     calls.sort(key=lambda c: (c[0], c[1]))  # member first: consecutive calls share its weights
+    sources = {c.step: c.path for c in members}
     # Sharded by rollout.batch_size (Session.generate_many): one weight swap and call per member, on this
     # process's engine or the Ray rollout workers; or, vLLM serving LoRA adapters per request, ONE call.
-    gens = s.generate_many([c for _, _, c in calls], timer=t)
-    out: dict[tuple[int, int], list] = {(step, j): g for (step, j, _), g in zip(calls, gens, strict=True)}
-    return {j: _rows(s, j, plans[j][0], plans[j][2], out, t) for j in ks}
+    engine_calls = [
+        (sources.get(step) or s.policy(j), c.contexts, c.params, c.caps) for step, j, c in calls
+    ]  # no member: θ_j writes its own seeds
+    gens = s.generate_many(engine_calls, timer=t)
+    drafts: dict[int, dict[int, Generation]] = defaultdict(dict)
+    for (_, j, c), g in zip(calls, gens, strict=True):
+        drafts[j].update(zip(c.draws, g, strict=True))
+    return {j: _rows(s, j, plans[j][0], drafts[j], t) for j in ks}
 
 
 def _plan(
@@ -197,60 +207,46 @@ def _plan(
     prompts: list[Prompt] | None = None,
     tag: str = "",
     n_drafts: int | None = None,
-):
-    """Iteration k's draws (prompt, seed index, source step, λ) in their seeded order, its engine
-    calls by source step, and the plan's row indices per source."""
-    cfg, tok = s.cfg, s.tokenizer
+) -> tuple[list[SeedDraw], list[DraftCall]]:
+    """Iteration k's draws in their seeded order (pipeline/seed_plan.py) and its engine calls by source.
+    Before the first snapshot is historical (iteration 0), θ_0 itself writes the seeds: its ratio
+    π_θ/π_h is exactly 1 there, so the group keeps its shape for every method."""
+    cfg = s.cfg
     prompts = s.iteration_prompts(k) if prompts is None else prompts
-    n_drafts = n_drafts or drafts_per_prompt(s)
-    budget = cfg.prefix.ratio_of == "budget"
-    T = cfg.rollout.max_new_tokens
     rng = random.Random(stage_seed(cfg, k, "seeds" + tag))
-    # Before the first snapshot is historical (iteration 0), θ_0 itself writes the seeds:
-    # its ratio π_θ/π_h is exactly 1 there, so the group keeps its shape for every method.
-    sources = {c.step: c.path for c in members} or {k: s.policy(k)}
-    plan = []  # (prompt, seed index, source step, λ); the draws' order is part of the seed
-    for p in prompts:
-        for j in range(n_drafts):
-            step = pool.pick(members, rng).step if members else k
-            plan.append((p, j, step, draw_ratio(rng, cfg.prefix.ratio_min, cfg.prefix.ratio_max)))
-    by_source: dict[int, list[int]] = defaultdict(list)
-    for i, (_, _, step, _) in enumerate(plan):
-        by_source[step].append(i)
-    calls = []  # one per pool member: (checkpoint, contexts, params with its own seed, max_new)
-    for step, idx in sorted(by_source.items()):
-        ctx = [encode_prompt(tok, plan[i][0].chat()) for i in idx]
-        seed = stage_seed(cfg, k, f"seeds/{step}{tag}")
-        params = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, T, seed=seed)
-        # ratio_of=budget: each draft stops at its cut; the tokens before it are the same samples.
-        caps = [budget_tokens(plan[i][3], T) for i in idx] if budget else None
-        calls.append((step, (sources[step], ctx, params, caps)))
-    return plan, calls, dict(by_source)
+    pre = cfg.prefix
+    plan = draw_seeds(prompts, n_drafts or drafts_per_prompt(s), pool, members, rng, (pre.ratio_min, pre.ratio_max), k)
+    calls = draft_calls(
+        cfg,
+        s.tokenizer,
+        plan,
+        lambda step: stage_seed(cfg, k, f"seeds/{step}{tag}"),
+        cfg.rollout.temperature,
+        cfg.rollout.top_p,
+    )
+    return plan, calls
 
 
-def _rows(s: Session, k: int, plan: list, by_source: dict, gens: dict, t: Timer) -> list[PrefixRow]:
+def _rows(s: Session, k: int, plan: list[SeedDraw], drafts: dict[int, Generation], t: Timer) -> list[PrefixRow]:
     cfg, tok = s.cfg, s.tokenizer
-    T, budget = cfg.rollout.max_new_tokens, cfg.prefix.ratio_of == "budget"
-    drafts: dict[int, object] = {}
-    for step, idx in by_source.items():
-        for i, g in zip(idx, gens[(step, k)], strict=True):
-            drafts[i] = g
     rewards: list[float | None] = [None] * len(plan)  # ratio_of=budget: no draft has its end
-    if not budget:
+    if cfg.prefix.ratio_of != "budget":
         texts = [tok.decode(drafts[i].token_ids, skip_special_tokens=True) for i in range(len(plan))]
         with t("verification"):
-            rewards = [v.reward for v in s.verifier.score_batch(texts, [p for p, *_ in plan])]
+            rewards = [v.reward for v in s.verifier.score_batch(texts, [d.prompt for d in plan])]
     rows = []
-    for i, (p, j, step, lam) in enumerate(plan):
+    for i, d in enumerate(plan):
         g = drafts[i]
-        piece_texts = [tok.decode([x]) for x in g.token_ids] if cfg.prefix.cut != "token" else None
-        pre = cfg.prefix
-        L = seed_length(g.token_ids, g.finished, lam, pre.ratio_of, T, pre.cut, piece_texts, pre.steps)
-        if pre.cut == "steps":  # λ was drawn (the draws' order is part of the seed) but not used: record the cut
+        L = seed_tokens(cfg, tok, g, d.ratio)
+        lam = d.ratio
+        if cfg.prefix.cut == "steps":  # λ was drawn (the draws' order is part of the seed) but not used
             lam = L / len(g.token_ids) if g.token_ids else 0.0
         rows.append(
-            _prefix_row(s, k, p, j, step, k - step, lam, g.token_ids[:L], g.logprobs[:L], len(g.token_ids), rewards[i])
-        )
+            _prefix_row(
+                s, k, d.prompt, d.index, source_step=d.source_step, ratio=lam, ids=g.token_ids[:L],
+                logps=g.logprobs[:L], draft_len=len(g.token_ids), draft_reward=rewards[i],
+            )
+        )  # fmt: skip
     return rows
 
 
@@ -259,22 +255,23 @@ def _prefix_row(
     k: int,
     p: Prompt,
     j: int,
-    step: int,
-    age: int,
-    lam: float,
-    ids,
-    logps,
+    *,
+    source_step: int,
+    ratio: float,
+    ids: list[int],
+    logps: list[float],
     draft_len: int,
     draft_reward: float | None,
 ) -> PrefixRow:
+    """Seed j of prompt p at iteration k; source_step -1 (age -1): the data set's solution (luffy)."""
     return PrefixRow(
         run_id=s.run.run_id,
         iteration=k,
         prompt_id=p.prompt_id,
         seed_id=f"{k}-{p.prompt_id}-{j}",
-        source_step=step,
-        source_age=age,
-        prefix_ratio=lam,
+        source_step=source_step,
+        source_age=k - source_step if source_step >= 0 else -1,
+        prefix_ratio=ratio,
         prefix_token_ids=list(ids),
         behaviour_logprobs=list(logps),
         prefix_text=s.tokenizer.decode(list(ids), skip_special_tokens=True),
