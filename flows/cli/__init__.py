@@ -2,6 +2,7 @@
 
     ts [--runs-dir D] COMMAND ...     (global options may also follow the command: ts eval X --runs-dir D)
     ts train --preset tiny --run-id demo [--set prefix.ratio_max=0.5 ...] [--no-prefect]
+    ts plan --preset tiny [--set ...] [--gpus 8 --gpu-gib 80]   (the memory plan: per process and device)
     ts check RUN_ID
     ts trainer-node --run-id RUN_ID --machine-rank R      (another machine of a run's trainer group)
     ts eval RUN_ID [--step N] [--split validation|test | --data FILE.parquet [--reward SPEC]] [--no-prefect]
@@ -32,7 +33,7 @@ from thinking_seeds.flows.cli.prefect_server import prefect_defaults
 
 prefect_defaults()  # before any command imports Prefect: no telemetry unless the user asked for it
 
-from thinking_seeds.flows.cli import compare, config, data, evaluate, report, train  # noqa: E402
+from thinking_seeds.flows.cli import compare, config, data, evaluate, plan, report, train  # noqa: E402
 from thinking_seeds.flows.cli.errors import (  # noqa: E402
     EXIT_INTERRUPTED,
     EXIT_USER_ERROR,
@@ -70,6 +71,7 @@ def _main(
 
 
 app.command("train")(train.train)
+app.command("plan")(plan.plan)
 app.command("eval")(evaluate.eval_)
 app.command("report")(report.report)
 app.command("export")(evaluate.export)

@@ -36,6 +36,9 @@ def train(
     from thinking_seeds.pipeline.stage_prepare import check_inputs
 
     check_inputs(run, cfg)  # a user's data sets and model directory: refuse a bad one before anything is written
+    from thinking_seeds.train.memory_check import check_fits
+
+    check_fits(cfg)  # the memory plan (`ts plan`): one line naming the key to change when it cannot fit
     cfg = continued_config(run, cfg)  # an existing run started with another config: one line naming the keys
     con = console()
     line = resume_line(run, cfg)
