@@ -12,9 +12,17 @@ recomputed by the trainer):
     On CUDA the ~100M model's GRPO also runs with update.launcher=in_process: θ_k reaches the engine as
     the trainer's own device tensors, against the persistent trainer's socket (issue #25's CUDA
     hand-over; `handoff_s_per_iteration` is the continuation stage's weight_swap).
+    And a real vocabulary: a random Qwen2 at Qwen2.5's V = 151,936 (Qwen2.5-0.5B's layer shape, 4
+    layers, tied embeddings: ~200M parameters, most of them the embedding), its tokenizer the chain_sum
+    characters padded with filler tokens to V, 256 new tokens: the update's log-prob path and the
+    engine's sampling logits at the size users meet.
 Per case: generation tokens/s (every token any engine call sampled, over the time spent in those
-calls), update seconds per iteration and per optimizer step, peak GPU memory, and the max |log-prob|
-difference between the engine and the trainer on the same tokens (the trainer's recompute). All to
+calls), update seconds per iteration and per optimizer step, the max |log-prob| difference between
+the engine and the trainer on the same tokens (the trainer's recompute), and every process's peak GPU
+memory: the pipeline's (torch.cuda.max_memory_allocated here), the trainer's (its own
+max_memory_allocated, reported with each update as perf/cuda_max_memory_gib, the max over ranks), and
+per process the most nvidia-smi saw it hold (CUDA context and allocator cache included: sampled every
+0.5 s) -- beside what `ts plan` expected for each (train/memory_plan.py). All to
 DIR/device_check.json; a table on stdout. Exit status 1 if any case failed.
 """
 
@@ -44,6 +52,19 @@ from thinking_seeds.store.run_dir import RunDir  # noqa: E402
 
 # ~100M parameters: 12 layers of hidden 768 (4·768² attention + 3·768·2560 MLP each) = 99.6M.
 LLAMA_100M = dict(hidden=768, layers=12, heads=12, intermediate=2560, max_positions=512)
+# Qwen2.5-0.5B's layer shape and vocabulary, 4 of its 24 layers: 136M embedding (tied) + 4 × 14.9M.
+QWEN_VOCAB = 151_936
+QWEN2_REAL_VOCAB = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=4,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+    vocab_size=QWEN_VOCAB,
+)
+REAL_VOCAB_RUN = ["rollout.max_new_tokens=256"]  # long enough that the log-prob path is the update's largest item
 RUN = [
     "eval.every=1000",
     "eval.prompts=8",
@@ -64,6 +85,101 @@ def build_llama_100m(path: Path) -> int:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return count_params(model)
+
+
+def build_qwen2_real_vocab(path: Path) -> int:
+    """A random Qwen2 with Qwen2.5's vocabulary, and a tokenizer of as many entries: the chain_sum
+    characters, then filler tokens (what the random model samples decodes to text that scores 0)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    from thinking_seeds.data.chain_sum import CHARSET
+    from thinking_seeds.engine.models import EOS, PAD, TINY_CHAT_TEMPLATE, count_params
+
+    vocab = {PAD: 0, EOS: 1}
+    for ch in sorted(set(CHARSET)):
+        vocab.setdefault(ch, len(vocab))
+    for i in range(len(vocab), QWEN_VOCAB):
+        vocab[f"<f{i}>"] = i
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS)
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    fast.padding_side = "left"
+    torch.manual_seed(0)
+    cfg = Qwen2Config(**QWEN2_REAL_VOCAB, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    model = Qwen2ForCausalLM(cfg)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return count_params(model)
+
+
+class GpuSampler:
+    """Every compute process's GPU memory as nvidia-smi reports it (context and allocator cache included),
+    sampled every 0.5 s in a thread: the most each pid held. Nothing when nvidia-smi is missing."""
+
+    def __init__(self, interval: float = 0.5):
+        import shutil
+        import threading
+
+        self.peaks: dict[int, float] = {}
+        self.children: set[int] = set()  # this process's descendants seen while sampling (the trainer's)
+        self._stop = threading.Event()
+        self._smi = shutil.which("nvidia-smi")
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        if self._smi:
+            self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        import subprocess
+
+        query = [self._smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.wait(interval):
+            try:
+                self.children.update(c.pid for c in me.children(recursive=True))
+                out = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+            except (OSError, subprocess.SubprocessError, psutil.Error):
+                continue
+            for line in out.splitlines():
+                parts = [x.strip() for x in line.split(",")]
+                if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                    pid, mib = int(parts[0]), float(parts[1])
+                    self.peaks[pid] = max(self.peaks.get(pid, 0.0), mib)
+
+    def close(self) -> list[dict]:
+        """[{pid, role, max_used_gib}]: this process is the pipeline, its descendants the trainer's
+        processes; 'other' is anything else on the GPU (or pids nvidia-smi reports from another pid
+        namespace, in a container)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=15)
+        me = os.getpid()
+
+        def role(pid: int) -> str:
+            return "pipeline" if pid == me else "trainer" if pid in self.children else "other"
+
+        return [
+            {"pid": pid, "role": role(pid), "max_used_gib": round(mib / 1024, 3)}
+            for pid, mib in sorted(self.peaks.items())
+        ]
+
+
+def planned_peaks(cfg) -> dict[str, float] | None:
+    """What `ts plan` expects each process of this case to hold at its peak, in GiB (None if it fails)."""
+    try:
+        from thinking_seeds.train.memory_check import model_shape, visible_gpus
+        from thinking_seeds.train.memory_plan import plan_processes
+
+        shape = model_shape(cfg.model.path, cfg.model.lora)
+        procs = plan_processes(shape, cfg, visible_gpus(), prompt_tokens=64)  # chain_sum prompts: < 64 tokens
+        return {f"{p.role} on {p.device}": round(p.peak / 2**30, 3) for p in procs}
+    except Exception as e:  # noqa: BLE001 - the plan is a comparison, not the check
+        print(f"  (no plan: {type(e).__name__}: {e})", flush=True)
+        return None
 
 
 class GenMeter:
@@ -96,6 +212,7 @@ def run_case(
     runs: Path,
     params: int | None,
     launcher: str = "accelerate",
+    extra: list[str] | tuple[str, ...] = (),
 ) -> dict:
     case = {
         "model": name,
@@ -109,6 +226,7 @@ def run_case(
     }
     t0 = time.perf_counter()
     meter = GenMeter()
+    sampler = GpuSampler() if device.startswith("cuda") else None
     try:
         cfg = load_config(
             "tiny",
@@ -120,8 +238,10 @@ def run_case(
                 f"iterations={iterations}",
                 f"update.launcher={launcher}",
                 *RUN,
+                *extra,
             ],
         )
+        case["plan_gib"] = planned_peaks(cfg)
         assert cfg.update.recompute_old_logprobs and cfg.engine_dtype == "bfloat16"
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -159,6 +279,11 @@ def run_case(
             peak_gpu_mem_gib=(
                 round(torch.cuda.max_memory_allocated() / 2**30, 3) if device.startswith("cuda") else None
             ),
+            # the trainer process's own torch.cuda.max_memory_allocated (max over ranks and updates); in
+            # process (update.launcher=in_process) it is this process's, as peak_gpu_mem_gib
+            trainer_peak_gpu_mem_gib=max(
+                (u["perf/cuda_max_memory_gib"] for u in updates if "perf/cuda_max_memory_gib" in u), default=None
+            ),
         )
         if not case["loss_finite"]:
             case["status"] = "error"
@@ -168,6 +293,8 @@ def run_case(
         traceback.print_exc()
     finally:
         meter.close()
+        if sampler is not None:
+            case["gpu_processes"] = sampler.close()  # nvidia-smi: every process's most used memory
     case["wall_s"] = round(time.perf_counter() - t0, 2)
     return case
 
@@ -202,11 +329,14 @@ def main() -> int:
             llama = Path(tmp) / "llama-100m"
             n = build_llama_100m(llama)
             plan = [("tiny", "builtin:tiny", None, "cuda"), ("llama-100m", str(llama), n, "cuda")] + plan
-        cases = [(*p, algorithm, "accelerate") for p in plan for algorithm in ("grpo", "thinking_seeds")]
+        cases = [(*p, algorithm, "accelerate", ()) for p in plan for algorithm in ("grpo", "thinking_seeds")]
         if not res["gpu"]["skipped"]:  # issue #25: the same-process hand-over on CUDA against the socket's
-            cases.insert(4, ("llama-100m", str(llama), n, "cuda", "grpo", "in_process"))
-        for name, path, n, device, algorithm, launcher in cases:
-            case = run_case(name, path, algorithm, device, a.iterations, runs, n, launcher)
+            cases.insert(4, ("llama-100m", str(llama), n, "cuda", "grpo", "in_process", ()))
+            qwen = Path(tmp) / "qwen2-real-vocab"
+            nq = build_qwen2_real_vocab(qwen)
+            cases.insert(5, ("qwen2-v151936", str(qwen), nq, "cuda", "grpo", "accelerate", REAL_VOCAB_RUN))
+        for name, path, n, device, algorithm, launcher, extra in cases:
+            case = run_case(name, path, algorithm, device, a.iterations, runs, n, launcher, extra)
             res["cases"].append(case)
             (a.out / "device_check.json").write_text(json.dumps(res, indent=2))  # partial results survive a kill
     res["wall_s"] = round(time.perf_counter() - t0, 1)
@@ -222,6 +352,7 @@ def main() -> int:
         "update_s_per_iteration",
         "handoff_s_per_iteration",
         "peak_gpu_mem_gib",
+        "trainer_peak_gpu_mem_gib",
         "engine_trainer_max_abs_logprob_diff",
         "wall_s",
     )
