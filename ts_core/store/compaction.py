@@ -18,6 +18,11 @@ Two kinds of part (PATTERNS), each made from the files of a finished block of BL
   and game24 presets) has ~15,600 prefix files per million prefixes; read through its parts a block
   of 100 of them costs one footer, not 100 aggregates files' footers.
 
+- rollouts: a copy of the block's rollout files, for a run whose files are small (a block of them
+  under SMALL_FILES bytes on average: 128 rows of the tiny preset are ~35 KB). There, opening each
+  file is most of what `seeded_solve_rate` costs; a run of large files keeps one file per iteration
+  (its per-file cost is a few percent of a query, and a copy would double it on disk).
+
 `compact(run_dir)` writes them as
 
     runs/<id>/compacted/metrics/iterations=000000-000099.parquet
@@ -43,9 +48,8 @@ compaction rewrites the part). Each part is written atomically; an interrupted c
 whole parts only, and running it again writes what is missing or stale: it is resumable.
 
 Costs: metrics parts ~1/10 of the originals' bytes (Parquet being mostly per-file overhead at this
-size); ngram_counts parts ~1/8 of the prefix files' bytes. Prefixes and rollouts themselves are not
-copied: their files are one per iteration and large, their per-file cost is a few percent of a
-query over them, and a copy would double the corpus on disk.
+size); ngram_counts parts ~1/8 of the prefix files' bytes; rollouts parts (small files only) about
+the files' bytes. The prefix files themselves are not copied: the queries read their aggregates.
 """
 
 from __future__ import annotations
@@ -88,11 +92,14 @@ COMPACTED = "compacted"  # the folder under the run directory
 #                 number of prefixes holding each (schemas.NGRAM_COUNTS_SCHEMA): what the diversity
 #                 queries count, 4.7x fewer rows than the corpus's 3-grams
 #   prefix_groups the prefix corpus's counts and length sums per (iteration, source age, length bucket)
+#   rollouts      the rollout files themselves, copied into one table (blocks of small files only)
 PATTERNS = {
     "metrics": "metrics/iteration={k}/*.parquet",
     "ngram_counts": "corpus/prefixes/iteration={k}/prefixes.parquet",
     "prefix_groups": "corpus/prefixes/iteration={k}/prefixes.parquet",
+    "rollouts": "rollouts/iteration={k}/rollouts.parquet",
 }
+SMALL_FILES = 1 << 20  # rollouts: a block is copied when its files average under this many bytes
 _SOURCES_KEY = b"thinking_seeds.compacted_from"
 
 
@@ -215,7 +222,7 @@ def _prefix_groups(files: list[Path]) -> pa.Table:
         con.close()
 
 
-_BUILD = {"metrics": _copied, "ngram_counts": _ngram_counts, "prefix_groups": _prefix_groups}
+_BUILD = {"metrics": _copied, "ngram_counts": _ngram_counts, "prefix_groups": _prefix_groups, "rollouts": _copied}
 
 
 def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: list[int] | None = None) -> list[Path]:
@@ -236,6 +243,8 @@ def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: lis
             if not files:
                 continue
             sources = _fingerprint(run_dir, files)
+            if view == "rollouts" and sum(size for size, _ in sources.values()) > SMALL_FILES * len(files):
+                continue  # large files: read one by one (their per-file cost is small), never copied
             old = have.get(first)
             if old is not None and old.sources == sources:
                 continue  # up to date
