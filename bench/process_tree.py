@@ -30,9 +30,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 TS = str(Path(sys.executable).with_name("ts"))
 
-ROLES = (
+ROLES = (  # the first match names the process (`ts train --no-prefect` is the pipeline, not Prefect)
     ("trl driver", "_trl_driver.py"),
     ("pipeline", "bench/peer_trl.py"),  # our sides of peer_trl run in its own process
+    ("pipeline", "bin/ts train"),
+    ("resource tracker", "multiprocessing.resource_tracker"),
     ("launcher", "accelerate.commands.launch"),
     ("trainer", "thinking_seeds.train.trainer_server"),
     ("trainer", "thinking_seeds.train.trainer"),
@@ -42,7 +44,6 @@ ROLES = (
     ("child guard", "python -S -c"),
     ("prefect server", "prefect"),
     ("prefect server", "uvicorn"),
-    ("pipeline", " train"),
 )
 
 
