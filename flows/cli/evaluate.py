@@ -107,6 +107,24 @@ def export(
 ) -> None:
     """Write a policy step as a clean Hugging Face model directory (weights, config, tokenizer, model card)."""
     run = existing_run(run_id)
+    _check_export_target(out)
     from thinking_seeds.pipeline.export import export_policy
 
     typer.echo(export_policy(run, step, out))
+
+
+def _check_export_target(out: Path) -> None:
+    """Refuse, in one line, an --out that is a file or a link, lies under a file, or lies inside a run
+    directory (an export into policy/step_N would replace the run's own checkpoint)."""
+    from thinking_seeds.store.parquet_io import DataError
+    from thinking_seeds.store.sql import list_runs
+
+    if out.is_symlink():
+        raise DataError(f"--out {out} is a link; name a new folder (links are not followed)")
+    for p in (out, *out.parents):
+        if p.exists() and not p.is_dir():
+            raise DataError(f"--out {out}: {p} is a file, not a folder; name a new folder")
+    target = out.resolve()
+    for root in list_runs():
+        if target == root.resolve() or target.is_relative_to(root.resolve()):
+            raise DataError(f"--out {out} is inside run directory {root}; name a folder outside the runs")

@@ -78,9 +78,16 @@ def sql(
     timeout: float = typer.Option(
         60.0, "--timeout", min=0.0, help="Stop the query after this many seconds (0: no limit)."
     ),
+    max_rows: int = typer.Option(
+        1_000_000, "--max-rows", min=0, help="With csv or json: stop, in one line, past this many rows (0: no limit)."
+    ),
+    max_bytes: int = typer.Option(
+        1 << 30, "--max-bytes", min=0, help="With csv or json: stop, in one line, past this many bytes (0: no limit)."
+    ),
 ) -> None:
-    """Query run data with DuckDB (read-only: only plain queries run; Ctrl-C or --timeout stops one)."""
-    from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, query, run_named, views_in
+    """Query run data with DuckDB (read-only: only plain queries run; Ctrl-C or --timeout stops one).
+    Only what is printed is fetched: a table's rows shown; csv and json as they are written."""
+    from thinking_seeds.store.sql import NAMED_QUERIES, QueryError, connect, views_in
 
     given = [x for x in (text is not None, name is not None, list_) if x]
     if len(given) != 1:
@@ -95,21 +102,51 @@ def sql(
             raise typer.BadParameter("--show needs --query NAME")
         typer.echo(NAMED_QUERIES[name][1].strip())
         return
+    sql_text = NAMED_QUERIES[name][1] if name is not None else text or ""
+    _check_query(sql_text)  # a refused query is its one line: no run is opened, no note printed
     damaged: list[str] = []
     # only the views the query reads: opening a long run's other files is most of a small query's time
-    views = views_in(NAMED_QUERIES[name][1] if name is not None else text or "")
-    con = connect(run_id, damaged=damaged, views=views)
+    con = connect(run_id, damaged=damaged, views=views_in(sql_text))
     warn(damaged)
     if run_id is None and name is None:
         _note_all_runs()
     try:
         raise_if_interrupted()  # a Ctrl-C while the views were set up may have been read as a damaged file
-        res = run_named(con, name, timeout or None) if name is not None else query(con, text or "", timeout or None)
+        _print_query(con, sql_text, timeout or None, fmt, name, max_rows or None, max_bytes or None)
     except KeyboardInterrupt:
         raise KeyboardInterrupt("query interrupted (Ctrl-C); nothing was changed") from None
     finally:
         con.close()
-    emit(res.columns, res.rows, fmt, title=name)
+
+
+def _check_query(sql_text: str) -> None:
+    """Refuse anything but a plain query, on a connection that holds nothing (store/sql_guard.py)."""
+    import duckdb
+
+    from thinking_seeds.store.sql_guard import check_read_only
+
+    bare = duckdb.connect(":memory:")
+    try:
+        check_read_only(bare, sql_text)
+    finally:
+        bare.close()
+
+
+def _print_query(con, sql_text, timeout, fmt, title, max_rows, max_bytes) -> None:
+    """Fetch only what is printed: a table's rows (one more, to say there are more); csv and json streamed."""
+    from thinking_seeds.flows.cli.output import MAX_TABLE_ROWS
+    from thinking_seeds.flows.cli.sql_output import print_stream, print_table
+    from thinking_seeds.store.sql import query, stream
+
+    if fmt is OutputFormat.table:
+        res = query(con, sql_text, timeout, max_rows=MAX_TABLE_ROWS + 1)
+        print_table(res.columns, res.rows, len(res.rows) > MAX_TABLE_ROWS, title)
+        return
+    res = stream(con, sql_text, timeout)
+    try:
+        print_stream(res.columns, res.batches, fmt, max_rows, max_bytes)
+    finally:
+        res.close()
 
 
 def compact(run_id: str = typer.Argument(..., help="Run whose files to compact.")) -> None:

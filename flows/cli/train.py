@@ -33,6 +33,7 @@ def train(
     guard_children()  # first: the Prefect server, the verifier's workers, the trainer die with this process
     cfg = load_config(preset, set_)  # fail fast on a bad preset / key, before Prefect or torch start
     run = RunDir.for_run(run_id)
+    _refuse_busy(run)  # a run another process trains: its one line now, before any other line or Prefect
     from thinking_seeds.pipeline.stage_prepare import check_inputs
 
     check_inputs(run, cfg)  # a user's data sets and model directory: refuse a bad one before anything is written
@@ -58,6 +59,17 @@ def train(
         raise KeyboardInterrupt(f"interrupted (Ctrl-C); the same command resumes run {run_id}") from None
     con.print(f"[green]run finished:[/] {run.root}")
     con.print(f"next: `ts report {run_id}` (plots and tables), `ts eval {run_id}`, or `ts runs`")
+
+
+def _refuse_busy(run: Any) -> None:
+    from thinking_seeds.store.run_dir import RunLockedError
+
+    state = run.lock_state()
+    if state.startswith("held by") and "(this process)" not in state:
+        raise RunLockedError(
+            f"run directory {run.root} is in use by live process {state.removeprefix('held by ')}; wait for it, "
+            "stop it, or choose another --run-id"
+        )
 
 
 def _train_plain(run: Any, cfg: Any, con: Console) -> None:

@@ -40,6 +40,17 @@ def check_inputs(run: RunDir, cfg: RunConfig) -> None:
     on the meta device: no weights read). The CLI, the flow and the loop call it before the run's lock
     makes the run directory."""
     check_user_data(cfg.data)
+    if cfg.cluster.kind == "ray":  # Ray missing, or no address: one line now, not a half-made run directory
+        import importlib.util
+
+        from thinking_seeds.data.ray_pool import ClusterError, cluster_address
+
+        if importlib.util.find_spec("ray") is None:  # not imported here: that takes seconds
+            raise ClusterError(
+                "cluster=ray needs Ray, which is not installed here: pip install 'thinking-seeds[ray]' "
+                "(or `make install`), or set cluster=local"
+            )
+        cluster_address(cfg.cluster.address)
     if not (run.policy(0) / "manifest.json").exists():
         base = resolve_model_path(cfg.model.path)
         check_model_files(base, key="model.path")

@@ -42,7 +42,11 @@ RUNS_ROOT_ENV = "TS_RUNS_DIR"
 
 
 def runs_root() -> Path:
-    return Path(os.environ.get(RUNS_ROOT_ENV, "runs")).resolve()
+    """The folder of run directories: --runs-dir, TS_RUNS_DIR, or ./runs; DataError (one line) if it names a file."""
+    root = Path(os.environ.get(RUNS_ROOT_ENV, "runs")).resolve()
+    if root.exists() and not root.is_dir():
+        raise DataError(f"--runs-dir / {RUNS_ROOT_ENV} {root} is a file, not a folder; name a folder (made if missing)")
+    return root
 
 
 MAX_RUN_ID_BYTES = 200  # a folder name; file systems stop at 255
@@ -52,6 +56,8 @@ def check_run_id(run_id: str) -> None:
     """Refuse a run id that is not a usable folder name, in one line, before anything is written."""
     if not isinstance(run_id, str) or not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
         raise ValueError(f"run id {run_id!r} must be a plain name (letters, digits, - and _)")
+    if run_id.startswith("-"):  # the commands printed for it (`ts eval -x`) would read as options
+        raise ValueError(f"run id {run_id!r} must not start with '-': start it with a letter or digit")
     if any(not c.isprintable() or c.isspace() for c in run_id):
         raise ValueError(
             f"run id {run_id!r} must be a plain name (letters, digits, - and _): no spaces or control characters"

@@ -30,8 +30,8 @@ Read-only, enforced twice, by structure rather than by keywords:
    directories, `enable_external_access=false` (no file system access at all from SQL: COPY ... TO,
    ATTACH, EXPORT, read_text/read_csv of any path, extension installs all fail), capped memory and
    threads, and `lock_configuration=true` (no SET can reopen any of it).
-2. By `query()`: every statement is classified by DuckDB's own parser (`extract_statements`,
-   `tokenize`) and only plain queries run: SELECT (which covers FROM-first, VALUES, DESCRIBE,
+2. By `query()` (store/sql_guard.py): every statement is classified by DuckDB's own parser
+   (`extract_statements`, `tokenize`) and only plain queries run: SELECT (which covers FROM-first, VALUES, DESCRIBE,
    SHOW, SUMMARIZE, static PIVOT), a dynamic PIVOT / UNPIVOT statement (which DuckDB plans as
    several statements), and EXPLAIN of one of those. Anything else -- including a CREATE or COPY
    wrapped around a dynamic PIVOT -- is refused with a QueryError before anything executes, so a
@@ -54,6 +54,7 @@ This module never imports prefect.
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
 import time
@@ -68,6 +69,7 @@ import duckdb
 
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import check_run_id, runs_root
+from thinking_seeds.store.sql_guard import QueryError, check_read_only
 from thinking_seeds.store.sql_queries import NAMED_QUERIES
 from thinking_seeds.store.sql_views import METRICS_SCHEMA, VIEWS, list_runs, register_views, view_columns
 
@@ -83,6 +85,7 @@ __all__ = [
     "list_runs",  # re-exported from sql_views
     "query",
     "run_named",
+    "stream",
     "view_columns",  # re-exported from sql_views
     "views_in",
 ]
@@ -94,10 +97,6 @@ THREADS = 2
 
 class DamagedFileWarning(UserWarning):
     """A run file that cannot be read was left out of the views (the message names it)."""
-
-
-class QueryError(ValueError):
-    """A query was refused (it could change something) or failed; the message says why."""
 
 
 @dataclass
@@ -267,118 +266,132 @@ def _seal(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"SET {setting}")
 
 
-# ---------------------------------------------------------------------------------------------
-# read-only queries
-# ---------------------------------------------------------------------------------------------
-
-_ALLOWED = "SELECT, FROM ..., VALUES, WITH ... SELECT, DESCRIBE, SHOW, SUMMARIZE, PIVOT, UNPIVOT, EXPLAIN of a query"
+FETCH_ROWS = 10_000  # rows per batch a stream hands over (the worker holds at most two batches ahead)
 
 
-def _kind(stmt: Any) -> str:
-    return str(stmt.type).rsplit(".", 1)[-1].upper()
+@dataclass
+class QueryStream:
+    """The columns of a query's last statement and an iterator over its rows, in batches; fetched from
+    DuckDB as they are read, so a result is never whole in Python (`close()` stops the query)."""
+
+    columns: list[str]
+    batches: Iterator[list[tuple]]
+    close: Any
 
 
-def _keywords(sql: str) -> list[tuple[str, int]]:
-    """(lower-cased word, end offset) of each token of `sql`, by DuckDB's tokenizer; comments dropped."""
-    tokens = duckdb.tokenize(sql)
-    out = []
-    for i, (start, kind) in enumerate(tokens):
-        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
-        if kind != duckdb.token_type.comment:
-            out.append((sql[start:end].strip().lower(), end))
-    return out
+def stream(
+    con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = DEFAULT_TIMEOUT_S, batch_rows: int | None = None
+) -> QueryStream:
+    """Run read-only SQL (all statements checked before any runs) and stream the last one's rows.
 
-
-def _is_query(con: duckdb.DuckDBPyConnection, stmt: Any) -> bool:
-    """Whether one parsed statement only reads: a SELECT; a dynamic PIVOT/UNPIVOT, which DuckDB plans
-    as several statements (MULTI) -- accepted only when the statement itself *is* the PIVOT, not a
-    CREATE or COPY around one; or EXPLAIN (not ANALYZE of anything else) of one of these."""
-    kind = _kind(stmt)
-    if kind == "SELECT":
-        return True
-    words = _keywords(stmt.query or "")
-    if kind == "MULTI":
-        return bool(words) and words[0][0] in ("pivot", "unpivot", "pivot_wider", "pivot_longer")
-    if kind == "EXPLAIN" and words and words[0][0] == "explain":
-        skip = 2 if len(words) > 1 and words[1][0] == "analyze" else 1
-        rest = (stmt.query or "")[words[skip - 1][1] :]
-        try:
-            inner = con.extract_statements(rest)
-        except duckdb.Error:
-            return False
-        return len(inner) == 1 and _is_query(con, inner[0])
-    return False
-
-
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
-    """Parse `sql` and return its statements if every one only reads; else raise QueryError."""
-    if not sql or not sql.strip():
-        raise QueryError("empty query")
-    try:
-        statements = con.extract_statements(sql)
-    except duckdb.Error as e:
-        raise QueryError(f"cannot parse the query: {' '.join(str(e).split())}") from None
-    if not statements:
-        raise QueryError("empty query")
-    for st in statements:
-        if not _is_query(con, st):
-            snippet = " ".join((st.query or "").split())[:80]
-            raise QueryError(
-                f"refused {_kind(st)} statement ({snippet!r}): queries over run data are read-only; allowed: {_ALLOWED}"
-            )
-    return statements
-
-
-def _execute(con: duckdb.DuckDBPyConnection, statements: list[Any], box: dict) -> None:
-    """Run the statements (in a worker thread) and leave the last one's columns and rows in `box`."""
-    try:
-        cur = None
-        for st in statements:
-            cur = con.execute(st)
-        assert cur is not None
-        box["columns"] = [d[0] for d in cur.description] if cur.description else []
-        box["rows"] = cur.fetchall() if cur.description else []
-    except BaseException as e:  # handed to the caller's thread
-        box["error"] = e
-    finally:
-        box["done"].set()
-
-
-def query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = DEFAULT_TIMEOUT_S) -> QueryResult:
-    """Run read-only SQL (one or more statements, all checked before any runs); the last one's rows.
-
-    The statements run in a worker thread while this one waits, so a timeout or Ctrl-C can stop
-    them with `con.interrupt()` (DuckDB holds no Python signal handler while it computes): a query
-    that never ends comes back as a QueryError after `timeout` seconds (None: no limit), and
-    KeyboardInterrupt is re-raised once the engine has stopped.
-    """
+    The statements and every fetch run in a worker thread while this one waits, so a timeout or Ctrl-C
+    can stop them with `con.interrupt()` (DuckDB holds no Python signal handler while it computes): a
+    query that never ends comes back as a QueryError after `timeout` seconds from the start (None: no
+    limit), and KeyboardInterrupt is re-raised once the engine has stopped. The worker fetches
+    `batch_rows` (FETCH_ROWS) at a time and waits for the reader: memory holds two batches, not the result."""
     statements = check_read_only(con, sql)
+    batch_rows = batch_rows or FETCH_ROWS
+    handover: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
     # An Event, not Thread.join: a join cut short by KeyboardInterrupt can report a running thread
     # as finished, and closing the connection under it then fails ("connection is busy").
     done = threading.Event()
-    box: dict[str, Any] = {"done": done}
-    worker = threading.Thread(target=_execute, args=(con, statements, box), daemon=True, name="ts-sql")
+
+    def put(item: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                handover.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            cur = None
+            for st in statements:
+                cur = con.execute(st)
+            assert cur is not None
+            if not put(("columns", [d[0] for d in cur.description] if cur.description else [])):
+                return
+            while cur.description and not stop.is_set():
+                rows = cur.fetchmany(batch_rows)
+                if not rows or not put(("rows", rows)):
+                    break
+            put(("end", None))
+        except BaseException as e:  # handed to the reader's thread
+            put(("error", e))
+        finally:
+            done.set()
+
     deadline = None if not timeout else time.monotonic() + timeout
-    worker.start()
+
+    def close() -> None:
+        if not done.is_set():
+            stop.set()
+            con.interrupt()
+            done.wait(10)
+
+    def take() -> tuple:
+        try:
+            while True:
+                try:
+                    return handover.get(timeout=0.05)
+                except queue.Empty:
+                    if deadline is not None and time.monotonic() > deadline:
+                        close()
+                        raise QueryError(
+                            f"query timed out after {timeout:g} s and was stopped; narrow it (WHERE, LIMIT) "
+                            f"or allow more time with --timeout SECONDS"
+                        ) from None
+        except KeyboardInterrupt:
+            close()
+            raise
+
+    def unwrap(item: tuple) -> Any:
+        kind, value = item
+        if kind == "error":
+            done.wait(10)
+            if isinstance(value, duckdb.Error):
+                raise QueryError(f"{type(value).__name__}: {' '.join(str(value).split())}") from None
+            raise value
+        return value
+
+    threading.Thread(target=work, daemon=True, name="ts-sql").start()
+    columns = unwrap(take())
+
+    def batches() -> Iterator[list[tuple]]:
+        try:
+            while True:
+                item = take()
+                if item[0] == "end":
+                    return
+                yield unwrap(item)
+        finally:
+            close()
+
+    return QueryStream(columns, batches(), close)
+
+
+def query(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    timeout: float | None = DEFAULT_TIMEOUT_S,
+    max_rows: int | None = None,
+) -> QueryResult:
+    """Run read-only SQL (one or more statements, all checked before any runs); the last one's rows --
+    at most `max_rows` of them (None: all), fetched no further (see `stream`)."""
+    res = stream(con, sql, timeout)
+    rows: list[tuple] = []
     try:
-        while not done.wait(0.05):
-            if deadline is not None and time.monotonic() > deadline:
-                con.interrupt()
-                done.wait(10)
-                raise QueryError(
-                    f"query timed out after {timeout:g} s and was stopped; narrow it (WHERE, LIMIT) "
-                    f"or allow more time with --timeout SECONDS"
-                )
-    except KeyboardInterrupt:
-        con.interrupt()
-        done.wait(10)
-        raise
-    err = box.get("error")
-    if isinstance(err, duckdb.Error):
-        raise QueryError(f"{type(err).__name__}: {' '.join(str(err).split())}") from None
-    if err is not None:
-        raise err
-    return QueryResult(box["columns"], box["rows"])
+        for batch in res.batches:
+            rows.extend(batch)
+            if max_rows is not None and len(rows) >= max_rows:
+                del rows[max_rows:]
+                break
+    finally:
+        res.close()
+    return QueryResult(res.columns, rows)
 
 
 def run_named(con: duckdb.DuckDBPyConnection, name: str, timeout: float | None = DEFAULT_TIMEOUT_S) -> QueryResult:

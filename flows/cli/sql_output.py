@@ -1,0 +1,120 @@
+"""What `ts sql` prints: only what it fetches, and no byte a terminal would obey.
+
+A table shows at most MAX_TABLE_ROWS rows, and only those (and one more, to know there are more)
+are fetched; CSV and JSON are written as DuckDB hands the rows over, in batches (store/sql.py
+`stream`), and stop with one line past --max-rows or --max-bytes, the output so far still well
+formed. Control characters in the data (an escape sequence that sets the terminal's title or
+clears it) are printed escaped, as \\x1b; JSON escapes them itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.text import Text
+
+from thinking_seeds.flows.cli.output import MAX_TABLE_ROWS, OutputFormat, _csv_cell, _jsonable, cell, console
+
+__all__ = ["OutputLimit", "escape_controls", "print_stream", "print_table"]
+
+# C0 and C1 control characters and DEL, but the newline and the tab a cell may hold.
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if chr(c) not in "\n\t"}
+
+
+class OutputLimit(ValueError):
+    """More rows or bytes than `ts sql` was allowed to print; the message says how to get the rest."""
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character but newline and tab written as \\xNN."""
+    return text.translate(_CONTROLS)
+
+
+def print_table(columns: list[str], rows: list[tuple], more: bool, title: str | None) -> None:
+    """A rich table of `rows` (at most MAX_TABLE_ROWS), then a line saying how many, or that there are more."""
+    from decimal import Decimal
+
+    from rich.table import Table
+
+    shown = rows[:MAX_TABLE_ROWS]
+    numeric = {
+        c
+        for i, c in enumerate(columns)
+        if shown and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in shown)
+    }
+    table = Table(title=title, header_style="bold cyan", show_lines=False)
+    for c in columns:
+        table.add_column(escape_controls(c), justify="right" if c in numeric else "left", overflow="fold")
+    for r in shown:
+        table.add_row(*(Text(escape_controls(cell(v))) for v in r))  # Text: no rich markup in data
+    con = console()
+    con.print(table)
+    if more:
+        note = f"first {len(shown)} rows shown; the query has more (--format csv or json prints them all)"
+    else:
+        note = f"{len(shown)} row{'s' if len(shown) != 1 else ''}"
+    con.print(Text(note, style="dim"))
+
+
+def print_stream(
+    columns: list[str], batches: Any, fmt: OutputFormat, max_rows: int | None, max_bytes: int | None
+) -> int:
+    """Write the rows of `batches` as CSV or JSON to stdout as they come; the number of rows. Past
+    `max_rows` rows or `max_bytes` bytes (None: no limit) the output is closed (JSON stays one valid
+    array) and OutputLimit raised."""
+    out = sys.stdout
+    written = rows = 0
+
+    def write(text: str) -> None:
+        nonlocal written
+        out.write(text)
+        written += len(text.encode("utf-8", "replace"))
+
+    if fmt is OutputFormat.csv:
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+
+        def emit_row(values: list[Any]) -> None:
+            w.writerow(values)
+            write(buf.getvalue())
+            buf.seek(0)
+            buf.truncate()
+
+        emit_row([escape_controls(c) for c in columns])
+    else:
+        write("[")
+
+        def emit_row(values: list[Any]) -> None:
+            obj = json.dumps({c: _jsonable(v) for c, v in zip(columns, values, strict=True)}, indent=2)
+            write(("\n" if rows == 0 else ",\n") + "\n".join("  " + line for line in obj.splitlines()))
+
+    stopped = None
+    for batch in batches:
+        for r in batch:
+            if max_rows is not None and rows >= max_rows:
+                stopped = f"{max_rows} rows (--max-rows)"
+                break
+            if max_bytes is not None and written >= max_bytes:
+                stopped = f"{written} bytes (--max-bytes {max_bytes})"
+                break
+            if fmt is OutputFormat.csv:
+                emit_row([escape_controls(x) if isinstance(x, str) else x for x in map(_csv_cell, r)])
+            else:
+                emit_row(list(r))
+            rows += 1
+        if stopped:
+            break
+    if fmt is OutputFormat.json:
+        write("\n]\n" if rows else "]\n")
+    out.flush()
+    if stopped:
+        raise OutputLimit(
+            f"stopped after {stopped}: the output holds the first {rows} rows; narrow the query (WHERE, LIMIT, "
+            "GROUP BY) or raise the limit (0: none)"
+        )
+    return rows
