@@ -64,6 +64,17 @@ def _card(run: RunDir, step: int, cfg: dict, metrics: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def _saved_settings(run: RunDir) -> dict:
+    """config.yaml as plain data for the model card (read within limits; {} when absent or damaged)."""
+    from thinking_seeds.yaml_limits import read_bounded
+
+    try:
+        cfg = read_bounded(run.config_path) if run.config_path.exists() else {}
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: over the limits (a YAML bomb)
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
     """Write θ_step of `run` to `out_dir` (created; must not exist or be empty). Returns out_dir."""
     from thinking_seeds.store.checkpoints import list_checkpoints
@@ -96,7 +107,7 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
         for f in sorted(src.iterdir()):
             if f.is_file() and f.name not in _SKIP:
                 shutil.copyfile(f, tmp / f.name)
-    cfg = yaml.safe_load(run.config_path.read_text()) if run.config_path.exists() else {}
+    cfg = _saved_settings(run)
     (tmp / "README.md").write_text(_card(run, step, cfg, _eval_metrics(run, step)))
     (tmp / "thinking_seeds.json").write_text(json.dumps({"run_id": run.run_id, "step": step}, indent=2))
     if out.exists():

@@ -16,13 +16,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from thinking_seeds.config import RunConfig, load_saved_config, save_config
+from thinking_seeds.config import RunConfig, save_config
 from thinking_seeds.data.builtin_tasks import build_splits
 from thinking_seeds.data.rewards import check_reward_fn
 from thinking_seeds.data.sources import SPLITS, check_user_data, load_dataset
 from thinking_seeds.engine.lora import check_targets_of
 from thinking_seeds.engine.models import check_model_files, load_model, resolve_model_path
-from thinking_seeds.pipeline.resume import continued_config
+from thinking_seeds.pipeline.resume import continued_config, restore_config, saved_config
 from thinking_seeds.pipeline.session import Timer
 from thinking_seeds.store.atomic import atomic_path
 from thinking_seeds.store.checkpoints import save_checkpoint, verify_checkpoint
@@ -64,8 +64,9 @@ def prepare(run: RunDir, cfg: RunConfig) -> Manifest:
     run.root.mkdir(parents=True, exist_ok=True)
     old = run.read_manifest(0, "prepare")
     recorded = old.hashes if old is not None and old.config_hash == cfg.config_hash() else {}
+    restore_config(run, cfg)  # missing or damaged since the run recorded it: written again, or one line
     if run.config_path.exists():
-        saved = load_saved_config(run.config_path, check_outside=False)  # compared, never imported from
+        saved = saved_config(run)  # compared, nothing it names imported; a damaged file says so
         if saved.config_hash() != cfg.config_hash():
             continued_config(run, cfg)  # another config: the line that names its keys
             raise ValueError(
