@@ -266,8 +266,10 @@ class UpdateConfig(_Section):
         description="How the accelerate launchers' processes share the model. ddp: every process holds the "
         "whole model, gradients and AdamW state, gradients all-reduced. fsdp2: torch's fully_shard per decoder "
         "layer and on the whole model (parameters, gradients and AdamW state sharded across processes; "
-        "all-gather before each layer, reduce-scatter after its backward); the full weights and optimizer state "
-        "are gathered to rank 0 to save θ_{k+1}, the same files as ddp. Needs a full fine-tune (no model.lora).",
+        "all-gather before each layer, reduce-scatter after its backward; bf16 all-gathers under "
+        "update.mixed_precision=bf16). θ_k is read by rank 0 alone and broadcast shard by shard; θ_{k+1} is "
+        "gathered to rank 0 for the engine (in its dtype) and, with the optimizer state, for a checkpoint (the same "
+        "files as ddp). Needs a full fine-tune (no model.lora).",
     )
     mixed_precision: Literal["no", "bf16"] = Field(
         "no",

@@ -135,6 +135,13 @@ def load_sharded(policy_dir: Path, cfg: RunConfig, device: torch.device, world: 
             full_opt = make_optimizer(model, cfg)
             load_optimizer_state(full_opt, opt_path)
             full_osd = _by_name(full_opt.state_dict(), _names(model))
+            # A scalar read from the file (AdamW's `step`) is a view of the whole memory-mapped file, and the
+            # sharded optimizer keeps rank 0's scalars as they are: every byte of the file would stay mapped
+            # (measured: +1 GB of RSS for good at 136M parameters). Copies of the scalars let it go.
+            full_osd["state"] = {
+                name: {k: v.clone() if torch.is_tensor(v) and v.dim() == 0 else v for k, v in st.items()}
+                for name, st in full_osd["state"].items()
+            }
             del full_opt
         full_sd = model.state_dict()  # the full tensors, kept for the broadcast after fully_shard replaces them
     else:
@@ -160,7 +167,22 @@ def load_sharded(policy_dir: Path, cfg: RunConfig, device: torch.device, world: 
     optimizer = make_optimizer(model, cfg)
     if has_optimizer:  # θ_0 has no optimizer state yet
         set_optimizer_state_dict(model, optimizer, full_osd, options=broadcast)
+    del full_osd
+    _return_freed_memory()
     return model, tok, optimizer
+
+
+def _return_freed_memory() -> None:
+    """Hand the host memory the load freed back to the system (glibc keeps freed heap for the process:
+    measured ~230 MB on a non-zero rank at 136M parameters), so the engine beside the trainer can use it."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def gathered(
