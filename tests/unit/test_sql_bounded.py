@@ -83,3 +83,14 @@ def test_control_characters_are_escaped(runs):
         assert not any(ch in res.stdout for ch in ("\x1b", "\x07", "\x9b")), (fmt, res.stdout)
     res, _ = _ts(q, "-f", "csv")
     assert "\\x1b]0;title\\x07" in res.stdout and "a\\x9bb" in res.stdout
+
+
+def test_the_report_names_the_damaged_files_it_left_out(tmp_path):
+    from tests.helpers.synthetic_run import make_run
+    from thinking_seeds.evals.report import write_report
+
+    run = make_run(tmp_path, "dmg")
+    bad = sorted(run.root.glob("rollouts/iteration=*/rollouts.parquet"))[0]
+    bad.write_bytes(bad.read_bytes()[:40])
+    text = write_report("dmg", tmp_path).read_text()
+    assert "Left out, damaged (1; `ts check dmg` says what to redo)" in text and str(bad) in text

@@ -207,7 +207,8 @@ def write_report(
     """
     run = RunDir.for_run(run_id, runs_dir)
     t = time.perf_counter()
-    con = connect(run_id, runs_dir)
+    damaged: list[str] = []  # files the views left out: named in the report, not only on a console
+    con = connect(run_id, runs_dir, damaged=damaged)
     steps = {"connect": time.perf_counter() - t}
     failed: dict[str, str] = {}
     try:
@@ -255,6 +256,9 @@ def write_report(
         "evaluation metrics are labelled with the step they evaluate."
     )
     md.append("")
+    if damaged:  # the tables below are without these files
+        md += [f"**Left out, damaged ({len(damaged)}; `ts check {run_id}` says what to redo):**", ""]
+        md += [f"- {line}" for line in damaged] + [""]
     if s:
         md.append(f"- iterations done: {s.get('iterations_done', 0)} of {format_cell(s.get('iterations'))}")
         md.append(
