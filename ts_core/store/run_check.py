@@ -39,11 +39,14 @@ def check_run(run: RunDir, policy_ids: Callable[[int], str] | None = None) -> tu
             damage.append(
                 f"{run.config_path} is missing: this is not a complete run directory; start it again with `ts train`"
             )
-    for path in sorted(run.root.glob("manifests/iteration=*/*.json"), key=lambda p: (_iter_of(p), p.name)):
-        if path.stem.endswith("_metrics"):
-            continue  # the accelerate launcher's hand-over file, not a stage manifest
-        k, stage = _iter_of(path), path.stem
-        m = run.read_manifest(k, stage)
+    paths = sorted(run.root.glob("manifests/iteration=*/*.json"), key=lambda p: (_iter_of(p), p.name))
+    # the accelerate launcher's hand-over files (*_metrics) are not stage manifests
+    manifests = [(p, _iter_of(p), p.stem) for p in paths if not p.stem.endswith("_metrics")]
+    read = {(k, stage): run.read_manifest(k, stage) for _, k, stage in manifests}
+    if any(m is None for m in read.values()):
+        policy_ids = None  # a policy's identity chains through every manifest: a torn one changes them all
+    for path, k, stage in manifests:
+        m = read[(k, stage)]
         where = f"{stage} of iteration {k}" if stage != "prepare" else "prepare"
         if m is None:
             damage.append(f"{path} is torn or unreadable: {redo} {where}")
