@@ -114,3 +114,20 @@ def test_model_info_reads_config_and_weight_headers(tmp_path):
     assert info.params == sum(p.numel() for p in model.parameters())  # tied embeddings counted once
     assert (info.layers, info.kv_heads, info.head_dim, info.max_positions) == (2, 2, 16, 256)
     assert info.vocab == len(tok)
+
+
+def test_the_session_sizes_vllm_from_the_runs_longest_prompt(verified_run):
+    """What the driver's engine (and each Ray worker's) is built with: the longest prompt of the run's three
+    splits, encoded as the stages encode them; with rollout.max_new_tokens that is the engine's length."""
+    from thinking_seeds.engine.models import encode_prompt
+    from thinking_seeds.pipeline.session import Session
+
+    run, c = verified_run
+    s = Session(run, c)
+    lengths = [
+        len(encode_prompt(s.tokenizer, p.chat())) for split in ("train", "validation", "test") for p in s.prompts(split)
+    ]
+    assert s.longest_prompt() == max(lengths) and min(lengths) < max(lengths)
+    info = model_info(run.policy(0))
+    args = vllm_engine_args(c, info, "cpu", longest_prompt=s.longest_prompt())
+    assert args.max_model_len == max(lengths) + c.rollout.max_new_tokens <= info.max_positions
