@@ -20,7 +20,6 @@ the run directory's manifests are the only record of what is done (see `tasks/st
 
 from __future__ import annotations
 
-import sys
 from contextlib import AbstractContextManager
 
 from prefect import flow, get_run_logger
@@ -29,18 +28,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from thinking_seeds.config import RunConfig, load_config
-from thinking_seeds.flows.cli.output import evaluation_line, prepare_done_line, prepare_start_line
-from thinking_seeds.flows.cli.prefect_logs import prefect_console
+from thinking_seeds.flows.prefect_logs import prefect_console
 from thinking_seeds.pipeline.graph import STAGES
-from thinking_seeds.pipeline.groups_ahead import drop_groups, staleness_due
-from thinking_seeds.pipeline.loop import summary
-from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run
-from thinking_seeds.pipeline.resume import continued_config, record_extension
-from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
-from thinking_seeds.pipeline.session import drop_session, session_for
-from thinking_seeds.pipeline.stage_continuation import prepare_ahead
-from thinking_seeds.pipeline.stage_prepare import check_inputs
-from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
+from thinking_seeds.pipeline.progress_lines import evaluation_line, prepare_done_line, prepare_start_line, summary
+from thinking_seeds.pipeline.run_lifecycle import run_opened, work_ahead
+from thinking_seeds.pipeline.session import session_for
+from thinking_seeds.pipeline.trainer_client import prelaunch_trainer
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
     continuation_task,
@@ -55,6 +48,9 @@ from thinking_seeds.tasks import (
 )
 from thinking_seeds.tasks.artifacts import artifact_key
 from thinking_seeds.tasks.stage_task import call_stage
+
+# the task that runs each kind of work ahead (pipeline/run_lifecycle.work_ahead names it)
+AHEAD_TASKS = {"groups-ahead": groups_ahead_task, "seeds-ahead": seeds_ahead_task}
 
 
 class TrainProgress(AbstractContextManager):
@@ -132,11 +128,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
     log = get_run_logger()
     cfg = load_config(preset, overrides or [])
     run = RunDir.for_run(run_id)
-    check_inputs(run, cfg)  # the data files and the model directory, before the lock creates the run directory
-    run.acquire_lock()
-    try:
-        cfg = continued_config(run, cfg)  # an existing run: the same config, or more iterations (resume.py)
-        record_extension(run, cfg)
+    with run_opened(run, cfg) as cfg:  # pipeline/run_lifecycle.py: what opens and closes a run, as the loop's
         h = cfg.config_hash()
         log.info("run %s (%s, config %s): %d iterations", run.root, cfg.algorithm, h, cfg.iterations)
         with TrainProgress(cfg, run) as bar:
@@ -160,15 +152,10 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 seeds = stage(seeds_task, k, theta, snap)  # h ~ H writes drafts z; cut at λ·|z|
                 gen = stage(continuation_task, k, theta, seeds)  # θ_k continues every seed
                 rollouts = stage(verify_task, k, gen)  # rewards, group advantages
-                # pipeline.overlap: seeds k+1 sampled in a task-runner thread while θ_{k+1} trains in this one
-                # (a task run only when they are still to sample: a resumed run shows no idle ones)
-                # pipeline.max_staleness: seeds and groups k+1 sampled by θ_{k+1-s} meanwhile (groups_ahead.py)
-                ahead = None
-                if staleness_due(cfg, k):
-                    if prepare_ahead(session_for(run), k + 1):
-                        ahead = groups_ahead_task.submit(str(run.root), k + 1)
-                elif overlap_due(cfg, k) and not run.manifest_path(k + 1, "seeds").exists():
-                    ahead = seeds_ahead_task.submit(str(run.root), k + 1)
+                # seeds k+1 (pipeline.overlap), and groups k+1 by θ_{k+1-s} (pipeline.max_staleness), sampled in
+                # a task-runner thread while θ_{k+1} trains in this one (a task run only when there is work)
+                work = work_ahead(session_for(run), k)
+                ahead = None if work is None else AHEAD_TASKS[work[0]].submit(str(run.root), k + 1)
                 try:
                     theta = stage(update_task, k, theta, rollouts)  # θ_{k+1}
                 finally:
@@ -177,15 +164,6 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 ev = stage(evaluate_task, k, theta)  # held-out accuracy of θ_{k+1}
                 report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
                 bar.iteration_done(k)
-        flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
-    finally:
-        drop_ahead(run)
-        drop_groups(run)
-        forget_run(run)  # this process's in-memory policies of the run
-        drop_session(run)  # the stage tasks' shared Session
-        # the run's persistent trainer (update.launcher=accelerate), if one was started (Ctrl-C: terminated now)
-        close_trainers(at_once=sys.exc_info()[0] is KeyboardInterrupt)
-        run.release_lock()
     log.info("run %s done: %s", run.run_id, run.root)
     return str(run.root)
 

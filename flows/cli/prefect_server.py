@@ -41,7 +41,7 @@ def start_prefect(verbose: bool = False) -> None:
     user's mistake and silent after a Ctrl-C (errors.py), and task runs' INFO lines off the console
     unless `verbose` (prefect_logs.py). Safe to call more than once."""
     from thinking_seeds.flows.cli.errors import quiet_prefect_logs
-    from thinking_seeds.flows.cli.prefect_logs import quiet_task_runs
+    from thinking_seeds.flows.prefect_logs import quiet_task_runs
     from thinking_seeds.store.child_guard import guard_children
 
     guard_children()  # first: whatever starts next dies with this process, kill -9 included

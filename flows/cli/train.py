@@ -76,10 +76,9 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
     """The plain loop in this process, with a progress bar over every stage of every iteration."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from thinking_seeds.flows.cli.output import evaluation_line, prepare_done_line, prepare_start_line
     from thinking_seeds.pipeline.graph import STAGES
-    from thinking_seeds.pipeline.loop import summary
     from thinking_seeds.pipeline.loop import train as train_loop
+    from thinking_seeds.pipeline.progress_lines import evaluation_line, prepare_done_line, prepare_start_line, summary
 
     total = 1 + cfg.iterations * len(STAGES)
     seen: dict[str, float] = {}

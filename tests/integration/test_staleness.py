@@ -26,7 +26,7 @@ from tests.helpers.tiny import MOVING, TINY_RUN_ID, copy_run
 from thinking_seeds.config import load_config
 from thinking_seeds.engine.models import load_model
 from thinking_seeds.engine.scoring import score_responses
-from thinking_seeds.pipeline import loop
+from thinking_seeds.pipeline import loop, run_lifecycle
 from thinking_seeds.pipeline.groups_ahead import GroupsAhead, put_groups, take_groups
 from thinking_seeds.pipeline.policy_chain import policy_id
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, read_rows
@@ -80,7 +80,7 @@ def test_groups_sampled_ahead_equal_groups_sampled_in_their_stage(stale_run, tmp
         assert run.read_manifest(k, "continuation").metrics.get("perf/sampled_ahead") == 1.0, k
         assert run.read_manifest(k, "continuation").metrics["rollout/staleness"] == 1.0
     assert "perf/sampled_ahead" not in run.read_manifest(0, "continuation").metrics  # θ_0: nothing before it
-    monkeypatch.setattr(loop, "staleness_due", lambda cfg, k: False)  # every group sampled in its stage
+    monkeypatch.setattr(run_lifecycle, "staleness_due", lambda cfg, k: False)  # every group sampled in its stage
     other = loop.train(RunDir.for_run(TINY_RUN_ID, tmp_path), stale_run.cfg)
     assert all("perf/sampled_ahead" not in other.read_manifest(k, "continuation").metrics for k in range(3))
     _assert_same_results(other, run, 3)

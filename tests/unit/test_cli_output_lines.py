@@ -47,7 +47,7 @@ def test_task_run_info_lines_stay_off_the_console_unless_verbose():
     pytest.importorskip("prefect")
     import prefect.main  # noqa: F401 - Prefect's logging configuration: its console handlers
 
-    from thinking_seeds.flows.cli.prefect_logs import prefect_console_handlers, quiet_task_runs
+    from thinking_seeds.flows.prefect_logs import prefect_console_handlers, quiet_task_runs
 
     handlers = prefect_console_handlers()
     assert handlers
@@ -77,7 +77,7 @@ def _bar_and_a_log_line(shared: bool) -> list[str]:
     pytest.importorskip("prefect")
     from prefect.logging.handlers import PrefectConsoleHandler
 
-    from thinking_seeds.flows.cli.prefect_logs import prefect_console
+    from thinking_seeds.flows.prefect_logs import prefect_console
 
     term = io.StringIO()
     handler = PrefectConsoleHandler(stream=term)
@@ -106,7 +106,7 @@ def _bar_and_a_log_line(shared: bool) -> list[str]:
 
 def test_a_log_line_never_continues_the_progress_bars_line(monkeypatch):
     monkeypatch.setattr(
-        "thinking_seeds.flows.cli.prefect_logs.prefect_console_handlers",
+        "thinking_seeds.flows.prefect_logs.prefect_console_handlers",
         lambda: [h for h in logging.getLogger("test.prefect_logs.bar").handlers],
     )
     together = [s for s in _bar_and_a_log_line(shared=True) if "Flow run" in s]
@@ -121,8 +121,8 @@ def test_prefect_console_restores_the_handlers_consoles(monkeypatch):
         console = "prefect's own"
 
     h = H()
-    monkeypatch.setattr("thinking_seeds.flows.cli.prefect_logs.prefect_console_handlers", lambda: [h])
-    from thinking_seeds.flows.cli.prefect_logs import prefect_console
+    monkeypatch.setattr("thinking_seeds.flows.prefect_logs.prefect_console_handlers", lambda: [h])
+    from thinking_seeds.flows.prefect_logs import prefect_console
 
     with prefect_console("the bar's"):
         assert h.console == "the bar's"

@@ -14,23 +14,19 @@ the Prefect tasks call it too.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
-from thinking_seeds.pipeline.groups_ahead import drop_groups, staleness_due
-from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run, update_output_ok
-from thinking_seeds.pipeline.resume import continued_config, record_extension
-from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
-from thinking_seeds.pipeline.session import Session, close_trackers
-from thinking_seeds.pipeline.stage_continuation import prepare_ahead, sample_ahead
-from thinking_seeds.pipeline.stage_prepare import check_inputs, prepare
-from thinking_seeds.pipeline.stage_seeds import draft_ahead
+from thinking_seeds.pipeline.policy_chain import update_output_ok
+from thinking_seeds.pipeline.progress_lines import summary
+from thinking_seeds.pipeline.run_lifecycle import run_opened, work_ahead
+from thinking_seeds.pipeline.session import Session
+from thinking_seeds.pipeline.stage_prepare import prepare
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
-from thinking_seeds.pipeline.trainer_client import close_trainers, prelaunch_trainer
+from thinking_seeds.pipeline.trainer_client import prelaunch_trainer
 from thinking_seeds.store.compaction import compact_behind
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
@@ -79,21 +75,17 @@ def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
 
 
 def update_outcome(s: Session, k: int) -> Outcome:
-    """The update stage k; with pipeline.overlap, seeds k+1 are sampled meanwhile in another thread, and
-    with pipeline.max_staleness the groups of iteration k+1 too (pipeline/groups_ahead.py).
+    """The update stage k, with the work ahead of iteration k+1 (run_lifecycle.work_ahead: seeds with
+    pipeline.overlap, groups too with pipeline.max_staleness) sampled meanwhile in another thread.
 
     The update stays in this thread: the persistent trainer it may launch dies with the thread that
     started it (PR_SET_PDEATHSIG), and it must outlive the iteration. The join comes before the next
     stage, which needs the engine the drafts are sampled on.
     """
-    if staleness_due(s.cfg, k):  # pipeline.max_staleness: seeds and groups k+1, by θ_{k+1-s}
-        if not prepare_ahead(s, k + 1):
-            return stage_outcome(s, "update", k)
-        body, name = sample_ahead, "groups-ahead"
-    elif overlap_due(s.cfg, k):
-        body, name = draft_ahead, "seeds-ahead"
-    else:
+    work = work_ahead(s, k)
+    if work is None:
         return stage_outcome(s, "update", k)
+    name, body = work
     ahead = threading.Thread(target=body, args=(s, k + 1), name=f"{name}-{k + 1}", daemon=True)
     ahead.start()
     try:
@@ -110,14 +102,6 @@ def run_stage(s: Session, stage: str, k: int) -> Manifest:
     return stage_outcome(s, stage, k).manifest
 
 
-SUMMARY_KEYS = ("reward/mean", "actor/entropy/all", "actor/pg_clipfrac/all", "eval/accuracy")
-
-
-def summary(metrics: dict[str, float]) -> str:
-    """The one-line view of an iteration on the terminal: reward, entropy, clip fraction, accuracy."""
-    return ", ".join(f"{n} {metrics[n]:.4f}" for n in SUMMARY_KEYS if n in metrics)
-
-
 def train(
     run: RunDir,
     cfg: RunConfig,
@@ -126,11 +110,7 @@ def train(
 ) -> RunDir:
     """Run (or resume) all iterations of `cfg` in `run`, in this process. `on_stage(k, stage, manifest)`
     after every stage from θ_0's evaluation (k = -1) on; `on_prepared(manifest)` after the prepare stage."""
-    check_inputs(run, cfg)  # before the lock makes the run directory
-    run.acquire_lock()
-    try:
-        cfg = continued_config(run, cfg)  # an existing run: the same config, or more iterations (resume.py)
-        record_extension(run, cfg)
+    with run_opened(run, cfg) as cfg:  # pipeline/run_lifecycle.py: what opens and closes a run
         prepared = run_prepare(run, cfg)
         if on_prepared:
             on_prepared(prepared)
@@ -145,17 +125,8 @@ def train(
                     m = update_outcome(s, k).manifest if stage == "update" else run_stage(s, stage, k)
                     if on_stage:
                         on_stage(k, stage, m)
-            flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
         finally:
-            drop_ahead(run)
-            drop_groups(run)
-            forget_run(run)
             s.close()
-            close_trackers()
-            # the persistent trainer of update.launcher=accelerate, if one was started (Ctrl-C: terminated now)
-            close_trainers(at_once=sys.exc_info()[0] is KeyboardInterrupt)
-    finally:
-        run.release_lock()
     return run
 
 

@@ -37,6 +37,7 @@ runs at the end of the loop and the flow, and atexit.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import selectors
@@ -89,6 +90,39 @@ def node_command(run: RunDir, cfg: RunConfig, machine_rank: int) -> list[str]:
     return cmd + (["--cpu"] if cpu else [])
 
 
+def _run_tag(run: RunDir) -> str:
+    return hashlib.sha256(str(run.root.resolve()).encode()).hexdigest()[:10]
+
+
+def socket_dir(run: RunDir) -> Path:
+    """A new folder for the trainer's socket and log, outside the run (a Unix socket's path must stay
+    under ~100 bytes): /tmp/ts-trainer-<run tag>-<pid>-<random>. Folders of this run left by a pipeline
+    that died (kill -9: nothing ran its close) are removed first, so none outlives the next start."""
+    remove_stale_socket_dirs(run)
+    return Path(tempfile.mkdtemp(prefix=f"ts-trainer-{_run_tag(run)}-{os.getpid()}-"))
+
+
+def remove_stale_socket_dirs(run: RunDir) -> list[Path]:
+    """Remove this run's socket folders whose pipeline process is gone; the ones removed."""
+    gone = []
+    for d in Path(tempfile.gettempdir()).glob(f"ts-trainer-{_run_tag(run)}-*"):
+        pid = d.name.split("-")[3] if d.name.count("-") >= 4 else ""
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
 class PersistentTrainer:
     """One launched trainer process group and its socket."""
 
@@ -99,7 +133,7 @@ class PersistentTrainer:
         self.lock = threading.Lock()
         self.conn: socket.socket | None = None
         self.file = None
-        self.dir = Path(tempfile.mkdtemp(prefix="ts-trainer-"))
+        self.dir = socket_dir(run)
         self.log_path = self.dir / "trainer.log"
         self.sock_path = self.dir / "sock"
         # Launched here, connected at its first job (`_ready`): the launch (interpreter, imports, process

@@ -1,0 +1,70 @@
+"""A run's life in this process, written once for the plain loop (pipeline/loop.py) and the Prefect flow
+(flows/train.py): open it, decide what is sampled ahead beside each update, and close it.
+
+    with run_opened(run, cfg) as cfg:      # inputs checked, the lock, the run's own config (resume)
+        prepare; prelaunch_trainer; evaluate θ_0
+        for k: ...; ahead = work_ahead(s, k) beside update k; ...
+    # closed, whatever happened: work held ahead, in-memory policies, sessions, trackers, the persistent
+    # trainer (at once on Ctrl-C), the lock
+
+The two callers differ only in how they run a stage (a function call, or a Prefect task) and how they run
+the work ahead (a thread, or a submitted task); what is opened, sampled ahead and closed is decided here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from thinking_seeds.config import RunConfig
+from thinking_seeds.pipeline.groups_ahead import drop_groups, staleness_due
+from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run
+from thinking_seeds.pipeline.resume import continued_config, record_extension
+from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
+from thinking_seeds.pipeline.session import Session, close_trackers, drop_session
+from thinking_seeds.pipeline.stage_continuation import prepare_ahead, sample_ahead
+from thinking_seeds.pipeline.stage_prepare import check_inputs
+from thinking_seeds.pipeline.stage_seeds import draft_ahead
+from thinking_seeds.pipeline.trainer_client import close_trainers
+from thinking_seeds.store.run_dir import RunDir
+
+# what is sampled beside update k: its name (the thread's, the task's) and its body
+WorkAhead = tuple[str, Callable[[Session, int], bool]]
+
+
+@contextmanager
+def run_opened(run: RunDir, cfg: RunConfig) -> Iterator[RunConfig]:
+    """Open `run` for training with `cfg` and yield the config it continues with (an existing run: the same
+    config, or more iterations; pipeline/resume.py). On a normal end θ_T's background checkpoint is
+    flushed to disk; on any end everything the run holds in this process is released."""
+    check_inputs(run, cfg)  # the data files and the model directory, before the lock makes the run directory
+    run.acquire_lock()
+    try:
+        cfg = continued_config(run, cfg)
+        record_extension(run, cfg)
+        yield cfg
+        flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
+    finally:
+        interrupted = sys.exc_info()[0] is KeyboardInterrupt
+        try:
+            drop_ahead(run)
+            drop_groups(run)
+            forget_run(run)  # this process's in-memory policies of the run
+            drop_session(run)  # the flow's shared Session (the loop closes its own)
+            close_trackers()
+            close_trainers(at_once=interrupted)  # the persistent trainer, if one started (Ctrl-C: terminated now)
+        finally:
+            run.release_lock()
+
+
+def work_ahead(s: Session, k: int) -> WorkAhead | None:
+    """What to sample for iteration k+1 while update k runs: its groups (pipeline.max_staleness: seeds and
+    groups by θ_{k+1-s}, if that policy is at hand), its seeds (pipeline.overlap, unless written already),
+    or nothing."""
+    cfg = s.cfg
+    if staleness_due(cfg, k):
+        return ("groups-ahead", sample_ahead) if prepare_ahead(s, k + 1) else None
+    if overlap_due(cfg, k) and not s.run.manifest_path(k + 1, "seeds").exists():
+        return "seeds-ahead", draft_ahead
+    return None
