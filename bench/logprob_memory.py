@@ -6,8 +6,10 @@ One forward + backward of a random 2-layer Qwen2 (hidden 64, no download) throug
 engine/scoring.score_responses, on the CPU in fp32, as the update runs it: log-probs with gradient,
 entropies (with and without gradient). Each measurement is its own process: the model and inputs are
 built, the kernel's peak-RSS mark is reset (/proc/self/clear_refs), the pass runs, and the growth of
-the peak (VmHWM) over the RSS before the pass is divided by responses x tokens x vocabulary. Sides,
-interleaved in every round:
+the peak (VmHWM) over the RSS before the pass is divided by responses x tokens x vocabulary. The
+parameters' gradients are allocated before the mark (the model's memory, not the path's), and glibc is
+told to return every freed block of 64 KB or more at once (MALLOC_MMAP_THRESHOLD_): otherwise freed
+chunks stay in the process and the peak tells the allocator's history. Sides, interleaved in every round:
 
   full       update.logprob_chunk_size=null: the (B, T, V) logits, softmax and autograd's copies
   chunked    update.logprob_chunk_size=0 (the default): the LM head a chunk at a time, recomputed in
