@@ -199,6 +199,24 @@ def test_weight_swap_ignores_optimizer_state(engine, hf, ckpts, tmp_path):
     assert _max_diff(hf["b"][0], tok, ctx, gens, 1.0) <= TOL
 
 
+def test_a_request_past_max_model_len_is_refused_not_cut(engine, hf, ckpts):
+    """The engine was started as vllm_args says (a CPU engine: eager, an explicit KV cache, 32-token blocks;
+    no run's prompts: min(the model's 256 positions, 2048)); a context + cap past that is refused in one
+    line, and one that fits exactly is sampled to its cap (not cut short)."""
+    from thinking_seeds.engine.rollout import ContextTooLong
+
+    assert engine.max_model_len == engine.args.max_model_len == 256
+    kw = engine.args.kwargs
+    assert kw["enforce_eager"] and kw["block_size"] == 32 and kw["dtype"] == "float32"
+    engine.load_weights(ckpts[0])
+    ctx = [_contexts(hf["a"][1])[0][:1] * 240]
+    with pytest.raises(ContextTooLong) as e:
+        engine.generate(ctx, SamplingParams(max_new_tokens=17, seed=0))
+    assert "\n" not in str(e.value) and "257 positions" in str(e.value) and "rollout.max_model_len" in str(e.value)
+    gens = engine.generate(ctx * 8, SamplingParams(temperature=1.3, max_new_tokens=16, seed=0))
+    assert all(g.finished or len(g.token_ids) == 16 for g in gens)
+
+
 def test_top_p_is_refused(engine, hf):
     _, tok = hf["a"]
     with pytest.raises(ValueError, match="top_p"):
