@@ -17,9 +17,9 @@ Bytes per item (P: parameters, P_t: trainable ones; b: bytes of model.dtype, b_e
                     autocast 30h + 8I + 4kv (h: hidden, I: intermediate, kv: kv_heads × head_dim).
                     With gradient checkpointing: tokens × layers × h × s (each layer's input) plus one
                     layer's full activations, recomputed in the backward.
-  log-prob path     the (B, T, V) logits (update.logprob_chunk_size: null): response tokens × V ×
-                    LOGPROB_BYTES_FULL; in chunks through the LM head (an int): one chunk's tokens × V ×
-                    LOGPROB_CHUNK_BYTES + response tokens × LOGPROB_BYTES_PER_TOKEN_CHUNKED
+  log-prob path     response tokens × V × LOGPROB_BYTES_FULL (20: the (B, T, V) logits,
+                    update.logprob_chunk_size=null) or LOGPROB_BYTES_CHUNKED (2: through the LM head in
+                    chunks); with chunks every gradient is alive beside it (the head's accumulates)
   KV cache          layers × 2 × kv_heads × head_dim × b_e × batch × (prompt + max_new_tokens)
   hand-over         P × b_e per policy held in memory by the pipeline (θ from the persistent trainer)
 
@@ -39,8 +39,7 @@ from thinking_seeds.engine.token_scores import chunk_tokens
 
 __all__ = [
     "CUDA_CONTEXT_BYTES",
-    "LOGPROB_CHUNK_BYTES",
-    "LOGPROB_BYTES_PER_TOKEN_CHUNKED",
+    "LOGPROB_BYTES_CHUNKED",
     "LOGPROB_BYTES_FULL",
     "Item",
     "ModelShape",
@@ -58,13 +57,12 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # the entropy) through the (B, T, V) logits: 19.8 measured at V = 151,936 on the CPU (fp32 copy of the
 # logits, softmax, p·logits and autograd's saved tensors); bench/memory_plan.py checks it.
 LOGPROB_BYTES_FULL = 20.0
-# The chunked path (update.logprob_chunk_size: engine/token_scores.py) holds one chunk's (n, V) tensors at
-# a time, recomputed in the backward: its fp32 logits, their softmax and the logits' gradient (3 × 4 B per
-# entry: nothing of a chunk is saved for autograd); every response token keeps only its two outputs
-# (log-prob, entropy: 2 × 4 B) between forward and backward.
-# The chunk's tokens are token_scores.chunk_tokens's (0: as many as its CHUNK_ENTRIES logits hold).
-LOGPROB_CHUNK_BYTES = 12.0
-LOGPROB_BYTES_PER_TOKEN_CHUNKED = 8.0
+# The chunked path (update.logprob_chunk_size: engine/token_scores.py) keeps no (tokens, V) tensor; what
+# it costs was measured (bench/memory_plan.py, V = 151,936, hidden 64-256, 512 response tokens): ~2 bytes
+# per (response token × vocabulary entry) above weights, AdamW and every gradient, the same with chunks
+# of 16, 55 or 220 tokens; the LM head's gradient accumulates over the chunks, so all the gradients are
+# counted alive beside it.
+LOGPROB_BYTES_CHUNKED = 2.0
 # What a CUDA process holds before its first tensor (context, cuBLAS workspace): ~0.5 GiB on recent GPUs.
 CUDA_CONTEXT_BYTES = 512 * 2**20
 PROMPT_TOKENS_DEFAULT = 256  # a planning assumption (the config does not know its prompts' length)
@@ -163,12 +161,8 @@ def logprob_path_bytes(response_tokens: int, vocab: int, chunk: int | None) -> t
         return response_tokens * vocab * LOGPROB_BYTES_FULL, (
             f"{response_tokens} response tokens × V {vocab} × {LOGPROB_BYTES_FULL:g} B (the (B, T, V) logits)"
         )
-    live = min(chunk, response_tokens)
-    total = live * vocab * LOGPROB_CHUNK_BYTES + response_tokens * LOGPROB_BYTES_PER_TOKEN_CHUNKED
-    per_entry = total / max(1, response_tokens * vocab)
-    return total, (
-        f"one chunk: {live} tokens × V {vocab} × {LOGPROB_CHUNK_BYTES:g} B + {response_tokens} tokens × "
-        f"{LOGPROB_BYTES_PER_TOKEN_CHUNKED:g} B (= {per_entry:.2f} B per response token × vocabulary entry)"
+    return response_tokens * vocab * LOGPROB_BYTES_CHUNKED, (
+        f"{response_tokens} response tokens × V {vocab} × {LOGPROB_BYTES_CHUNKED:g} B (in chunks of {chunk} tokens)"
     )
 
 
@@ -236,7 +230,8 @@ def _trainer_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int) 
         Item(
             "activations",
             activation_bytes(shape, z.tokens, kind, z.checkpointing),
-            f"{z.tokens} tokens ({z.rows} rows) × {shape.layers} layers ({kind}), {ck} gradient checkpointing",
+            f"{z.tokens} tokens ({z.rows} row{'s' if z.rows > 1 else ''}) × {shape.layers} layers ({kind}), "
+            f"{ck} gradient checkpointing",
         ),
         Item(
             f"(activations with gradient_checkpointing={other})",
@@ -245,7 +240,10 @@ def _trainer_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int) 
         ),
         Item("log-prob path", *logprob_path_bytes(z.response_tokens, shape.vocab, z.logprob_chunk)),
     ]
-    fwd = ["weights", "AdamW", "activations", "log-prob path", "largest gradient"]
+    # the (B, T, V) buffers go with the head's backward, before the body's gradients come; in chunks the
+    # head's gradient accumulates while the path is alive, and the body's follow (measured: all of them)
+    grads = "largest gradient" if z.logprob_chunk is None else "gradients"
+    fwd = ["weights", "AdamW", "activations", "log-prob path", grads]
     step = ["weights", "AdamW", "gradients", "optimizer temporaries"]
     # The LM head's gradient lands while the log-prob path is still alive; AdamW's update of one
     # parameter makes a few temporaries of its size (single-tensor AdamW) .
