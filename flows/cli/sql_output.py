@@ -61,9 +61,12 @@ def print_table(columns: list[str], rows: list[tuple], more: bool, title: str | 
 def print_stream(
     columns: list[str], batches: Any, fmt: OutputFormat, max_rows: int | None, max_bytes: int | None
 ) -> int:
-    """Write the rows of `batches` as CSV or JSON to stdout as they come; the number of rows. Past
-    `max_rows` rows or `max_bytes` bytes (None: no limit) the output is closed (JSON stays one valid
-    array) and OutputLimit raised."""
+    """Write the rows of `batches` as CSV or JSON to stdout, a batch at a time as they come; the number
+    of rows. Past `max_rows` rows or `max_bytes` bytes (None: no limit; the bytes are checked after each
+    batch) the output is closed (JSON stays one valid array) and OutputLimit raised."""
+    import csv
+    import io
+
     out = sys.stdout
     written = rows = 0
 
@@ -72,41 +75,28 @@ def print_stream(
         out.write(text)
         written += len(text.encode("utf-8", "replace"))
 
-    if fmt is OutputFormat.csv:
-        import csv
-        import io
-
+    def csv_chunk(values: list[list[Any]]) -> str:
         buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
+        csv.writer(buf, lineterminator="\n").writerows(values)
+        return escape_controls(buf.getvalue())
 
-        def emit_row(values: list[Any]) -> None:
-            w.writerow(values)
-            write(buf.getvalue())
-            buf.seek(0)
-            buf.truncate()
+    def json_chunk(batch: list[tuple]) -> str:
+        text = json.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in batch], indent=2)
+        return text[2:-2]  # the objects, each line indented, without the list's brackets
 
-        emit_row([escape_controls(c) for c in columns])
-    else:
-        write("[")
-
-        def emit_row(values: list[Any]) -> None:
-            obj = json.dumps({c: _jsonable(v) for c, v in zip(columns, values, strict=True)}, indent=2)
-            write(("\n" if rows == 0 else ",\n") + "\n".join("  " + line for line in obj.splitlines()))
-
+    write(csv_chunk([columns]) if fmt is OutputFormat.csv else "[")
     stopped = None
     for batch in batches:
-        for r in batch:
-            if max_rows is not None and rows >= max_rows:
-                stopped = f"{max_rows} rows (--max-rows)"
-                break
-            if max_bytes is not None and written >= max_bytes:
-                stopped = f"{written} bytes (--max-bytes {max_bytes})"
-                break
+        if max_rows is not None and rows + len(batch) > max_rows:
+            batch, stopped = batch[: max_rows - rows], f"{max_rows} rows (--max-rows)"
+        if batch:
             if fmt is OutputFormat.csv:
-                emit_row([escape_controls(x) if isinstance(x, str) else x for x in map(_csv_cell, r)])
+                write(csv_chunk([[_csv_cell(v) for v in r] for r in batch]))
             else:
-                emit_row(list(r))
-            rows += 1
+                write(("\n" if rows == 0 else ",\n") + json_chunk(batch))
+            rows += len(batch)
+        if stopped is None and max_bytes is not None and written >= max_bytes:
+            stopped = f"{written} bytes (--max-bytes {max_bytes})"
         if stopped:
             break
     if fmt is OutputFormat.json:
