@@ -135,14 +135,18 @@ class GpuSampler:
         import subprocess
 
         query = [self._smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
-        import psutil
+        try:
+            import psutil  # accelerate's dependency; without it every other pid is reported as 'other'
 
-        me = psutil.Process()
+            me = psutil.Process()
+        except ImportError:
+            me = None
         while not self._stop.wait(interval):
             try:
-                self.children.update(c.pid for c in me.children(recursive=True))
+                if me is not None:
+                    self.children.update(c.pid for c in me.children(recursive=True))
                 out = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
-            except (OSError, subprocess.SubprocessError, psutil.Error):
+            except Exception:  # noqa: BLE001 - a failed sample (a child gone mid-walk, nvidia-smi hung) is skipped
                 continue
             for line in out.splitlines():
                 parts = [x.strip() for x in line.split(",")]
