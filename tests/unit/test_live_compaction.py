@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tests.helpers.synthetic_run import rollout_rows
 from tests.unit.test_sql_aggregates import _answers, _prefix_table, _same
 from thinking_seeds.flows.cli import app
-from thinking_seeds.store import compaction, sql_corpus
+from thinking_seeds.store import compaction, sql_corpus, sql_tables
 from thinking_seeds.store.compaction import PATTERNS, compact_behind, parts, wait_for_compaction
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.parquet_io import write_table_atomic
@@ -71,6 +71,9 @@ def test_a_live_run_compacts_behind_itself_and_reads_one_block_of_small_files(ru
     read: list = []
     original = sql_corpus._aggregates
     monkeypatch.setattr(sql_corpus, "_aggregates", lambda files: read.extend(files) or original(files))
+    opened: list = []  # the footers corpus_files (the `runs` query's row counts) opens
+    footers = sql_tables.footers
+    monkeypatch.setattr(sql_tables, "footers", lambda files, *a: opened.extend(files) or footers(files, *a))
     _same(_answers(base / "live", "live"), _answers(base / "plain", "live"))
     from thinking_seeds.store.sql_files import view_files
 
@@ -79,6 +82,8 @@ def test_a_live_run_compacts_behind_itself_and_reads_one_block_of_small_files(ru
     # the aggregates read one by one: the tail's only (the plain run reads every iteration's)
     live_read = {p for p in read if str(p).startswith(str(live.root))}
     assert live_read == {live.prefixes(k) for k in range(12, ITERATIONS)}
+    tail = {f(k) for k in range(12, ITERATIONS) for f in (live.prefixes, live.rollouts)}
+    assert {p for p in opened if str(p).startswith(str(live.root))} == tail  # the parts counted the rest
 
 
 def test_ts_sql_on_a_live_run_of_many_small_files(runs):

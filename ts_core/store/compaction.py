@@ -57,7 +57,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -110,6 +110,7 @@ class Part:
     path: Path
     first: int  # first iteration of the block
     sources: dict[str, tuple[int, int]]  # path relative to the run -> (size, mtime_ns)
+    rows: dict[str, int] = field(default_factory=dict)  # path relative to the run -> its rows (parts since rows)
 
     def fresh(self, run_dir: Path) -> bool:
         """Whether every file the part copies is still exactly what it copied."""
@@ -143,11 +144,13 @@ def parts(run_dir: Path, view: str) -> list[Part]:
     for path in sorted((run_dir / COMPACTED / view).glob("iterations=*.parquet")):
         try:
             meta = pq.read_metadata(path).metadata or {}
-            sources = {k: (int(v[0]), int(v[1])) for k, v in json.loads(meta[_SOURCES_KEY]).items()}
+            recorded = json.loads(meta[_SOURCES_KEY])
+            sources = {k: (int(v[0]), int(v[1])) for k, v in recorded.items()}
+            rows = {k: int(v[2]) for k, v in recorded.items() if len(v) > 2}
             first = int(path.name.split("=", 1)[1].split("-", 1)[0])
         except (OSError, KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid):
             continue
-        out.append(Part(path, first, sources))
+        out.append(Part(path, first, sources, rows))
     return out
 
 
@@ -253,7 +256,9 @@ def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: lis
             except (OSError, pa.ArrowException, KeyError):
                 continue  # a damaged file: `ts check` reports it, `ts sql` leaves it out; no part for now
             meta = dict(table.schema.metadata or {})
-            meta[_SOURCES_KEY] = json.dumps(sources, sort_keys=True).encode()
+            # each source's rows too (its footer, read once here): corpus_files counts rows from the part
+            recorded = {rel: [*st, pq.read_metadata(run_dir / rel).num_rows] for rel, st in sources.items()}
+            meta[_SOURCES_KEY] = json.dumps(recorded, sort_keys=True).encode()
             path = _part_path(run_dir, view, first)
             path.parent.mkdir(parents=True, exist_ok=True)
             written.append(write_table_atomic(table.replace_schema_metadata(meta), path))

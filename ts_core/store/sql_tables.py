@@ -53,17 +53,33 @@ CORPUS_FILES_SCHEMA = pa.schema(
 )
 
 
+# The compacted parts (store/compaction.py) whose sources are each view's files, with their rows: a
+# run of many small iterations counts the files a fresh part stands for without opening each footer.
+_COUNTED_BY = {"prefixes": "prefix_groups", "rollouts": "rollouts"}
+
+
 def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
-    """The corpus_files view: each readable prefixes/rollouts file with its rows (footer) and size."""
+    """The corpus_files view: each readable prefixes/rollouts file with its rows (footer, or the fresh
+    compacted part that recorded them) and size."""
+    from thinking_seeds.store.compaction import parts
+
     rows = []
     for view in ("prefixes", "rollouts"):
         pattern, contract = PARQUET_VIEWS[view]
+        known: dict[Path, tuple[int, int]] = {}  # file -> (rows, bytes) from a fresh part
+        for run in runs:
+            for part in parts(run, _COUNTED_BY[view]):
+                if part.rows.keys() == part.sources.keys() and part.fresh(run):
+                    known.update({run / rel: (part.rows[rel], part.sources[rel][0]) for rel in part.sources})
         files = sorted((f for run in runs for f in run.glob(pattern)), key=file_order)
-        for f, _, n in footers(files, PREFIX_FILE_SCHEMA if view == "prefixes" else contract, damaged):
+        counted = [(f, *known[f]) for f in files if f in known]
+        read = footers(
+            [f for f in files if f not in known], PREFIX_FILE_SCHEMA if view == "prefixes" else contract, damaged
+        )
+        counted += [(f, n, f.stat().st_size) for f, _, n in read]
+        for f, n, size in sorted(counted, key=lambda x: file_order(x[0])):
             run = f.parents[2] if view == "rollouts" else f.parents[3]
-            rows.append(
-                {"run_id": run.name, "view": view, "iteration": iteration_of(f), "rows": n, "bytes": f.stat().st_size}
-            )
+            rows.append({"run_id": run.name, "view": view, "iteration": iteration_of(f), "rows": n, "bytes": size})
     return pa.Table.from_pylist(rows, schema=CORPUS_FILES_SCHEMA)
 
 
