@@ -23,6 +23,12 @@ __all__ = ["OutputLimit", "escape_controls", "print_stream", "print_table"]
 _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if chr(c) not in "\n\t"}
 
 
+_AS_IS = frozenset({int, float, str, bool})  # what the csv writer prints as _csv_cell would (the rest: through it)
+
+
+_JSON_AS_IS = frozenset({int, str, bool, type(None)})  # floats go through _jsonable: NaN is null
+
+
 class OutputLimit(ValueError):
     """More rows or bytes than `ts sql` was allowed to print; the message says how to get the rest."""
 
@@ -81,7 +87,10 @@ def print_stream(
         return escape_controls(buf.getvalue())
 
     def json_chunk(batch: list[tuple]) -> str:
-        text = json.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in batch], indent=2)
+        objs = [
+            {c: v if type(v) in _JSON_AS_IS else _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in batch
+        ]
+        text = json.dumps(objs, indent=2)
         return text[2:-2]  # the objects, each line indented, without the list's brackets
 
     write(csv_chunk([columns]) if fmt is OutputFormat.csv else "[")
@@ -91,7 +100,7 @@ def print_stream(
             batch, stopped = batch[: max_rows - rows], f"{max_rows} rows (--max-rows)"
         if batch:
             if fmt is OutputFormat.csv:
-                write(csv_chunk([[_csv_cell(v) for v in r] for r in batch]))
+                write(csv_chunk([[v if type(v) in _AS_IS else _csv_cell(v) for v in r] for r in batch]))
             else:
                 write(("\n" if rows == 0 else ",\n") + json_chunk(batch))
             rows += len(batch)
