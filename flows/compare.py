@@ -84,6 +84,7 @@ def control_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> f
         seeds=spec.control_seed_list(specs),
         max_steps=spec.control_max_steps,
         corpus_size=spec.control_corpus_size,
+        report_dir=spec.report_dir,  # the controls' archived and registered configs (recorded_defaults.py)
     )
     create_table_artifact(
         _rows(results),

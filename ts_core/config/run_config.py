@@ -29,7 +29,7 @@ from thinking_seeds.config.sections import (
     checks_outside,
 )
 
-__all__ = ["DEFAULTS_BEFORE", "DEVICE_RE", "RunConfig", "keep_defaults_before"]
+__all__ = ["DEFAULTS_BEFORE", "DEVICE_RE", "RunConfig", "defaults_before_held", "keep_defaults_before"]
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 # Keys left out of config_hash: `device` says where a run computes, not what (a run started on a CPU
@@ -102,6 +102,18 @@ def keep_defaults_before(saved: RunConfig, cfg: RunConfig) -> RunConfig:
             moved = getattr(cfg, section).model_copy(update={key: old})
             cfg = cfg.model_copy(update={section: moved})
     return cfg
+
+
+def defaults_before_held(saved: dict[str, Any]) -> list[tuple[str, str]]:
+    """The DEFAULTS_BEFORE keys that a recorded config, as a dict (a run's config.yaml, a registered
+    protocol's resolved config), holds at their old value or lacks: a record written before the key
+    existed meant the old value, as load_saved_config reads it."""
+    held = []
+    for (section, key), old in DEFAULTS_BEFORE.items():
+        part = saved.get(section)
+        if not isinstance(part, dict) or part.get(key, old) == old:
+            held.append((section, key))
+    return held
 
 
 class RunConfig(_Section):

@@ -8,8 +8,9 @@ The steps, each a function the Prefect flow (thinking_seeds.flows.compare) calls
 
     select           with spec.select: the grid for every method on validation (selection.py),
                      each method's best value becomes its method override
-    prepare          spec.runs() (spec.py: plan, budgets checked), runs restored from the committed
-                     archives (archive.py), the --reference base point checked
+    prepare          spec.runs() (spec.py: plan, budgets checked), each run given the old value of a
+                     changed default that the comparison's record of it holds (recorded_defaults.py),
+                     runs restored from the committed archives (archive.py), the --reference base point checked
     register         the protocol (protocol.py) into OUT/ID/protocol.json before the first run;
                      a changed one is refused unless spec.amend_protocol
     run_all          one `python -m thinking_seeds.pipeline.loop` per run, `parallel` at once (jobs.py);
@@ -20,7 +21,8 @@ The steps, each a function the Prefect flow (thinking_seeds.flows.compare) calls
     write_report     compare_report.write_compare_report -> OUT/ID/report.md
 
 This module is the top of the experiments package: it imports the others, none imports it. Never
-imports prefect (flows/compare.py wraps this).
+imports prefect (flows/compare.py wraps this). Over 400 lines: every step above, in the order the flow
+calls them, with the archive's restore and write beside the plan they check.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from thinking_seeds.experiments.members import (
 )
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import register
+from thinking_seeds.experiments.recorded_defaults import RunRecords, with_recorded_defaults
 from thinking_seeds.experiments.selection import (
     choose,
     resolve_key,
@@ -53,7 +56,13 @@ from thinking_seeds.experiments.selection import (
     validation_jobs,
     with_selection,
 )
-from thinking_seeds.experiments.sft_control import control_complete, control_config, control_run_id, run_controls
+from thinking_seeds.experiments.sft_control import (
+    control_complete,
+    control_config,
+    control_run_id,
+    recorded_controls,
+    run_controls,
+)
 from thinking_seeds.experiments.spec import (
     CONTROL_METHOD,
     DEFAULT_METHODS,
@@ -104,18 +113,21 @@ def report_dir(out_dir: str | Path, compare_id: str) -> Path:
 _Planned = dict[str, tuple[RunConfig, Callable[[Path], bool], list[int]]]
 
 
-def _planned(spec: ComparisonSpec, specs: Sequence[RunSpec]) -> _Planned:
+def _planned(spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: Path) -> _Planned:
     """Every run directory the comparison makes: run id -> (its config, "trained?" check on the runs
-    folder, the policy steps its final test covers). θ_0's final test lives in the first run's."""
+    folder, the policy steps its final test covers). θ_0's final test lives in the first run's.
+    `specs` come from prepare (their recorded defaults kept); the controls' are looked up here."""
     out: _Planned = {}
     for s in specs:
         cfg = s.config()
         steps = [0, cfg.iterations] if s is specs[0] else [cfg.iterations]
         out[s.run_id] = (cfg, lambda d, s=s: is_complete(s, d), steps)
     if spec.control:
-        for seed in spec.control_seed_list(specs):
+        seeds, preset, base = spec.control_seed_list(specs), specs[0].preset, specs[0].base_overrides
+        kept = recorded_controls(spec.compare_id, preset, base, seeds, runs_dir, spec.report_dir)
+        for seed in seeds:
             rid = control_run_id(spec.compare_id, seed)
-            cfg = control_config(specs[0].preset, specs[0].base_overrides, seed)
+            cfg = control_config(preset, base, seed, kept[seed])
             out[rid] = (cfg, lambda d, rid=rid: control_complete(d / rid), [cfg.iterations])
     return out
 
@@ -123,13 +135,14 @@ def _planned(spec: ComparisonSpec, specs: Sequence[RunSpec]) -> _Planned:
 def restore_archived(spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: Path) -> list[str]:
     """Restore into `runs_dir` every archived run of this comparison (and of its --reference) whose
     config hash is the planned one; returns the restored run ids (see archive.restore)."""
-    expected = {rid: cfg.config_hash() for rid, (cfg, _, _) in _planned(spec, specs).items()}
+    expected = {rid: cfg.config_hash() for rid, (cfg, _, _) in _planned(spec, specs, runs_dir).items()}
     out = restore(spec.report_dir / "runs", runs_dir, expected, spec.final_test)
     if spec.reference:
-        ref_root = report_dir(spec.out_dir, spec.reference) / "runs"
+        ref_dir = report_dir(spec.out_dir, spec.reference)
+        ref_root, records = ref_dir / "runs", RunRecords(runs_dir, ref_dir)  # the reference's own records
         methods, seeds = {s.method for s in specs}, {s.seed for s in specs}
         ref = {
-            m["run_id"]: spec_of(m).config().config_hash()
+            m["run_id"]: with_recorded_defaults([spec_of(m)], runs_dir, ref_dir, records)[0].config().config_hash()
             for m in compare_members(spec.reference, ref_root)
             if m.get("method") in methods
             and m.get("seed") in seeds
@@ -148,7 +161,7 @@ def archive_finished(
     from thinking_seeds.store.run_dir import RunDir
 
     written = []
-    for rid, (cfg, trained, steps) in _planned(spec, specs).items():
+    for rid, (cfg, trained, steps) in _planned(spec, specs, Path(runs_dir)).items():
         run = RunDir.for_run(rid, Path(runs_dir))
         root = run.root
         if only is not None and rid not in only:
@@ -178,8 +191,9 @@ def archiver(spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: Path) -> 
 
 def prepare(spec: ComparisonSpec, runs_dir: Path) -> list[RunSpec]:
     """Plan the runs (budgets checked), restore archived ones, check the --reference base point:
-    everything that can fail before a run is started. Returns the planned runs."""
-    specs = spec.runs()
+    everything that can fail before a run is started. Returns the planned runs, each with the old
+    defaults the comparison's record of it holds (recorded_defaults.py: its runs folder, archive, protocol)."""
+    specs = with_recorded_defaults(spec.runs(), Path(runs_dir), spec.report_dir)
     restore_archived(spec, specs, Path(runs_dir))
     if spec.reference:
         reference_members(spec.reference, specs, Path(runs_dir))  # it exists, complete, on the same budget
@@ -236,7 +250,7 @@ def train_jobs(specs: Sequence[RunSpec], runs_dir: Path, final_test: bool = True
             cmd.append("--final-test-base")  # θ_0 once per comparison, in the run final_test_jobs names
         if plan and spec.method == plan[0]:
             cmd += ["--equal-iterations", str(plan[1])]
-        for o in spec.overrides:
+        for o in (*spec.overrides, *spec.kept):  # kept: what the plan hashed (recorded_defaults.py)
             cmd += ["--set", o]
         jobs.append(Job(spec.run_id, cmd, root / "train.log", done=is_complete(spec, runs_dir), run_root=root))
     return jobs
@@ -344,7 +358,7 @@ def run_selection(
     """
     if not spec.select:
         return spec, None
-    specs = selection_specs(spec)
+    specs = with_recorded_defaults(selection_specs(spec), Path(runs_dir), spec.report_dir)
     protocol = load_protocol(spec.report_dir)
     registered = (protocol or {}).get("protocol", {}).get("selection")
     asked = {"key": resolve_key(next(iter(spec.select))), "grid": list(next(iter(spec.select.values())))}
@@ -397,6 +411,7 @@ def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
             max_steps=spec.control_max_steps,
             corpus_size=spec.control_corpus_size,
             console=console,
+            report_dir=spec.report_dir,
         )
         raise_on_failures(results)
     if spec.final_test:

@@ -21,6 +21,7 @@ from typing import Any
 
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.comparison_args import value_text
+from thinking_seeds.experiments.recorded_defaults import RunRecords, with_recorded_defaults
 from thinking_seeds.experiments.spec import (
     CONTROL_METHOD,
     MARKER,
@@ -130,9 +131,10 @@ def reference_members(reference_id: str, specs: Sequence[RunSpec], runs_dir: Pat
             f"run `ts compare --id {reference_id} ...` first or drop --reference"
         )
     configs = {s.run_id: s.config() for s in specs}
+    records = RunRecords(runs_dir, None)  # a reference run recorded before a default changed keeps it
     out = []
     for m in found:
-        ref = spec_of(m)
+        (ref,) = with_recorded_defaults([spec_of(m)], runs_dir, None, records)
         if not is_complete(ref, runs_dir):
             raise ConfigError(
                 f"--reference {reference_id}: run {ref.run_id} is not complete; finish it with "

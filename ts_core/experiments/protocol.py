@@ -33,11 +33,11 @@ from typing import Any
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.planning import PRIMARY_METRIC
+from thinking_seeds.experiments.spec import PROTOCOL_FILE
 from thinking_seeds.store.atomic import atomic_write
 
 __all__ = ["PROTOCOL_FILE", "SECONDARY", "changes", "load", "protocol_lines", "protocol_of", "register"]
 
-PROTOCOL_FILE = "protocol.json"
 SECONDARY = (
     "test pass@1, thinking seeds − seq_mix",
     "effective entropy (all tokens, last iterations), thinking seeds − grpo",
@@ -49,9 +49,14 @@ SECONDARY = (
 )
 
 
-def protocol_of(spec: Any, specs: Sequence[Any], selection: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The protocol of `spec` as planned (`specs` = spec.runs()): the hashed part and the readable configs."""
-    from thinking_seeds.experiments.sft_control import control_config, control_run_id
+def protocol_of(
+    spec: Any, specs: Sequence[Any], selection: dict[str, Any] | None = None, runs_dir: Path | None = None
+) -> dict[str, Any]:
+    """The protocol of `spec` as planned (`specs` = spec.runs(), with their recorded defaults from
+    compare.prepare): the hashed part and the readable configs. The SFT controls' configs keep the old
+    defaults their records hold (under `runs_dir`, in the archive or in this protocol as registered:
+    sft_control.recorded_controls), so a comparison registered before a default changed hashes as registered."""
+    from thinking_seeds.experiments.sft_control import control_config, control_run_id, recorded_controls
 
     methods: dict[str, Any] = {}
     configs: dict[str, Any] = {}
@@ -69,12 +74,14 @@ def protocol_of(spec: Any, specs: Sequence[Any], selection: dict[str, Any] | Non
     control = None
     if spec.control:
         seeds, base = spec.control_seed_list(specs), specs[0].base_overrides
+        kept = recorded_controls(spec.compare_id, spec.preset, base, seeds, runs_dir, spec.report_dir)
         control = {
             "seconds": spec.control_seconds,
             "corpus_size": spec.control_corpus_size,
             "max_steps": spec.control_max_steps,
             "runs": {
-                control_run_id(spec.compare_id, k): control_config(spec.preset, base, k).config_hash() for k in seeds
+                control_run_id(spec.compare_id, k): control_config(spec.preset, base, k, kept[k]).config_hash()
+                for k in seeds
             },
         }
     pair = spec.primary_pair
@@ -143,7 +150,7 @@ def register(
     """Write protocol.json (+ protocol.md) for the planned comparison, or check it against the one
     registered; returns the record. Raises ConfigError when it changed without `spec.amend_protocol`."""
     now = now or datetime.now(UTC).isoformat(timespec="seconds")
-    new = protocol_of(spec, specs, selection)
+    new = protocol_of(spec, specs, selection, runs_dir)
     old = load(spec.report_dir)
     started = _started(specs, runs_dir)
     if old is None:

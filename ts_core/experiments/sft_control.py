@@ -19,7 +19,12 @@ the control's own earlier checkpoints just as an RL run's continues its own. Per
 control like any method.
 
     python -m thinking_seeds.experiments.sft_control --compare-id C --seed 0 --budget-seconds 120 --runs-dir runs \
-        [--set k=v ...]
+        [--set k=v ...] [--keep k=v ...]
+
+`--keep` carries the old value of a changed default that the comparison's record of the control holds
+(recorded_controls; experiments/recorded_defaults.py), so a control started before the change trains
+and hashes as it started. Over 400 lines: the control's config, its process and the jobs that start it
+share its run id and command line, and are kept in one place so the two sides cannot disagree.
 
 Caveats (say them in the results): the fresh AdamW has no state from the warm-up (a short ramp
 stands in), and wall time depends on the machine's load; the RL runs and the controls are run with
@@ -39,11 +44,20 @@ from typing import Any
 from thinking_seeds.config import ConfigError, RunConfig, load_config
 from thinking_seeds.experiments.jobs import Job, JobResult, run_jobs
 from thinking_seeds.experiments.members import archive_record, discard_restored, train_seconds, write_marker
+from thinking_seeds.experiments.recorded_defaults import RunRecords
 from thinking_seeds.experiments.spec import CONTROL_METHOD, RunSpec, check_same_budget, compute_matched
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
 
-__all__ = ["CONTROL_FILE", "control_config", "control_run_id", "control_spec", "run_controls", "run_sft_control"]
+__all__ = [
+    "CONTROL_FILE",
+    "control_config",
+    "control_run_id",
+    "control_spec",
+    "recorded_controls",
+    "run_controls",
+    "run_sft_control",
+]
 
 CONTROL_FILE = "control.json"
 DEFAULT_LR = 2e-3  # the warm-up's (thinking_seeds.train.warmup), used when the base model has no warmup_report.json
@@ -59,8 +73,23 @@ def control_overrides(base_overrides: Sequence[str], seed: int) -> list[str]:
     return [*base_overrides, "algorithm=grpo", f"seed={seed}", "rollout.seeds_per_group=0", "prefix.source=historical"]
 
 
-def control_config(preset: str, base_overrides: Sequence[str], seed: int) -> RunConfig:
-    return load_config(preset, control_overrides(base_overrides, seed))
+def control_config(preset: str, base_overrides: Sequence[str], seed: int, kept: Sequence[str] = ()) -> RunConfig:
+    """The control's config; `kept`: the old defaults its comparison's record of it holds (recorded_controls)."""
+    return load_config(preset, [*control_overrides(base_overrides, seed), *kept])
+
+
+def recorded_controls(
+    compare_id: str,
+    preset: str,
+    base_overrides: Sequence[str],
+    seeds: Sequence[int],
+    runs_dir: Path | None,
+    report_dir: Path | None,
+) -> dict[int, tuple[str, ...]]:
+    """Each control's `kept` overrides: the old values of changed defaults its record holds (its config.yaml
+    under `runs_dir` or archived in `report_dir`, or its registered hash), as for RL runs (recorded_defaults.py)."""
+    records = RunRecords(runs_dir, report_dir)
+    return {k: records.kept(control_run_id(compare_id, k), preset, control_overrides(base_overrides, k)) for k in seeds}
 
 
 def control_spec(compare_id: str, preset: str, base_overrides: Sequence[str], seed: int) -> RunSpec:
@@ -138,9 +167,11 @@ def run_sft_control(
     warmup_steps: int = 25,
     corpus_size: int = 50_000,
     max_steps: int | None = None,
+    kept: Sequence[str] = (),
     log: Callable[[str], None] = print,
 ) -> RunDir:
-    """Train (or resume) the SFT control of `compare_id` for `seed` and evaluate it; returns its run dir."""
+    """Train (or resume) the SFT control of `compare_id` for `seed` and evaluate it; returns its run dir.
+    `kept`: the old defaults its comparison's record of it holds (recorded_controls), not in its marker."""
     import torch
 
     from thinking_seeds.engine.models import load_model
@@ -152,7 +183,7 @@ def run_sft_control(
 
     if not (budget_seconds >= 0 and math.isfinite(budget_seconds)):
         raise ConfigError(f"budget_seconds must be a finite number >= 0, got {budget_seconds}")
-    cfg = control_config(preset, base_overrides, seed)
+    cfg = control_config(preset, base_overrides, seed, kept)
     spec = control_spec(compare_id, preset, base_overrides, seed)
     run = RunDir.for_run(spec.run_id, Path(runs_dir).resolve() if runs_dir else None)
     write_marker(run.root, control_marker(compare_id, preset, base_overrides, seed))
@@ -296,11 +327,13 @@ def run_controls(
     max_steps: int | None = None,
     corpus_size: int | None = None,
     console: Any = None,
+    report_dir: Path | None = None,
 ) -> tuple[float, list[JobResult]]:
     """One SFT control per seed of `specs`, as subprocesses (same parallelism as the RL runs).
 
-    The budget is the mean training time of the comparison's RL runs unless given. Returns the
-    budget and one JobResult per control.
+    The budget is the mean training time of the comparison's RL runs unless given. `report_dir`: the
+    comparison's report folder, whose archive and protocol record the controls' old defaults
+    (recorded_controls). Returns the budget and one JobResult per control.
     """
     if not specs:
         raise ConfigError("no RL runs to match: the SFT control needs the comparison's runs")
@@ -316,8 +349,9 @@ def run_controls(
             )
         budget_seconds = round(sum(secs.values()) / len(secs), 3)
     cfgs = {s.run_id: s.config() for s in specs[:1]}
+    kept = recorded_controls(compare_id, preset, base, seeds, runs_dir, report_dir)
     for seed in seeds:
-        cfgs[control_run_id(compare_id, seed)] = control_config(preset, base, seed)
+        cfgs[control_run_id(compare_id, seed)] = control_config(preset, base, seed, kept[seed])
     check_same_budget(cfgs, compute_matched(specs))
     jobs = []
     for seed in seeds:
@@ -344,6 +378,8 @@ def run_controls(
         ]
         for o in base:
             cmd += ["--set", o]
+        for o in kept[seed]:
+            cmd += ["--keep", o]
         if max_steps is not None:
             cmd += ["--max-steps", str(max_steps)]
         if corpus_size is not None:
@@ -362,6 +398,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--runs-dir", type=Path, default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    keep_help = "an old default its comparison's record holds (recorded_controls): after --set, not in its marker"
+    ap.add_argument("--keep", dest="kept", action="append", default=[], metavar="KEY=VALUE", help=keep_help)
     ap.add_argument(
         "--lr",
         type=float,
@@ -383,6 +421,7 @@ def main(argv: list[str] | None = None) -> None:
         batch_size=a.batch_size,
         corpus_size=a.corpus_size,
         max_steps=a.max_steps,
+        kept=a.kept,
         log=lambda m: print(m, flush=True),
     )
 

@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_METHODS",
     "FINAL_TEST_STAGE",
     "MARKER",
+    "PROTOCOL_FILE",
     "TRAINING_TIME_SQL",
     "ComparisonSpec",
     "RunSpec",
@@ -74,6 +75,7 @@ __all__ = [
 DEFAULT_METHODS = ("grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
 CONTROL_METHOD = "sft_control"
 MARKER = "compare.json"  # in every run directory of a comparison: RunSpec.marker()
+PROTOCOL_FILE = "protocol.json"  # in a comparison's report folder: its registered protocol (protocol.py)
 # What every run of a comparison must share (dotted keys of RunConfig; a section means all of it).
 BUDGET_KEYS = (
     "data",  # the task: data set, sizes, generator seed
@@ -132,6 +134,9 @@ class RunSpec:
     base_overrides: tuple[str, ...] = ()  # shared by every run of the comparison
     sweep: tuple[tuple[str, str], ...] = ()  # this run's sweep point, (dotted key, value)
     method_overrides: tuple[str, ...] = ()  # this method's own settings (chosen on validation: selection.py)
+    # Old values of changed defaults that the comparison's record of this run holds (recorded_defaults.py),
+    # applied after `overrides`: on the job's command line, never in the marker or the protocol's overrides.
+    kept: tuple[str, ...] = ()
 
     @property
     def overrides(self) -> list[str]:
@@ -150,7 +155,7 @@ class RunSpec:
         return " ".join([self.method, *(f"{k}={v}" for k, v in self.sweep)])
 
     def config(self) -> RunConfig:
-        return load_config(self.preset, self.overrides)
+        return load_config(self.preset, [*self.overrides, *self.kept])
 
     def marker(self) -> dict[str, Any]:
         return {
