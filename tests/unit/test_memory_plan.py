@@ -108,6 +108,7 @@ def test_mixed_precision_and_lora_change_what_is_held(tmp_path):
     assert lshape.lora_params == 2 * 4 * (128 + 2 * 96 + 128)
     t = plan_processes(lshape, lora, gpus=0)[1]
     assert t.item("gradients") == 4 * lshape.lora_params and t.item("AdamW") == 8 * lshape.lora_params
+    assert t.item("weights") == 4 * P and t.item("largest gradient") == 0  # the frozen base has no gradient
 
 
 def _seven_b(tmp_path):

@@ -162,7 +162,8 @@ def logprob_path_bytes(response_tokens: int, vocab: int, chunk: int | None) -> t
             f"{response_tokens} response tokens × V {vocab} × {LOGPROB_BYTES_FULL:g} B (the (B, T, V) logits)"
         )
     return response_tokens * vocab * LOGPROB_BYTES_CHUNKED, (
-        f"{response_tokens} response tokens × V {vocab} × {LOGPROB_BYTES_CHUNKED:g} B (in chunks of {chunk} tokens)"
+        f"{response_tokens} response tokens × V {vocab} × {LOGPROB_BYTES_CHUNKED:g} B (in chunks of "
+        f"{min(chunk, response_tokens)} tokens)"
     )
 
 
@@ -248,12 +249,14 @@ def _trainer_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int) 
     # The LM head's gradient lands while the log-prob path is still alive; AdamW's update of one
     # parameter makes a few temporaries of its size (single-tensor AdamW) .
     big = shape.largest_param * b if shards == 1 else shape.largest_layer * b
+    if shape.lora_params:  # the frozen base has no gradient; the adapters' matrices are small
+        big = 0.0
     items += [
         Item("largest gradient", big, "the largest parameter's gradient, at the start of the backward"),
         Item("optimizer temporaries", 2 * big, "2 × the largest parameter (AdamW's per-tensor temporaries)"),
     ]
     if mixed:
-        copies = 2 * (Pt - shape.embedding_only) / shards
+        copies = 2 * (Pt if shape.lora_params else Pt - shape.embedding_only) / shards
         items.append(Item("autocast copies", copies, f"2 B × trainable matmul weights{per}"))
         fwd.append("autocast copies")
     if shards > 1:  # FSDP2: a layer's full parameters are all-gathered around its forward and backward
