@@ -91,3 +91,32 @@ def test_token_budget_on_two_processes_fsdp2_and_ddp(verified_run, tmp_path):
     _close(got, ddp)
     _close(got_opt, ddp_opt)
     assert m["actor/optimizer_steps"] == ddp_m["actor/optimizer_steps"] == cfg.update.mini_batches
+
+
+def test_a_handover_alone_gathers_the_weights_in_the_engines_dtype(verified_run, tmp_path):
+    """No checkpoint due after the update (checkpoint.every and the pool's snapshots far away): the persistent
+    fsdp2 trainer gathers θ_1 for the engine alone, without AdamW and in the engine's dtype, and writes no file.
+    In float32 that copy is DDP's θ_1 to 1e-6; under update.mixed_precision=bf16 (bf16 all-gathers) it arrives
+    as bf16 and stays within bf16's rounding of it."""
+    run, cfg = verified_run
+    ddp, _, _ = _update(run, cfg, tmp_path, "ddp-ref", "accelerate_per_update", "ddp")
+    for bf16 in (False, True):
+        dst = RunDir(tmp_path / f"handover-bf16={bf16}" / run.run_id)
+        shutil.copytree(run.root, dst.root)
+        c = cfg.model_copy(deep=True)
+        c.update.launcher, c.update.num_processes, c.update.strategy = "accelerate", 2, "fsdp2"
+        c.checkpoint.every, c.pool.snapshot_every = 100, 100
+        if bf16:
+            c.update.mixed_precision, c.update.recompute_old_logprobs = "bf16", True
+        assert c.iterations > 1  # θ_1 is not the run's end, whose checkpoint is always written
+        save_config(c, dst.config_path)
+        try:
+            update(Session(dst, c), 0)
+        finally:
+            close_trainers()
+        assert not (dst.policy(1) / "model.safetensors").exists()
+        live = live_weights.lookup(dst.policy(1))
+        assert {t.dtype for t in live.state.values()} == {torch.bfloat16 if bf16 else torch.float32}
+        for key, ref in ddp.items():
+            got = live.state[key].float()
+            torch.testing.assert_close(got, ref, rtol=0, atol=8e-3 if bf16 else 1e-6, msg=lambda s, k=key: f"{k}: {s}")
