@@ -48,6 +48,10 @@ def cases(runs: Path, tmp: Path, prefect: bool) -> dict[str, list[tuple[list[str
         ],
         "compact": [(["compact", "nosuch", *d], no_run)],
         "check": [(["check", "nosuch", *d], no_run)],
+        "plan": [
+            (["plan", "--preset", str(tmp / "missing.yaml"), *d], missing),
+            (["plan", "--set", f"model.path={tmp / 'nomodel'}", *d], "config.json missing"),
+        ],
         "trainer-node": [
             (["trainer-node", "--run-id", "nosuch", "--machine-rank", "1", "--wait", "0", *d], f"no {runs}/nosuch/")
         ],

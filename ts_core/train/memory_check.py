@@ -64,7 +64,7 @@ def model_shape(path: str | Path, lora=None) -> ModelShape:
 
     from thinking_seeds.engine.models import resolve_model_path
 
-    where = resolve_model_path(str(path)) if str(path).startswith("builtin:") else Path(path)
+    where = resolve_model_path(str(path))  # builtin:NAME, or a directory with a config.json (one line if not)
     raw = json.loads((where / "config.json").read_text())
     # for_model builds the config class directly: from_pretrained formats the whole config for its log
     # line, a third of this check's time on the tiny model
