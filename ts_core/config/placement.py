@@ -68,9 +68,10 @@ def _engine_gpus(cfg, first: int | None, visible: int) -> tuple[int, ...]:
     width = r.tensor_parallel_size if r.engine == "vllm" else 1
     if r.gpu_ids is not None:
         if first is None:
+            where = "no GPU is visible here" if visible == 0 else f"device={cfg.device} runs on the CPU"
             raise ConfigError(
-                f"rollout.gpu_ids={r.gpu_ids} places the engine on GPUs, but device={cfg.device} runs on the CPU: "
-                "set device=auto (or cuda), or leave rollout.gpu_ids unset"
+                f"rollout.gpu_ids={r.gpu_ids} places the engine on GPUs, but {where}: leave rollout.gpu_ids unset"
+                + ("" if visible == 0 else ", or set device=auto (or cuda)")
             )
         if len(r.gpu_ids) != width:
             raise ConfigError(
