@@ -112,7 +112,7 @@ def print_result(res: dict[str, Any], fmt: OutputFormat) -> None:
         title += f", reward {out['reward']}"
     emit(columns, rows, fmt, title=title)
     if "seeded" in out:
-        console().print(SEEDED_LEGEND.format(step=out["step"]))
+        console().print(SEEDED_LEGEND.format(step=out["step"]), soft_wrap=True)  # one line, whatever the width
     m = out["metrics"]
     other = [
         (k, v)

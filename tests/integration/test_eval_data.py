@@ -36,7 +36,7 @@ def _benchmark(run, path):
 def _eval(*args):
     r = CliRunner().invoke(app, ["eval", *args])
     assert r.exit_code == 0, r.output
-    return r.output
+    return r.stdout  # the result; progress lines go to stderr
 
 
 def test_eval_on_own_data_per_source(run, tmp_path):
