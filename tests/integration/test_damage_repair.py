@@ -78,7 +78,10 @@ def _edit_manifest_hash(run, k: int, stage: str, name: str) -> None:
 
 
 DAMAGE = {
-    "split_truncated": (lambda run: (run.data_dir / "validation.parquet").write_bytes(b"PAR1"), "builds this split"),
+    "split_truncated": (
+        lambda run: (run.data_dir / "validation.parquet").write_bytes(b"PAR1"),
+        "builds this split again",
+    ),
     "split_altered": (lambda run: _rewrite_parquet(run.data_dir / "validation.parquet", _ground_truth_999), "builds"),
     "test_split_altered": (lambda run: _rewrite_parquet(run.data_dir / "test.parquet", _ground_truth_999), "builds"),
     "config_truncated": (lambda run: run.config_path.write_text(run.config_path.read_text()[:200]), "writes it again"),
@@ -190,4 +193,4 @@ def test_a_users_split_is_copied_again_or_refused_naming_it(tiny_run, tmp_path):
     assert "\n" not in msg and str(copy) in msg and f"data.train_path={mine / 'train.parquet'}" in msg
     assert copy.read_bytes() == b"PAR1"  # the changed file was not copied in: `ts check` still says damaged
     code, out = _check(run)
-    assert code == 1 and "train.parquet no longer hashes" in out, out
+    assert code == 1 and "train.parquet no longer hashes" in out and "copies it again from data.train_path" in out, out

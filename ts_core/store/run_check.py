@@ -99,9 +99,20 @@ def _repair(run: RunDir, stage: str, name: str, train: str, redo: str, where: st
     if name == "policy":
         return f"{train} copies θ_0 again from the base model"
     user_file = {"train": "data.train_path", "validation": "data.val_path"}.get(name)
-    return f"{train} builds this split again (a generated data source)" + (
-        f" or copies it again from {user_file} (data.source: parquet, if that file is unchanged)" if user_file else ""
-    )
+    if user_file and _data_source(run) == "parquet":
+        return f"{train} copies it again from {user_file} if that file is unchanged (else restore that file)"
+    return f"{train} builds this split again from the data source"
+
+
+def _data_source(run: RunDir) -> str | None:
+    """data.source of the run's config.yaml, read as plain data within the YAML limits (None: unreadable)."""
+    from thinking_seeds.yaml_limits import read_bounded
+
+    try:
+        data = read_bounded(run.config_path).get("data", {})
+        return data.get("source") if isinstance(data, dict) else None
+    except Exception:  # noqa: BLE001 - a damaged config.yaml is reported on its own line
+        return None
 
 
 def _iter_of(path: Path) -> int:
