@@ -29,9 +29,41 @@ def run_rank(rank: int, world: int, ckpt: str, out: str, port: int, cases: list[
         dist.destroy_process_group()
 
 
+def _adam_by_name(strategy, model, opt) -> dict:
+    params = opt.param_groups[0]["params"]
+    names = strategy._names(model)
+    return {n: {k: v.clone() for k, v in opt.state[p].items()} for n, p in zip(names, params, strict=True)}
+
+
+def _every_rank_reads(ckpt: Path, cfg):
+    """The load before strategy.load_sharded (as of commit ec81cb1): every rank reads the whole checkpoint
+    and its AdamW state, shards the model, and takes its part of the full optimizer state it holds."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from thinking_seeds.engine.lora import load_policy
+    from thinking_seeds.store.optimizer_state import load_optimizer_state
+    from thinking_seeds.train import strategy
+    from thinking_seeds.train.update_loop import make_optimizer
+
+    model, _ = load_policy(ckpt, cfg.model.dtype)
+    model.train()
+    optimizer = make_optimizer(model, cfg)
+    load_optimizer_state(optimizer, ckpt / "optimizer.safetensors")
+    full_osd = strategy._by_name(optimizer.state_dict(), strategy._names(model))
+    mesh = init_device_mesh("cpu", (2,))
+    for layer in strategy.decoder_layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    sharded = make_optimizer(model, cfg)
+    set_optimizer_state_dict(model, sharded, full_osd, options=StateDictOptions(full_state_dict=True))
+    return model, sharded
+
+
 def _case(rank: int, world: int, ckpt: str, mode: str, sets: list[str]) -> dict:
     """mode: "meta" (load_sharded: rank 0 reads, the others broadcast into meta parameters) or "full"
-    (every rank reads the checkpoint, then shards: the path before load_sharded)."""
+    (`_every_rank_reads`: the path before load_sharded)."""
     import thinking_seeds.engine.lora as lora
 
     real_load = lora.load_policy
@@ -45,7 +77,7 @@ def _case(rank: int, world: int, ckpt: str, mode: str, sets: list[str]) -> dict:
         device = torch.device("cpu")
         report: dict = {}
         if mode == "full":  # every rank holds the whole model first
-            model, tok, opt = strategy.load_sharded(Path(ckpt), cfg, device, world, True)
+            model, opt = _every_rank_reads(Path(ckpt), cfg)
         else:
             if rank != 0:  # a rank other than 0 must never read the weights
 
@@ -63,6 +95,9 @@ def _case(rank: int, world: int, ckpt: str, mode: str, sets: list[str]) -> dict:
         report["tied"] = model.lm_head.weight is model.model.embed_tokens.weight
         report["fraction"] = strategy.shard_fraction(model)
         report["opt_steps"] = sorted(float(s["step"]) for s in opt.state.values()) if opt.state else []
+        loaded, loaded_opt = strategy.gathered(model, opt, cfg, rank == 0)  # what the load put in place
+        if rank == 0:
+            report["loaded_adam"] = _adam_by_name(strategy, loaded, loaded_opt)
         dtypes = []
         hook = model.model.layers[0].mlp.down_proj.register_forward_pre_hook(
             lambda m, a: dtypes.append(m.weight.dtype)  # the all-gathered (unsharded) parameter's dtype
@@ -80,12 +115,7 @@ def _case(rank: int, world: int, ckpt: str, mode: str, sets: list[str]) -> dict:
         light, none_opt = strategy.gathered(model, opt, cfg, rank == 0, with_optimizer=False, dtype=torch.bfloat16)
         if rank == 0:
             report["weights"] = {k: v.clone() for k, v in full.state_dict().items()}
-            report["adam"] = {
-                n: {k: v.clone() for k, v in s.items()}
-                for n, s in zip(
-                    strategy._names(full), (full_opt.state[p] for p in full_opt.param_groups[0]["params"]), strict=True
-                )
-            }
+            report["adam"] = _adam_by_name(strategy, full, full_opt)
             report["light"] = {k: v.clone() for k, v in light.state_dict().items()}
             report["light_opt"] = none_opt
         return report

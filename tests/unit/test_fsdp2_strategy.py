@@ -10,6 +10,7 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
+from safetensors.torch import load_file
 
 from tests.helpers.fsdp2_ranks import _batch, run_rank
 from thinking_seeds.engine.models import char_tokenizer, tiny_llama
@@ -53,12 +54,25 @@ def cases(ckpt, tmp_path_factory):
     return [[torch.load(out / f"case{i}-rank{r}.pt", weights_only=False) for r in range(2)] for i in range(len(todo))]
 
 
-def test_rank0_loads_and_broadcasts_and_trains_as_full_loads(cases):
+def tiny_model(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path)
+
+
+def test_rank0_loads_and_broadcasts_and_trains_as_full_loads(cases, ckpt):
     meta, full, _ = cases
     assert meta[1]["meta_before_shard"] and not meta[0]["meta_before_shard"]  # only rank 0 held the weights
     for r in meta:
         assert r["tied"] and 0.45 < r["fraction"] < 0.6
         assert r["opt_steps"] and set(r["opt_steps"]) == {1.0}  # the checkpoint's AdamW state came along
+    # What the load put in place is the checkpoint's AdamW state, on either path.
+    names = [n for n, _ in tiny_model(ckpt).named_parameters()]
+    saved = load_file(str(ckpt / OPTIMIZER_NAME))
+    for path in (meta, full):
+        for i, name in enumerate(names):
+            for k in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(path[0]["loaded_adam"][name][k], saved[f"state.{i}.{k}"]), (name, k)
     for name, t in full[0]["weights"].items():
         assert torch.equal(meta[0]["weights"][name], t), name
     for name, s in full[0]["adam"].items():
