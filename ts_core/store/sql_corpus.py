@@ -154,14 +154,15 @@ def register_corpus_views(
     if not wanted:
         return
     pattern = PARQUET_VIEWS["prefixes"][0]
-    prefix_files = sorted((f for run in runs for f in run.glob(pattern)), key=file_order)
+    per_run = {run: list(run.glob(pattern)) for run in runs}  # listed once for every view
+    prefix_files = sorted((f for files in per_run.values() for f in files), key=file_order)
     # each view's fresh compacted parts, and the prefix files none of them stands for
     covered: dict[str, tuple[list[Path], list[Path]]] = {}
     for view in wanted:
         parts_: list[Path] = []
         rest: set[Path] = set()
         for run in runs:
-            p, r = fresh_parts(run, view, pattern)
+            p, r = fresh_parts(run, view, pattern, per_run[run])
             parts_ += p
             rest |= set(r)
         covered[view] = (parts_, [f for f in prefix_files if f in rest])

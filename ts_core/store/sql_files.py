@@ -135,12 +135,15 @@ def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def fresh_parts(run: Path, kind: str, pattern: str) -> tuple[list[Path], list[Path]]:
+def fresh_parts(run: Path, kind: str, pattern: str, files: list[Path] | None = None) -> tuple[list[Path], list[Path]]:
     """(the run's compacted parts of `kind` that are still fresh, every file of `pattern` none of them
-    stands for): store/compaction.py's parts replace their files only while those are unchanged."""
+    stands for): store/compaction.py's parts replace their files only while those are unchanged.
+    `files`: the run's files of `pattern` when the caller has listed them already (a listing of a
+    long run's iteration folders is most of what this costs)."""
     fresh = [p for p in compacted_parts(run, kind) if p.fresh(run)]
     covered = {run / rel for p in fresh for rel in p.sources}
-    return [p.path for p in fresh], [f for f in run.glob(pattern) if f not in covered]
+    listed = run.glob(pattern) if files is None else files
+    return [p.path for p in fresh], [f for f in listed if f not in covered]
 
 
 def view_files(run: Path, view: str, pattern: str) -> list[Path]:
