@@ -158,3 +158,18 @@ def test_kept_defaults_follows_the_record():
     assert kept_defaults(planned, ["iterations=2"], "0" * 16) == ()  # another config: not ours to fix
     own = load_config("tiny", ["iterations=2", f"{KEY}=2048"])
     assert kept_defaults(own, ["iterations=2", f"{KEY}=2048"], held) == ()  # the comparison sets it itself
+
+
+def test_the_control_process_applies_keep_after_set(monkeypatch):
+    """`python -m thinking_seeds.experiments.sft_control ... --keep K=V`: run_sft_control gets it as `kept`."""
+    got = {}
+    monkeypatch.setattr(sft_control, "run_sft_control", lambda *a, **k: got.update(k, args=a))
+    sft_control.main(
+        ["--compare-id", "c", "--seed", "0", "--budget-seconds", "1", "--set", "iterations=2"] + ["--keep", KEPT]
+    )
+    assert got["kept"] == [KEPT] and got["base_overrides"] == ["iterations=2"]
+    cfg = control_config("tiny", got["base_overrides"], 0, got["kept"])
+    assert (
+        cfg.update.max_tokens_per_micro_batch is None
+        and control_config("tiny", ["iterations=2"], 0).update.max_tokens_per_micro_batch == 1024
+    )
