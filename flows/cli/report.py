@@ -44,6 +44,10 @@ def runs(fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", 
         res = run_named(con, "runs")
     finally:
         con.close()
+    from thinking_seeds.flows.cli.sql_output import escape_controls
+
+    # a run's config.yaml is anyone's text: no control character reaches the terminal (json escapes its own)
+    res.rows = [tuple(escape_controls(v) if isinstance(v, str) else v for v in r) for r in res.rows]
     if fmt is not OutputFormat.table:
         emit(res.columns, res.rows, fmt)
         return

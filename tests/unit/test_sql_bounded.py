@@ -97,3 +97,12 @@ def test_the_report_names_the_damaged_files_it_left_out(tmp_path, monkeypatch):
     bad.write_bytes(bad.read_bytes()[:40])
     text = write_report("dmg", tmp_path).read_text()
     assert "Left out, damaged (1; `ts check dmg` says what to redo)" in text and str(bad) in text
+
+
+def test_ts_runs_escapes_control_characters_from_a_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("TS_RUNS_DIR", str(tmp_path))
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.yaml").write_text('algorithm: "\\e[2Jgrpo"\n')  # YAML's \e: ESC
+    for fmt in ("table", "csv"):
+        res = CliRunner().invoke(app, ["runs", "-f", fmt])
+        assert res.exit_code == 0 and "\x1b" not in res.stdout and "\\x1b[2Jgrpo" in res.stdout, res.stdout
