@@ -201,3 +201,10 @@ def test_a_users_split_is_copied_again_or_refused_naming_it(tiny_run, tmp_path):
     assert copy.read_bytes() == b"PAR1"  # the changed file was not copied in: `ts check` still says damaged
     code, out = _check(run)
     assert code == 1 and "train.parquet no longer hashes" in out and "copies it again from data.train_path" in out, out
+
+
+def test_check_names_a_damaged_extension(tiny_run, tmp_path):
+    run = copy_run(tiny_run.run, tmp_path / "runs")
+    (run.root / "extension.json").write_text('{"iterations": ')
+    code, out = _check(run)
+    assert code == 1 and "extension.json is damaged" in out and "delete it and run `ts train --run-id tiny`" in out

@@ -39,6 +39,12 @@ def check_run(run: RunDir, policy_ids: Callable[[int], str] | None = None) -> tu
             damage.append(
                 f"{run.config_path} is missing: this is not a complete run directory; start it again with `ts train`"
             )
+    ext = run.root / "extension.json"  # config/loading.py EXTENSION_FILE: an extended run's end
+    if ext.is_file() and _extension_end(ext) is None:
+        damage.append(
+            f'{ext} is damaged (it should read {{"iterations": N}}): delete it and run `ts train --run-id '
+            f"{run.run_id}` with the run's preset and --set values and --set iterations=N, the end it was extended to"
+        )
     paths = sorted(run.root.glob("manifests/iteration=*/*.json"), key=lambda p: (_iter_of(p), p.name))
     # the accelerate launcher's hand-over files (*_metrics) are not stage manifests
     manifests = [(p, _iter_of(p), p.stem) for p in paths if not p.stem.endswith("_metrics")]
@@ -102,6 +108,14 @@ def _repair(run: RunDir, stage: str, name: str, train: str, redo: str, where: st
     if user_file and _data_source(run) == "parquet":
         return f"{train} copies it again from {user_file} if that file is unchanged (else restore that file)"
     return f"{train} builds this split again from the data source"
+
+
+def _extension_end(ext: Path) -> int | None:
+    try:
+        end = json.loads(ext.read_text())["iterations"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return end if isinstance(end, int) and not isinstance(end, bool) and end >= 1 else None
 
 
 def _data_source(run: RunDir) -> str | None:
