@@ -5,6 +5,7 @@ output and `ts train`'s refusal through the CLI; every preset fits this machine.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -138,6 +139,12 @@ def test_a_7b_full_fine_tune_on_one_80gb_gpu_is_refused_and_fsdp2_over_8_fits(tm
     assert totals["cuda:0"] > totals["cuda:1"]  # the engine shares GPU 0 with trainer rank 0
 
 
+def test_a_7b_on_a_cpu_host_too_small_names_lora(tmp_path):
+    d, shape = _seven_b(tmp_path)
+    line = refusal(shape, load_config("tiny", [f"model.path={d}", "device=cpu"]), {"cpu": 64 * GiB}, gpus=0)
+    assert line is not None and "host memory" in line and "set model.lora" in line and "GPUs" not in line
+
+
 def test_micro_batch_too_large_names_the_key(tmp_path):
     shape = model_shape(_model_dir(tmp_path, "small", SMALL))
     sets = [f"model.path={tmp_path / 'small'}", "device=cpu", "update.logprob_chunk_size=null"]
@@ -186,7 +193,8 @@ def test_ts_train_refuses_a_run_that_cannot_fit_before_writing_anything(tmp_path
         app, ["train", "--run-id", "big", "--no-prefect", "--set", "device=cpu"], env={"TS_RUNS_DIR": str(runs)}
     )
     assert r.exit_code == 2, r.output
-    assert "memory: the run needs" in r.output and "host memory" in r.output and "update." in r.output
+    assert "memory: the run needs" in r.output and "host memory" in r.output
+    assert re.search(r"set (model|update|rollout)\.\w+", r.output), r.output  # the key to change, named
     assert not (runs / "big").exists()
 
 

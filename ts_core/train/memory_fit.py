@@ -47,9 +47,11 @@ def _advice(shape: ModelShape, cfg: RunConfig, on: list[ProcessPlan], gpus: int,
     cap = capacities[on[0].device]
     states = max((p.item("weights") + p.item("gradients") + p.item("AdamW") for p in trainers), default=0.0)
     if full and states > 0.9 * cap:  # weights, gradients and AdamW alone leave no room
+        if not gpus:  # trainer processes on one host share its memory: sharding does not help there
+            return "set model.lora (no gradients or AdamW for the base weights), or use a machine with more RAM"
         n = math.ceil(states * (u.num_processes if u.strategy == "fsdp2" else 1) / (0.6 * cap))
         return f"set model.lora, or update.strategy=fsdp2 with update.num_processes={n} on {n} GPUs"
-    if hasattr(u, "gradient_checkpointing") and not u.gradient_checkpointing:
+    if not u.gradient_checkpointing:
         if _fits(shape, _with(cfg, gradient_checkpointing=True), gpus, capacities, prompt_tokens):
             return "set update.gradient_checkpointing=true"
     key = "max_tokens_per_micro_batch" if u.max_tokens_per_micro_batch is not None else "micro_batch_size"
