@@ -260,7 +260,8 @@ def _trainer_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int) 
         items.append(Item("autocast copies", copies, f"2 B × trainable matmul weights{per}"))
         fwd.append("autocast copies")
     if shards > 1:  # FSDP2: a layer's full parameters are all-gathered around its forward and backward
-        items.append(Item("all-gathered layer", 2 * shape.largest_layer * b, "2 decoder layers' full parameters"))
+        g = 2 if mixed else b  # bf16 all-gathers under mixed precision (strategy.py's MixedPrecisionPolicy)
+        items.append(Item("all-gathered layer", 2 * shape.largest_layer * g, f"2 decoder layers × {g} B"))
         fwd.append("all-gathered layer")
     if cfg.loss.kl_coef > 0:
         items.append(Item("reference model", P * b, f"P × {b} B (loss.kl_coef > 0)"))
