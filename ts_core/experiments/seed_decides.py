@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import yaml
+
+from thinking_seeds.yaml_limits import read_bounded
 
 __all__ = ["STATS_FILE", "main", "run_stats", "seed_decides_section", "seed_stats"]
 
@@ -87,7 +88,7 @@ def seed_stats(run_dir: str | Path, first_tokens: int = 16) -> dict[str, Any]:
     for s in seeds:
         by_key[(s["prompt_id"], s["source_step"], tuple(s["prefix_token_ids"]))].append(s)
 
-    config = yaml.safe_load((root / "config.yaml").read_text()) if (root / "config.yaml").is_file() else {}
+    config = read_bounded(root / "config.yaml") if (root / "config.yaml").is_file() else {}  # within YAML limits
     game24 = ((config or {}).get("data") or {}).get("source") == "game24"
     numbers = _numbers_by_prompt(root) if game24 else {}
     if game24:
