@@ -43,7 +43,7 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -v -m slow --durations=15
 
-# The comparison of docs/results/main-lr1e-4 and the ablations of the README (~70 min, then ~25 +
+# The comparison of docs/results/main-lr1e-4 and its ablations (docs/results/; ~70 min, then ~25 +
 # ~55 + ~15 min on 2 cores; resumable: rerun after an interruption, finished runs are skipped).
 COMPARE := $(BIN)/ts compare --preset tiny --set iterations=120 --set eval.every=20 --parallel 2 --out docs/results --no-prefect
 compare: install
@@ -156,7 +156,7 @@ smollm2: install
 
 .PHONY: vllm-env test-vllm smollm2
 
-# ---- the device check (issue #16; README "Run on one GPU") -----------------------------------
+# ---- the device check (issue #16; docs/scale-up.md "Run on one GPU") --------------------------
 # Wheels of what the plain loop (python -m thinking_seeds.pipeline.loop) imports and the GPU machine's image lacks:
 # pydantic (+ its cp312 core), math-verify, reasoning-gym and their pure-Python needs, at the versions
 # this venv tests. Not prefect, duckdb or vllm (the plain loop imports none of them). cellpylib and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device check of issue #16 (README, "Run on one GPU"): the plain loop on CUDA in bf16 and its
+# The device check of issue #16 (docs/scale-up.md, "Run on one GPU"): the plain loop on CUDA in bf16 and its
 # CPU half, figures to $OUT/device_check.json: on CUDA also a real vocabulary (a random Qwen2 at
 # V = 151,936) and every process's peak GPU memory (pipeline, trainer) beside `ts plan`'s. Under 8
 # minutes on one H200 before the real-vocabulary case was added (not yet timed with it).

@@ -251,8 +251,8 @@ class PrefixConfig(_Section):
         "none",
         description="correct_draft: keep only seeds whose whole draft was correct (PrefixRL's choice); a seed "
         "whose draft was wrong is replaced by an on-policy sample, so the group keeps its size. On countdown +0.019 "
-        "pass@1 [+0.001, +0.037] for -0.003 pass@64 (README, issue #9): not significant over the 3 credit variants "
-        "tested, and it drops failed drafts, so none stays the default.",
+        "pass@1 [+0.001, +0.037] for -0.003 pass@64 (docs/results/countdown-credit.md): not significant over the "
+        "3 credit variants tested, and it drops failed drafts, so none stays the default.",
     )
 
     when: Literal["always", "on_failure"] = Field(

@@ -163,7 +163,8 @@ class AdvantageConfig(_Section):
         description="Whose rewards form a sample's baseline: the whole group; on-policy samples only (LUFFY's "
         "split); or same_seed: a seeded sample only against the other continuations of its own seed, an on-policy "
         "sample against the on-policy samples (needs rollout.continuations_per_seed >= 2). Default by the countdown "
-        "ablations (README, issue #9): neither alternative beat group at equal seed.",
+        "ablations (docs/results/countdown-credit.md, countdown-same-seed.md): neither alternative beat group at "
+        "equal seed.",
     )
 
 
