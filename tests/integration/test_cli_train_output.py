@@ -32,7 +32,9 @@ def _iteration_lines(lines: list[str]) -> list[str]:
     return [line for line in lines if re.search(r"\biteration \d+: reward/mean", line)]
 
 
-@pytest.mark.parametrize("mode", ["prefect", "plain"])
+# Prefect mode (a flow run through its server, ~25 s) runs with the slow tests: the default suite must stay
+# under 3 minutes on 2 cores; the filter it relies on is unit-tested in tests/unit/test_cli_output_lines.py.
+@pytest.mark.parametrize("mode", [pytest.param("prefect", marks=pytest.mark.slow), "plain"])
 def test_one_line_per_iteration_and_the_prepare_stage_speaks_first(tmp_path, tiny_overrides, mode):
     lines = _train(tmp_path, tiny_overrides, f"out-{mode}", *(["--no-prefect"] if mode == "plain" else []))
     its = _iteration_lines(lines)
