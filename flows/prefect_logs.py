@@ -25,12 +25,20 @@ TASK_RUN_LOGGER = "prefect.task_runs"
 
 
 class TaskRunChatter(logging.Filter):
-    """Drops the INFO (and lower) records of Prefect's task-run loggers: their 'Finished in state ...'
-    lines. Warnings and errors pass."""
+    """Drops the INFO (and lower) records of Prefect's task-run loggers that report a task run's own
+    life ('Finished in state ...'). Warnings and errors pass, and so does what a stage prints: the flow
+    runs with log_prints, so an evaluation's progress lines reach this handler as task-run INFO records."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         is_task_run = record.name == TASK_RUN_LOGGER or record.name.startswith(TASK_RUN_LOGGER + ".")
-        return not (is_task_run and record.levelno < logging.WARNING)
+        if not is_task_run or record.levelno >= logging.WARNING:
+            return True
+        return not str(record.getMessage()).startswith(LIFECYCLE)
+
+
+# how Prefect's engine words a task run's own INFO lines (3.x: 'Finished in state Completed()'; the
+# others at DEBUG today, dropped too should a version raise them)
+LIFECYCLE = ("Finished in state", "Created task run", "Executing", "Submitting task run", "Beginning")
 
 
 def prefect_console_handlers() -> list[Any]:
