@@ -45,7 +45,12 @@ def test_one_line_per_iteration_and_the_prepare_stage_speaks_first(tmp_path, tin
     assert start < done < lines.index(its[0])  # before anything else of the run
     assert sum("θ_0: eval/accuracy" in line for line in lines) == 1
     if mode == "prefect":  # Prefect's own lines around the flow: a handful, not one per task run
-        prefect = [line for line in lines if re.match(r"\d\d:\d\d:\d\d\.\d+ \| ", line)]
+        prefect = [
+            line
+            for line in lines
+            if re.match(r"\d\d:\d\d:\d\d\.\d+ \| ", line) and "samples (" not in line  # not evaluation progress
+        ]
+        assert any("samples (" in line for line in lines), lines  # an evaluation's progress shows in this mode too
         assert len(prefect) <= 12, prefect
 
 
