@@ -95,6 +95,13 @@ def compare(
     plan_sd: float | None = typer.Option(
         None, "--plan-sd", min=0.0, help="The per-seed sd of the primary paired difference, for --plan."
     ),
+    reading: str = typer.Option(
+        "compute_matched",
+        "--reading",
+        help="When methods train different iterations, the claims table's registered reading (its Holm family "
+        "and primary endpoint): compute_matched (each arm's final policy) or equal_iterations (the longer arm's "
+        "checkpoint at the shorter arm's count); the other reading is shown beside it.",
+    ),
     amend_protocol: bool = typer.Option(
         False,
         "--amend-protocol",
@@ -165,6 +172,7 @@ def compare(
             final_test=not no_final_test,
             archive=archive,
             primary=primary,
+            reading=reading,
             amend_protocol=amend_protocol,
             select=[select] if select else None,
             select_seeds=select_seeds,

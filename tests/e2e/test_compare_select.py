@@ -77,7 +77,8 @@ def test_select_on_validation_then_compare(tmp_path, tiny_model_dir):
     # GRPO's θ_2 was tested in its own job, like its final policy (the compute-matched method at the
     # others' iteration count); the report pairs it with thinking_seeds' final test by seed.
     assert (runs / "sel-grpo-s0" / "metrics" / "iteration=2" / "final-test-equal-iterations.parquet").is_file()
-    assert "against grpo at equal iterations (θ_2 of its runs" in md and "| thinking_seeds − grpo@2 | 1 |" in md
+    assert "### Every endpoint at equal iterations: grpo at θ_2" in md
+    assert "| thinking_seeds − grpo | test pass@1 | +0.0000 (p —, n 1) | +0.0000 (p —, n 1) |" in md
     # The stand-alone command finds it done and keeps it in the comparison's archive.
     eq = ["--id", "sel", "--method", "grpo", "--step", "2", "--against", "thinking_seeds", "--runs-dir", str(runs)]
     assert equal_iterations.main([*eq, "--finished-only", "--archive", "--results", str(out)]) == 0

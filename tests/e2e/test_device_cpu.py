@@ -86,8 +86,8 @@ def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
         loss_settings,
         micro_loss,
         recompute_old_logprobs,
-        schedule,
     )
+    from thinking_seeds.train.update_loop import plan
 
     overrides = tiny_overrides + DEVICE_UPDATE + ["device=cpu", "update.mixed_precision=bf16"]
     run, cfg, s = verified_session(tmp_path, overrides)
@@ -105,7 +105,7 @@ def test_bf16_mixed_precision_on_cpu(tmp_path, tiny_overrides):
     diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id)
     assert 0 < diff["actor/engine_logprob_diff/max"] < 1.0  # bf16 engine vs autocast trainer: close, not equal
     assert batch.old_logprobs != engine_lp
-    (mini, micro), _ = schedule(len(batch), cfg, 0, 0, 1)
+    (mini, micro), *_ = plan(batch, cfg, 0, 0, 1)  # the update's own schedule (a token budget by default)
     settings = loss_settings(cfg, global_tokens=1.0, global_seqs=1.0)
     worst = 0.0
     stats = Stats()

@@ -81,6 +81,7 @@ def build(path: Path, arch: str) -> Path:
             rope_theta=100000.0,
             rms_norm_eps=1e-5,
             head_dim=16,
+            max_position_embeddings=2048,  # room for ASDiv's prompts under its system turn (SmolLM2's own: 8192)
         )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(**kw)) if arch == "qwen2" else LlamaForCausalLM(LlamaConfig(**kw))

@@ -65,6 +65,33 @@ def test_every_row_is_also_read_at_equal_iterations_against_the_longer_arms_earl
     assert "the same (equal iterations)" in claims_markdown(same, v, tmp_path)
 
 
+def test_a_protocol_may_register_the_equal_iterations_reading_as_the_rows_own(tmp_path):
+    """--reading equal_iterations: GRPO's θ_150 against TS's end is each row's difference, p and Holm
+    verdict (and the primary endpoint's bounds); the compute-matched ends move to the last column."""
+    data, variants = _data()
+    ends = [0.02 + 0.001 * s for s in SEEDS]
+    equal = [0.05 + 0.001 * s for s in SEEDS]
+    row = claims_rows(data, variants, None, reading="equal_iterations")[0]
+    assert [d for _, d in row["diffs"]] == pytest.approx(equal)
+    assert row["p"] == pytest.approx(paired_t_p(equal)) and row["n"] == 4
+    assert row["equal_ci"][0] == pytest.approx(0.0215) and row["equal_p"] == pytest.approx(paired_t_p(ends))
+    assert "(at equal iterations: grpo at θ_150)" in row["measurement"] and row["verdict"] == "holds"
+    assert primary_bound_lines(row, "Primary endpoint")[0].count("+0.0515") == 1
+    md = claims_markdown(data, variants, tmp_path, reading="equal_iterations", primary="Primary endpoint")
+    assert "at the runs' ends (compute matched): difference [95% CI], p" in md
+    assert "registered the equal-iterations reading" in md
+    line = next(x for x in md.splitlines() if x.startswith("| 1. beats GRPO"))
+    assert line.index("+0.0515 [") < line.index("+0.0215 [")  # registered reading first, then the ends
+    # a metric GRPO's θ_150 was not tested on: no registered value (n 0, inconclusive), the ends beside it
+    pass8 = next(
+        r for r in claims_rows(data, variants, None, reading="equal_iterations") if "pass@8" in r["measurement"]
+    )
+    assert pass8["n"] == 0 and pass8["verdict"].startswith("inconclusive")
+    # arms of equal iterations: both readings are one, the table is the default one
+    same, v = _data(grpo_iterations=150)
+    assert claims_rows(same, v, None, reading="equal_iterations")[0]["diffs"] == claims_rows(same, v, None)[0]["diffs"]
+
+
 def test_the_equal_iterations_table_prints_both_readings_of_every_endpoint():
     data, variants = _data()
     md = "\n".join(equal_iterations_lines(data, variants, "grpo", ["thinking_seeds"]))

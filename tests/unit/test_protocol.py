@@ -11,7 +11,7 @@ import pytest
 
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.compare import run_selection, train_jobs
-from thinking_seeds.experiments.protocol import protocol_lines, register
+from thinking_seeds.experiments.protocol import protocol_lines, protocol_of, register
 from thinking_seeds.experiments.selection import (
     SELECT_STAGE,
     choose,
@@ -77,6 +77,24 @@ def test_protocol_names_the_primary_pair_and_refuses_a_pair_not_compared(tmp_pat
     with pytest.raises(ConfigError, match="luffy is not among the compared methods"):
         _spec(tmp_path, primary="luffy-grpo")
     assert _spec(tmp_path, methods="grpo,seq_mix").primary_pair is None  # no TS: no default pair
+
+
+def test_the_registered_reading_is_in_the_protocols_hash_and_the_default_leaves_old_hashes_alone(tmp_path):
+    plain = _spec(tmp_path)
+    equal = _spec(tmp_path, reading="equal_iterations")
+    a, b = protocol_of(plain, plain.runs()), protocol_of(equal, equal.runs())
+    assert "reading" not in a["protocol"]  # a protocol registered before the option hashes as it did
+    assert b["protocol"]["reading"] == "equal_iterations" and a["hash"] != b["hash"]
+    assert b["protocol"]["primary_endpoint"]["what"].endswith("its checkpoint at the other arm's count)")
+    runs = tmp_path / "runs"
+    register(plain, plain.runs(), runs)
+    (runs / "pp-grpo-s0").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"reading.*--amend-protocol"):
+        register(equal, equal.runs(), runs)  # changing the reading after a run started is an amendment
+    rec = register(_spec(tmp_path, reading="equal_iterations", amend_protocol=True), equal.runs(), runs)
+    assert "every row read at equal iterations" in "\n".join(protocol_lines(rec))
+    with pytest.raises(ConfigError, match="--reading final: one of compute_matched, equal_iterations"):
+        _spec(tmp_path, reading="final")
 
 
 def _write_validation(runs, spec, acc):

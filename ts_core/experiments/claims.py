@@ -48,7 +48,13 @@ from thinking_seeds.experiments.claims_tables import (
     regime_lines,
     t_quantile_975,
 )
-from thinking_seeds.experiments.equal_reading import equal_pair, iterations_of
+from thinking_seeds.experiments.equal_reading import (
+    COMPUTE_MATCHED,
+    EQUAL_ITERATIONS,
+    EqualReading,
+    equal_pair,
+    iterations_of,
+)
 from thinking_seeds.experiments.hard_subset import HARD_THRESHOLD, add_hard_subset, base_per_prompt, hard_subset_stats
 from thinking_seeds.experiments.matched import candidate_matches, matched_differences
 from thinking_seeds.experiments.power import holm, min_detectable_effect, paired_t_p, t_ppf
@@ -142,6 +148,22 @@ def _with_equal(r: dict[str, Any], data, variants, a: str, b: str, name: str) ->
     return r
 
 
+def _registered_equal(r: dict[str, Any]) -> dict[str, Any]:
+    """A row whose registered reading is at equal iterations (`ts compare --reading equal_iterations`):
+    the equal-iterations differences become the row's own (its interval, p and Holm verdict) and the
+    compute-matched ones move to the side column. Rows whose arms train the same iterations, or against
+    θ_0, are that reading already and stay as they are."""
+    eq = r.get("equal")
+    if eq is None:
+        return r
+    ends = EqualReading(step=eq.step, longer=eq.longer, diffs=r["diffs"])
+    r["ends_ci"], r["ends_p"] = r["ci"], r["p"]
+    r["diffs"], r["ci"], r["p"], r["n"] = eq.diffs, r["equal_ci"], r["equal_p"], len(eq.diffs)
+    r["measurement"] = f"{r['measurement']} (at equal iterations: {eq.longer} at θ_{eq.step})"
+    r["equal"], r["equal_ci"], r["equal_p"], r["ends"] = ends, r["ends_ci"], r["ends_p"], True
+    return r
+
+
 def _matched_rows(data, variants, ts: str, grpo: str) -> list[dict[str, Any]]:
     """The matched-pass@1 rows (matched.py): each metric read at every candidate pair within one
     standard error. The row's p is the largest of the pairs' (the claim holds only if it holds at
@@ -184,19 +206,21 @@ def claims_rows(
     ts: str = "thinking_seeds",
     grpo: str = "grpo",
     seq: str = "seq_mix",
+    reading: str = COMPUTE_MATCHED,
 ) -> list[dict[str, Any]]:
     """The claims table's rows: claim, measurement, per-seed differences, interval, raw p, Holm p,
-    verdict, and the equal-iterations reading. Holm runs over every row returned (the family is the
-    table). A row against θ_0 adds θ_0's own sampling sd (data['base_sd'], base_noise.py) to its
-    standard error; without it θ_0 is taken as exact and the measurement says so."""
+    verdict, and the other reading. Holm runs over every row returned (the family is the table), read
+    as `reading` registers: at the runs' ends (compute matched, the default) or at equal iterations.
+    A row against θ_0 adds θ_0's own sampling sd (data['base_sd'], base_noise.py) to its standard
+    error; without it θ_0 is taken as exact and the measurement says so."""
     base = data["base_test"]
     ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
     kmax = ks[-1] if ks else None
     rows: list[dict[str, Any]] = []
 
     def vs(claim: str, measure: str, a: str, b: str, name: str, better: str = "higher") -> None:
-        r = _row(claim, measure, paired(data, variants, a, b, name)[0], better)
-        rows.append(_with_equal(r, data, variants, a, b, name))
+        r = _with_equal(_row(claim, measure, paired(data, variants, a, b, name)[0], better), data, variants, a, b, name)
+        rows.append(_registered_equal(r) if reading == EQUAL_ITERATIONS else r)
 
     vs("1. beats GRPO on pass@1", f"test accuracy, {ts} − {grpo}", ts, grpo, "test/accuracy")
     if seq in variants:
@@ -261,7 +285,7 @@ def _equal_cell(r: dict[str, Any]) -> str:
     if eq is None:
         return "the same (equal iterations)" if r.get("equal_same") else "—"
     if not eq.diffs:
-        return f"— (no θ_{eq.step} value of {eq.longer})"
+        return "— (no final value)" if r.get("ends") else f"— (no θ_{eq.step} value of {eq.longer})"
     return f"{_fmt_ci(r['equal_ci'])}, p {_fmt_p(r['equal_p'])}, n {len(eq.diffs)}"
 
 
@@ -302,6 +326,7 @@ def claims_markdown(
     title: str = "The paper's claims on this testbed",
     extras: bool = True,
     primary: str | None = None,
+    reading: str = COMPUTE_MATCHED,
 ) -> str:
     """The claims table (Holm-adjusted, with each row's equal-iterations reading beside it); with
     `primary` (its label), the first row's one-sided bounds; with `extras`, the regime check, the hard-subset table
@@ -315,12 +340,16 @@ def claims_markdown(
         for n in data["base_test"]
         if (sd := base_sampling_sd(base_rows, n) if n.startswith("test/") else None) is not None
     }
-    rows = claims_rows(data, variants, hard, ts, grpo, seq)
+    rows = claims_rows(data, variants, hard, ts, grpo, seq, reading)
     ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
-    md = [f"## {title}", "", *claims_intro(len(rows)), ""]
+    md = [f"## {title}", "", *claims_intro(len(rows), reading == EQUAL_ITERATIONS), ""]
     md += _table(
         ["claim", "measurement", "difference [95% CI]", "per seed", "p", "p (Holm)", "verdict (Holm)"]
-        + ["at equal iterations: difference [95% CI], p"],
+        + [
+            "at the runs' ends (compute matched): difference [95% CI], p"
+            if reading == EQUAL_ITERATIONS
+            else "at equal iterations: difference [95% CI], p"
+        ],
         [
             [r["claim"], r["measurement"], _difference_cell(r), r.get("seeds_of", "") + _seeds(r["diffs"])]
             + [_fmt_p(r["p"])]

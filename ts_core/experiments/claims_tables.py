@@ -68,8 +68,19 @@ def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
     return out + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows] + [""]
 
 
-def claims_intro(n_rows: int) -> list[str]:
+def claims_intro(n_rows: int, equal_registered: bool = False) -> list[str]:
     """The paragraph above a claims table: what its columns and verdicts mean."""
+    last = (
+        "This comparison registered the equal-iterations reading (ts_core/experiments/equal_reading.py): "
+        "each row whose arms train different numbers of iterations compares the longer arm's checkpoint at "
+        "the shorter arm's count with the other arm's final policy, paired by seed, and that reading is the "
+        "row's difference, p and verdict; the last column reads it at the runs' ends (compute matched), not "
+        "Holm-adjusted."
+        if equal_registered
+        else "The last column reads the same row at equal iterations (ts_core/experiments/equal_reading.py): the "
+        "arm given more iterations at its checkpoint of the other arm's count, paired by seed, beside the "
+        "compute-matched reading; not Holm-adjusted, and none where that checkpoint was not evaluated."
+    )
     return [
         "Paired differences at equal seed, mean [95% t-interval] over seeds, then per seed; p: the paired t-test's "
         f"two-sided p-value; Holm: adjusted by Holm's step-down method over the {n_rows} rows of this table "
@@ -79,10 +90,7 @@ def claims_intro(n_rows: int) -> list[str]:
         "seed, estimated from its per-prompt counts: ts_core/experiments/base_noise.py) to the standard error. "
         "A matched row compares the two methods at every pair of evaluation steps whose mean validation pass@1 "
         "agree within one standard error (ts_core/experiments/matched.py), one difference per pair; its p is the "
-        "largest of the pairs' (it holds only if it holds at every pair); with no such pair it is left out. The "
-        "last column reads the same row at equal iterations (ts_core/experiments/equal_reading.py): the arm "
-        "given more iterations at its checkpoint of the other arm's count, paired by seed, beside the "
-        "compute-matched reading; not Holm-adjusted, and none where that checkpoint was not evaluated.",
+        "largest of the pairs' (it holds only if it holds at every pair); with no such pair it is left out. " + last,
     ]
 
 

@@ -42,6 +42,7 @@ from thinking_seeds.experiments.equal_iterations import (
     equal_iterations_plan,
 )
 from thinking_seeds.experiments.members import archive_record
+from thinking_seeds.experiments.planning import COMPUTE_MATCHED
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import protocol_lines
 from thinking_seeds.experiments.seed_decides import seed_decides_section
@@ -226,7 +227,8 @@ def write_compare_report(
     )
     registered = ((protocol or {}).get("protocol") or {}).get("primary_endpoint")
     label = "Primary endpoint" if registered else "First row (no primary endpoint was registered)"
-    claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo, primary=label)  # also adds hard/* to data
+    reading = ((protocol or {}).get("protocol") or {}).get("reading", COMPUTE_MATCHED)
+    claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo, primary=label, reading=reading)  # + hard/*
     if ts != "thinking_seeds" and "thinking_seeds" in variants:
         # The paper's default arm beside the primary one: the same rows, but not the registered family.
         claims += "\n\n" + claims_markdown(
@@ -238,6 +240,7 @@ def write_compare_report(
             title=f"The same claims for the paper's default arm (thinking_seeds; exploratory: the registered "
             f"family is the table above, {ts}; Holm within this table)",
             extras=False,
+            reading=reading,
         )
     results = results_table(data, compare_id)
     write_table_atomic(results, out / "results.parquet")

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from thinking_seeds.experiments.compare_data import EQUAL
+from thinking_seeds.experiments.planning import COMPUTE_MATCHED, EQUAL_ITERATIONS, READINGS
 
-__all__ = ["EqualReading", "equal_pair", "iterations_of"]
+__all__ = ["COMPUTE_MATCHED", "EQUAL_ITERATIONS", "READINGS", "EqualReading", "equal_pair", "iterations_of"]
 
 
 @dataclass(frozen=True)

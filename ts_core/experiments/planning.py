@@ -23,9 +23,24 @@ from pathlib import Path
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.power import min_detectable_effect
 
-__all__ = ["PRIMARY_METRIC", "default_primary", "pilot_sd", "plan_text", "primary_pair"]
+__all__ = [
+    "COMPUTE_MATCHED",
+    "EQUAL_ITERATIONS",
+    "PRIMARY_METRIC",
+    "READINGS",
+    "default_primary",
+    "pilot_sd",
+    "plan_text",
+    "primary_pair",
+]
 
 PRIMARY_METRIC = "test/accuracy"  # test pass@1 on the whole test split (the final test)
+# Which reading a comparison registers as its claims table's (the Holm family and the primary endpoint):
+# the default compares each arm's final policy (compute matched when iterations differ); a protocol may
+# register the equal-iterations reading instead (`ts compare --reading equal_iterations`), and then the
+# compute-matched one is the reading shown beside it.
+COMPUTE_MATCHED, EQUAL_ITERATIONS = "compute_matched", "equal_iterations"
+READINGS = (COMPUTE_MATCHED, EQUAL_ITERATIONS)
 PLAN_SEEDS = (3, 5, 10, 20)  # shown beside the planned number of seeds
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.members import archive_record
-from thinking_seeds.experiments.planning import PRIMARY_METRIC
+from thinking_seeds.experiments.planning import COMPUTE_MATCHED, EQUAL_ITERATIONS, PRIMARY_METRIC
 from thinking_seeds.experiments.spec import PROTOCOL_FILE
 from thinking_seeds.store.atomic import atomic_write
 
@@ -104,6 +104,12 @@ def protocol_of(
         "multiplicity": "Holm over every row of the report's claims table",
         "selection": selection,
     }
+    if spec.reading != COMPUTE_MATCHED:  # only then: a protocol registered before the option keeps its hash
+        hashed["reading"] = spec.reading
+        if pair is not None:
+            hashed["primary_endpoint"]["what"] += (
+                " at equal iterations (an arm given more iterations: its checkpoint at the other arm's count)"
+            )
     return {"protocol": hashed, "hash": _hash(hashed), "configs": configs}
 
 
@@ -196,7 +202,9 @@ def protocol_lines(record: dict[str, Any] | None, detail: bool = False) -> list[
     )
     md = [
         f"Protocol `{record['hash']}` (protocol.json), registered {record['registered_at']} {when}. Primary "
-        f"endpoint: {primary}. Secondary endpoints: the claims table's rows ({p['multiplicity']}).",
+        f"endpoint: {primary}. Secondary endpoints: the claims table's rows ({p['multiplicity']}"
+        + ("; every row read at equal iterations" if p.get("reading") == EQUAL_ITERATIONS else "")
+        + ").",
         "",
     ]
     sel = p.get("selection")

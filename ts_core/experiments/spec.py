@@ -44,7 +44,7 @@ from thinking_seeds.experiments.comparison_args import (
     parse_sweep,
     value_text,
 )
-from thinking_seeds.experiments.planning import primary_pair
+from thinking_seeds.experiments.planning import COMPUTE_MATCHED, READINGS, primary_pair
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [
@@ -340,6 +340,12 @@ class ComparisonSpec(BaseModel):
         description="The primary endpoint's pair A-B (test pass@1, A − B at equal seed); default "
         "thinking_seeds_adaptive-grpo when that method is compared, else thinking_seeds-grpo.",
     )
+    reading: str = Field(
+        COMPUTE_MATCHED,
+        description="The registered reading of the claims table (its Holm family and primary endpoint) when "
+        "methods train different iterations: compute_matched (each arm's final policy) or equal_iterations "
+        "(the longer arm's checkpoint at the shorter arm's count); the other reading is shown beside it.",
+    )
     amend_protocol: bool = Field(
         False, description="Accept a protocol that differs from the registered protocol.json, recording the amendment."
     )
@@ -451,6 +457,8 @@ class ComparisonSpec(BaseModel):
             raise ValueError(f"reference {self.reference!r} must be a comparison id (a plain name)")
         if self.primary is not None:
             primary_pair(self.primary, self.methods)
+        if self.reading not in READINGS:
+            raise ValueError(f"--reading {self.reading}: one of {', '.join(READINGS)}")
         if self.select:
             check_selection(self.select, self.overrides, self.sweep, BUDGET_KEYS)
             compared = set(method_seeds(self.methods))
