@@ -130,8 +130,21 @@ pilot-game24-1step: install
 	$(BIN)/ts compare --preset game24 --methods thinking_seeds:90-92 --method-set thinking_seeds:prefix.cut=steps \
 	  --sweep prefix.filter=correct_draft --reference game24-1step-pilot $(PILOT_1STEP) --id game24-1step-pilot-filter
 
+# The registered comparison that follows the pilot (docs/results/game24-1step-main-protocol.md): GRPO (220
+# iterations, compute-matched by tokens), TS with one-step seeds and the correct-draft filter, seq_mix with one
+# whole correct draft per group; seeds 300-309, no SFT control, every contrast read at equal iterations (GRPO's
+# θ_150, the registered reading). 30 runs, ~6 h on 2 cores; resumable across sessions through the archive.
+compare-game24-1step: install
+	$(BIN)/ts compare --preset game24 --methods grpo:300-309,thinking_seeds:300-309,seq_mix:300-309 \
+	  --set eval.samples=32 --method-set grpo:iterations=220 \
+	  --method-set thinking_seeds:prefix.cut=steps --method-set thinking_seeds:prefix.steps=1 \
+	  --method-set thinking_seeds:prefix.filter=correct_draft \
+	  --method-set seq_mix:rollout.seeds_per_group=1 --method-set seq_mix:prefix.filter=correct_draft \
+	  --primary thinking_seeds-grpo --reading equal_iterations --no-control \
+	  --parallel 2 --id game24-1step-main --archive --no-prefect
+
 .PHONY: install demo lint test test-slow compare ablations compare-countdown compare-countdown-plateau ablations-countdown compare-game24 ablation-game24 \
-	pilot-game24-1step \
+	pilot-game24-1step compare-game24-1step \
 	countdown-model game24-model
 
 # ---- optional: vLLM rollouts (rollout.engine=vllm) and the SmolLM2 preset --------------------
