@@ -145,7 +145,9 @@ def _receive(conn: socket.socket, f) -> dict:
     return json.loads(line) if line else {"op": "stop", "reason": "eof"}
 
 
-def serve(accelerator, sock_path: str) -> None:
+def serve(accelerator, sock_path: str) -> bool:
+    """Take jobs until a stop; True when the stop was the pipeline's socket closing without one (EOF:
+    the pipeline died), so every rank can leave with a failure code (a `ts trainer-node` exits 1)."""
     main = accelerator.is_main_process
     conn = f = None
     if main:
@@ -181,7 +183,7 @@ def serve(accelerator, sock_path: str) -> None:
         if job.get("op") != "update":
             if job.get("reason") != "eof":  # a stop: the last checkpoint first; EOF: the pipeline is gone
                 server.resident.flush()
-            break
+            return job.get("reason") == "eof"
         try:
             answer = server.run(job)
         except Exception as e:
@@ -211,10 +213,12 @@ def main() -> None:
             "trainer_server: global rank 0 needs --socket; machine rank 0 is the driver's own launch "
             "(update.launcher=accelerate), `ts trainer-node` starts ranks 1 .. num_machines - 1 only"
         )
-    serve(acc, a.socket)
+    pipeline_gone = serve(acc, a.socket)
     # Leave together: a gloo process that exits with the group alive can abort.
     acc.wait_for_everyone()
     acc.end_training()
+    if pipeline_gone:
+        sys.exit(1)  # the run's pipeline died without stopping its trainer group: not a clean end
 
 
 if __name__ == "__main__":
