@@ -40,8 +40,9 @@ from thinking_seeds.experiments.compare import (
     write_report,
 )
 from thinking_seeds.experiments.jobs import JobResult, raise_on_failures
+from thinking_seeds.experiments.run_spec import RunSpec
 from thinking_seeds.experiments.sft_control import run_controls
-from thinking_seeds.experiments.spec import ComparisonSpec, RunSpec
+from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.store.run_dir import runs_root
 from thinking_seeds.tasks.artifacts import artifact_key
 

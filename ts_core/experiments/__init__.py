@@ -3,7 +3,8 @@
 Modules, each importing only those listed before it (no cycles; tests/unit/test_layers.py checks):
 
     comparison_args  the arguments (methods, seeds, --set, --sweep) parsed and checked, no config loaded
-    spec             the data model: ComparisonSpec (what `ts compare` asks for), RunSpec, plan, budget checks
+    run_spec         one run of a comparison: RunSpec, plan, the shared budget and training time
+    spec             the whole request: ComparisonSpec (what `ts compare` asks for)
     jobs             subprocesses, `parallel` at once, with progress and failure reports
     members          the runs on disk: compare.json markers, completion, training time
     archive          a comparison's committed archive: finished runs' small files, restored in a later session

@@ -8,7 +8,7 @@ The steps, each a function the Prefect flow (thinking_seeds.flows.compare) calls
 
     select           with spec.select: the grid for every method on validation (selection.py),
                      each method's best value becomes its method override
-    prepare          spec.runs() (spec.py: plan, budgets checked), each run given the old value of a
+    prepare          spec.runs() (run_spec.py: plan, budgets checked), each run given the old value of a
                      changed default that the comparison's record of it holds (recorded_defaults.py),
                      runs restored from the committed archives (archive.py), the --reference base point checked
     register         the protocol (protocol.py) into OUT/ID/protocol.json before the first run;
@@ -47,6 +47,7 @@ from thinking_seeds.experiments.members import (
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import register
 from thinking_seeds.experiments.recorded_defaults import RunRecords, with_recorded_defaults
+from thinking_seeds.experiments.run_spec import CONTROL_METHOD, RunSpec, plan, spec_of
 from thinking_seeds.experiments.selection import (
     choose,
     resolve_key,
@@ -63,14 +64,7 @@ from thinking_seeds.experiments.sft_control import (
     recorded_controls,
     run_controls,
 )
-from thinking_seeds.experiments.spec import (
-    CONTROL_METHOD,
-    DEFAULT_METHODS,
-    ComparisonSpec,
-    RunSpec,
-    plan,
-    spec_of,
-)
+from thinking_seeds.experiments.spec import DEFAULT_METHODS, ComparisonSpec
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [

@@ -45,7 +45,7 @@ from thinking_seeds.config import ConfigError, RunConfig, load_config
 from thinking_seeds.experiments.jobs import Job, JobResult, run_jobs
 from thinking_seeds.experiments.members import archive_record, discard_restored, train_seconds, write_marker
 from thinking_seeds.experiments.recorded_defaults import RunRecords
-from thinking_seeds.experiments.spec import CONTROL_METHOD, RunSpec, check_same_budget, compute_matched
+from thinking_seeds.experiments.run_spec import CONTROL_METHOD, RunSpec, check_same_budget, compute_matched
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
 
