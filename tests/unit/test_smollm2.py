@@ -12,7 +12,7 @@ import torch
 
 from thinking_seeds.engine.models import ModelError, char_tokenizer, tiny_llama
 from thinking_seeds.train import smollm2
-from thinking_seeds.train.warmup import encode_corpus
+from thinking_seeds.train.sft import encode_corpus
 
 torch.set_num_threads(1)
 

