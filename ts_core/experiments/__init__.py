@@ -8,7 +8,8 @@ Modules, each importing only those listed before it (no cycles; tests/unit/test_
     jobs             subprocesses, `parallel` at once, with progress and failure reports
     members          the runs on disk: compare.json markers, completion, training time
     archive          a comparison's committed archive: finished runs' small files, restored in a later session
-    sft_control      the equal-compute SFT control
+    sft_budget       the SFT control's training: warm-up steps for a wall-time budget, cut where RL runs evaluate
+    sft_control      the equal-compute SFT control: its config, process and jobs
     claims           the paper's claims as paired differences (the report's first tables)
     compare_data     the report's numbers (DuckDB over the runs)
     compare_plots    the report's plots
