@@ -15,5 +15,6 @@ Modules, each importing only those listed before it (no cycles; tests/unit/test_
     compare_plots    the report's plots
     compare_sections the report's tables after its introduction (final test, paired differences, ...)
     compare_report   report.md and results.parquet
+    compare_archive  which of a comparison's runs the archive restores before it runs and takes as they finish
     compare          the orchestration: prepare, run_all, controls, final tests, archive, report
 """
