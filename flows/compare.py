@@ -30,8 +30,6 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from thinking_seeds.experiments.compare import (
-    archive_finished,
-    archiver,
     prepare,
     register,
     run_all,
@@ -39,9 +37,11 @@ from thinking_seeds.experiments.compare import (
     run_selection,
     write_report,
 )
+from thinking_seeds.experiments.compare_archive import archive_finished, archiver
 from thinking_seeds.experiments.jobs import JobResult, raise_on_failures
+from thinking_seeds.experiments.run_spec import RunSpec
 from thinking_seeds.experiments.sft_control import run_controls
-from thinking_seeds.experiments.spec import ComparisonSpec, RunSpec
+from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.store.run_dir import runs_root
 from thinking_seeds.tasks.artifacts import artifact_key
 

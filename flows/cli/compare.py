@@ -196,7 +196,7 @@ def compare(
     con = console()
     if report_only:  # with --archive, also archive what has finished (another process may be training)
         if spec.archive:
-            from thinking_seeds.experiments.compare import archive_finished
+            from thinking_seeds.experiments.compare_archive import archive_finished
 
             con.print(f"archived: {', '.join(archive_finished(spec, specs, runs_root())) or 'nothing new'}")
         con.print(f"[green]report (runs so far):[/] {write_report(spec, runs_root())}")

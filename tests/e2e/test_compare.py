@@ -21,11 +21,9 @@ from typer.testing import CliRunner
 
 from tests.helpers.tiny import TINY_OVERRIDES
 from thinking_seeds.experiments.members import compare_members
-from thinking_seeds.experiments.spec import (
-    FINAL_TEST_STAGE,
-    ComparisonSpec,
-)
+from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.flows.cli import app
+from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -9,7 +9,7 @@ import pytest
 
 from thinking_seeds.experiments.compare_data import collect
 from thinking_seeds.experiments.members import write_marker
-from thinking_seeds.experiments.spec import RunSpec
+from thinking_seeds.experiments.run_spec import RunSpec
 from thinking_seeds.store.run_dir import RunDir
 
 ITERATIONS = 60

@@ -11,12 +11,8 @@ from typer.testing import CliRunner
 from thinking_seeds.config import ConfigError, load_config
 from thinking_seeds.experiments.jobs import CompareError
 from thinking_seeds.experiments.members import base_point_variant
-from thinking_seeds.experiments.spec import (
-    check_same_budget,
-    parse_list,
-    parse_sweep,
-    plan,
-)
+from thinking_seeds.experiments.run_spec import check_same_budget, plan
+from thinking_seeds.experiments.spec import parse_list, parse_sweep
 from thinking_seeds.flows.cli import app
 
 runner = CliRunner()

@@ -9,9 +9,10 @@ from typer.testing import CliRunner
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.compare_report import _own_iterations
 from thinking_seeds.experiments.protocol import protocol_of
+from thinking_seeds.experiments.run_spec import check_same_budget, compute_matched, plan
 from thinking_seeds.experiments.selection import selection_record, selection_specs
 from thinking_seeds.experiments.sft_control import control_config
-from thinking_seeds.experiments.spec import ComparisonSpec, check_same_budget, compute_matched, plan
+from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.flows.cli import app
 
 runner = CliRunner()

@@ -12,7 +12,7 @@ import torch
 
 from thinking_seeds.engine.models import ModelError, char_tokenizer, tiny_llama
 from thinking_seeds.train import smollm2
-from thinking_seeds.train.warmup import encode_corpus
+from thinking_seeds.train.sft import encode_corpus, sft_step
 
 torch.set_num_threads(1)
 
@@ -39,5 +39,5 @@ def test_sft_batches_keep_lengths_when_pad_is_eos():
         assert (labels[i, : n - len(answer)] == -100).all() and (labels[i, n:] == -100).all()
     model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, hidden=32, layers=1, heads=2, intermediate=32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loss = smollm2.sft_step(model, opt, ids, labels, lengths, 4, torch.Generator().manual_seed(0))
+    loss = sft_step(model, opt, None, ids, labels, 4, torch.Generator().manual_seed(0), lengths=lengths)
     assert loss == loss and loss > 0

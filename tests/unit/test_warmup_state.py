@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from thinking_seeds.engine.models import char_tokenizer, tiny_llama
-from thinking_seeds.train.warmup import encode_corpus, sft_optimizer, sft_step
+from thinking_seeds.train.sft import encode_corpus, sft_optimizer, sft_step
 from thinking_seeds.train.warmup_state import corpus_digest, load_state, restore, save_state
 
 

@@ -4,7 +4,8 @@ Every field has a help text (shown by `ts config keys`) and a validated range; c
 several keys of one section live on that section (`_ranges`, `_seeds`). Checks across sections
 (the method against the seeding, the precision against the model dtype) live on RunConfig
 (config/run_config.py). The sections of the iteration loop (rollout ... pipeline) live in
-sections_loop.py and are re-exported here; the shared base in section_base.py.
+sections_loop.py and the update's in sections_update.py, both re-exported here; the shared base in
+section_base.py.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from thinking_seeds.config.sections_loop import (
     LossConfig,
     PipelineConfig,
     RolloutConfig,
-    UpdateConfig,
 )
+from thinking_seeds.config.sections_update import UpdateConfig
 
 __all__ = [
     "CHECK_OUTSIDE",

@@ -36,8 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thinking_seeds.experiments.members import ARCHIVE_FILE, archive_record, discard_restored
+from thinking_seeds.experiments.run_spec import MARKER
 from thinking_seeds.experiments.seed_decides import STATS_FILE, run_stats
-from thinking_seeds.experiments.spec import MARKER
 from thinking_seeds.store.parquet_io import write_table_atomic
 
 __all__ = ["ARCHIVED_METRICS", "ARCHIVE_FILE", "PREFIX_COLUMNS", "archive_run", "restore"]

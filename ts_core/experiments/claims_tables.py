@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 
 from thinking_seeds.experiments.hard_subset import HARD_THRESHOLD
-from thinking_seeds.experiments.spec import CONTROL_METHOD
+from thinking_seeds.experiments.run_spec import CONTROL_METHOD
 
 ALPHA = 0.05
 # Two-sided 95% Student t quantiles by degrees of freedom (standard table values).

@@ -30,12 +30,8 @@ import pyarrow as pa
 from thinking_seeds.algo.populations import REPORTED_POPULATIONS
 from thinking_seeds.config import ALGORITHMS
 from thinking_seeds.experiments.members import compare_members, reference_members
-from thinking_seeds.experiments.spec import (
-    CONTROL_METHOD,
-    DEFAULT_METHODS,
-    spec_of,
-    training_seconds_sql,
-)
+from thinking_seeds.experiments.run_spec import CONTROL_METHOD, spec_of, training_seconds_sql
+from thinking_seeds.experiments.spec import DEFAULT_METHODS
 from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.sql import connect, query

@@ -45,8 +45,8 @@ from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.planning import COMPUTE_MATCHED
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import protocol_lines
+from thinking_seeds.experiments.run_spec import CONTROL_METHOD
 from thinking_seeds.experiments.seed_decides import seed_decides_section
-from thinking_seeds.experiments.spec import CONTROL_METHOD
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.parquet_io import write_table_atomic
 

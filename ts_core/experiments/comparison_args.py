@@ -6,8 +6,8 @@
     check_request(methods, seeds, overrides, sweep, compare_id)   # normalised, or a ConfigError
     parse_method_overrides(["grpo:iterations=185"])  # {"grpo": ["iterations=185"]}
 
-spec.plan and spec.ComparisonSpec build on these; the checks that need every run's config (the
-shared budget) are spec.py's.
+run_spec.plan and spec.ComparisonSpec build on these; the checks that need every run's config (the
+shared budget) are run_spec.py's.
 """
 
 from __future__ import annotations

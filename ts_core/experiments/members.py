@@ -22,7 +22,7 @@ from typing import Any
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.comparison_args import value_text
 from thinking_seeds.experiments.recorded_defaults import RunRecords, with_recorded_defaults
-from thinking_seeds.experiments.spec import (
+from thinking_seeds.experiments.run_spec import (
     CONTROL_METHOD,
     MARKER,
     RunSpec,

@@ -33,7 +33,7 @@ from typing import Any
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.planning import COMPUTE_MATCHED, EQUAL_ITERATIONS, PRIMARY_METRIC
-from thinking_seeds.experiments.spec import PROTOCOL_FILE
+from thinking_seeds.experiments.run_spec import PROTOCOL_FILE
 from thinking_seeds.store.atomic import atomic_write
 
 __all__ = ["PROTOCOL_FILE", "SECONDARY", "changes", "load", "protocol_lines", "protocol_of", "register"]

@@ -41,7 +41,7 @@ import yaml
 
 from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.config.run_config import DEFAULTS_BEFORE, defaults_before_held
-from thinking_seeds.experiments.spec import PROTOCOL_FILE, RunSpec
+from thinking_seeds.experiments.run_spec import PROTOCOL_FILE, RunSpec
 from thinking_seeds.yaml_limits import YamlLimitError, read_bounded
 
 __all__ = ["Record", "RunRecords", "kept_defaults", "with_recorded_defaults"]

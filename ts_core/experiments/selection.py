@@ -34,7 +34,8 @@ from typing import Any
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.comparison_args import ALIASES, check_selection, resolve_key
 from thinking_seeds.experiments.jobs import Job
-from thinking_seeds.experiments.spec import ComparisonSpec, RunSpec, plan
+from thinking_seeds.experiments.run_spec import RunSpec, plan
+from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.store.run_dir import RunDir
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Any RL method that beats its base model might only be beating a model that was trained less. The
 control answers that: starting from the same base model, it continues the supervised warm-up
-(`thinking_seeds.train.warmup.sft_step`, the very step that built the base model, on fresh worked solutions of
+(`thinking_seeds.train.sft.sft_step`, the very step that built the base model, on fresh worked solutions of
 the same task, held-out prompts excluded) for as long as the mean RL run of the comparison trained
 (`thinking_seeds.experiments.members.train_seconds`: the runs' `time/*` stage metrics, evaluation left out). It is then
 evaluated exactly like the RL runs: its run directory `<compare_id>-sft_control-s<seed>` has a
@@ -23,8 +23,9 @@ control like any method.
 
 `--keep` carries the old value of a changed default that the comparison's record of the control holds
 (recorded_controls; experiments/recorded_defaults.py), so a control started before the change trains
-and hashes as it started. Over 400 lines: the control's config, its process and the jobs that start it
-share its run id and command line, and are kept in one place so the two sides cannot disagree.
+and hashes as it started. The control's config, its process and the jobs that start it share its run
+id and command line, and are kept here so the two sides cannot disagree; the training itself (the
+budget's slices, their checkpoints and metrics) is sft_budget.py's.
 
 Caveats (say them in the results): the fresh AdamW has no state from the warm-up (a short ramp
 stands in), and wall time depends on the machine's load; the RL runs and the controls are run with
@@ -45,7 +46,8 @@ from thinking_seeds.config import ConfigError, RunConfig, load_config
 from thinking_seeds.experiments.jobs import Job, JobResult, run_jobs
 from thinking_seeds.experiments.members import archive_record, discard_restored, train_seconds, write_marker
 from thinking_seeds.experiments.recorded_defaults import RunRecords
-from thinking_seeds.experiments.spec import CONTROL_METHOD, RunSpec, check_same_budget, compute_matched
+from thinking_seeds.experiments.run_spec import CONTROL_METHOD, RunSpec, check_same_budget, compute_matched
+from thinking_seeds.experiments.sft_budget import eval_steps, read_json, train_for_budget
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.run_dir import RunDir
 
@@ -60,8 +62,6 @@ __all__ = [
 ]
 
 CONTROL_FILE = "control.json"
-DEFAULT_LR = 2e-3  # the warm-up's (thinking_seeds.train.warmup), used when the base model has no warmup_report.json
-DEFAULT_BATCH = 64
 
 
 def control_run_id(compare_id: str, seed: int) -> str:
@@ -108,52 +108,6 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True))
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def eval_steps(cfg: RunConfig) -> list[int]:
-    """Policy steps the RL runs evaluate: θ_0 and θ_{k+1} for every k with eval_due(cfg, k)."""
-    from thinking_seeds.pipeline.graph import eval_due
-
-    return [0] + [k + 1 for k in range(cfg.iterations) if eval_due(cfg, k)]
-
-
-def _corpus(run: RunDir, cfg: RunConfig, size: int, seed: int) -> list[tuple[str, str]]:
-    """(question, worked solution) pairs of the run's task, none of them a held-out prompt."""
-    from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS
-    from thinking_seeds.data.sources import load_dataset
-
-    task = BUILTIN_TASKS.get(cfg.data.source)
-    if task is not None:
-        held_out = task.held_out_keys(run.data_dir / "validation.parquet") | task.held_out_keys(
-            run.data_dir / "test.parquet"
-        )
-        # A stream the warm-up never drew from (it used seed 0): new examples of the same kind.
-        return task.warmup_corpus(size, 10_000 + seed, held_out, cfg.data)
-    pairs = [(p.user_text, p.target) for p in load_dataset(run.data_dir / "train.parquet") if p.target]
-    if not pairs:
-        raise ConfigError(
-            f"the SFT control needs worked solutions: {run.data_dir / 'train.parquet'} has no `target` column values"
-        )
-    return pairs
-
-
-def _hyper(base: Path, lr: float | None, batch_size: int | None) -> tuple[float, int]:
-    """The control's lr and batch: the warm-up's. A warm-up with a decaying schedule (the countdown
-    base model) is continued at the lr it ended at — more of the same training, not a restart."""
-    rep = _read_json(base / "warmup_report.json") or {}
-    lr_end = rep.get("final_lr", rep.get("lr", DEFAULT_LR))
-    default_lr = lr_end if rep.get("schedule") == "cosine" else rep.get("lr", DEFAULT_LR)
-    return (
-        float(lr if lr is not None else default_lr),
-        int(batch_size if batch_size is not None else rep.get("batch_size", DEFAULT_BATCH)),
-    )
-
-
 def run_sft_control(
     compare_id: str,
     seed: int,
@@ -172,14 +126,9 @@ def run_sft_control(
 ) -> RunDir:
     """Train (or resume) the SFT control of `compare_id` for `seed` and evaluate it; returns its run dir.
     `kept`: the old defaults its comparison's record of it holds (recorded_controls), not in its marker."""
-    import torch
-
-    from thinking_seeds.engine.models import load_model
     from thinking_seeds.pipeline.loop import run_prepare
     from thinking_seeds.pipeline.session import Session
     from thinking_seeds.pipeline.stage_evaluate import evaluate
-    from thinking_seeds.store.checkpoints import save_checkpoint
-    from thinking_seeds.train.warmup import encode_corpus, sft_optimizer, sft_step
 
     if not (budget_seconds >= 0 and math.isfinite(budget_seconds)):
         raise ConfigError(f"budget_seconds must be a finite number >= 0, got {budget_seconds}")
@@ -191,10 +140,9 @@ def run_sft_control(
     try:
         run_prepare(run, cfg)  # config.yaml, data splits, θ_0 = the base model (same as every RL run)
         state_path = run.root / CONTROL_FILE
-        state = _read_json(state_path) or {}
+        state = read_json(state_path) or {}
         iters = cfg.iterations
         steps_eval = eval_steps(cfg)
-        snap_steps = [k for k in range(iters) if k % cfg.pool.snapshot_every == 0]
         trained = (
             state.get("done")
             and state.get("budget_seconds") == budget_seconds
@@ -203,91 +151,19 @@ def run_sft_control(
         if trained:
             log(f"{run.run_id}: SFT already trained ({state.get('steps')} steps), evaluating")
         else:
-            from thinking_seeds.engine.models import resolve_model_path
-
-            lr_, bs = _hyper(resolve_model_path(cfg.model.path), lr, batch_size)
-            torch.manual_seed(seed)
-            model, tok = load_model(run.policy(0), cfg.model.dtype)
-            t_corpus = time.perf_counter()
-            pairs = _corpus(run, cfg, corpus_size, seed)
-            ids, labels, _ = encode_corpus(tok, pairs)
-            answer_tokens = float((labels != -100).sum(-1).float().mean())
-            log(
-                f"{run.run_id}: corpus of {len(pairs)} solutions in {time.perf_counter() - t_corpus:.1f}s; "
-                f"budget {budget_seconds:.1f}s, lr {lr_}, batch {bs}"
+            state = train_for_budget(
+                run,
+                cfg,
+                seed=seed,
+                budget_seconds=budget_seconds,
+                lr=lr,
+                batch_size=batch_size,
+                warmup_steps=warmup_steps,
+                corpus_size=corpus_size,
+                max_steps=max_steps,
+                log=log,
             )
-            opt, sched = sft_optimizer(model, lr_, warmup_steps)
-            gen = torch.Generator().manual_seed(seed)
-            if 0 in snap_steps:
-                save_checkpoint(
-                    model, tok, run.pool_root, 0, extra={"iteration": 0, "control": CONTROL_METHOD}, overwrite=True
-                )
-            elapsed, steps, seg_steps, seg_loss, seg_secs = 0.0, 0, 0, 0.0, 0.0
-            milestones: dict[int, dict[str, float]] = {}
-            k = 1  # the next policy step to save, after budget * k / iterations seconds
-            while k <= iters:
-                if elapsed >= budget_seconds * k / iters or (max_steps is not None and steps >= max_steps):
-                    model.eval()
-                    if k in steps_eval:
-                        save_checkpoint(
-                            model,
-                            tok,
-                            run.policy_root,
-                            k,
-                            extra={"control": CONTROL_METHOD, "sft_steps": steps},
-                            overwrite=True,
-                        )
-                    if k in snap_steps:
-                        save_checkpoint(
-                            model,
-                            tok,
-                            run.pool_root,
-                            k,
-                            extra={"iteration": k, "control": CONTROL_METHOD},
-                            overwrite=True,
-                        )
-                    metrics = {
-                        "sft/steps": float(steps),
-                        "sft/samples": float(steps * bs),
-                        "sft/tokens": steps * bs * answer_tokens,
-                        "sft/lr": lr_,
-                        "time/sft/train": seg_secs,
-                    }
-                    if seg_steps:
-                        metrics["sft/loss"] = seg_loss / seg_steps
-                    run.write_metrics(k - 1, "sft", metrics)
-                    milestones[k] = {"steps": steps, "seconds": elapsed}
-                    log(
-                        f"iteration {k - 1}/{iters - 1} sft {seg_secs:.2f}s | steps {steps}"
-                        + (f", loss {seg_loss / seg_steps:.4f}" if seg_steps else "")
-                    )
-                    seg_steps, seg_loss, seg_secs = 0, 0.0, 0.0
-                    k += 1
-                    continue
-                t = time.perf_counter()
-                loss = sft_step(model, opt, sched, ids, labels, bs, gen, tok.pad_token_id)
-                dt = time.perf_counter() - t
-                elapsed += dt
-                seg_secs += dt
-                seg_loss += loss
-                seg_steps += 1
-                steps += 1
-            state = {
-                "done": True,
-                "budget_seconds": budget_seconds,
-                "trained_seconds": elapsed,
-                "steps": steps,
-                "samples": steps * bs,
-                "tokens": steps * bs * answer_tokens,
-                "lr": lr_,
-                "batch_size": bs,
-                "warmup_steps": warmup_steps,
-                "corpus_size": len(pairs),
-                "max_steps": max_steps,
-                "milestones": {str(k): v for k, v in milestones.items()},
-            }
             _write_json_atomic(state_path, state)
-            del model, opt
         s = Session(run, cfg)
         try:
             # The RL runs' own evaluate stage, iteration by iteration: same due steps, prompts,
@@ -312,7 +188,7 @@ def run_sft_control(
 
 
 def control_complete(run_root: Path, budget_seconds: float | None = None) -> bool:
-    state = _read_json(Path(run_root) / CONTROL_FILE) or {}
+    state = read_json(Path(run_root) / CONTROL_FILE) or {}
     if not (state.get("done") and state.get("evaluated")):
         return False
     return budget_seconds is None or state.get("budget_seconds") == budget_seconds

@@ -1,4 +1,4 @@
-"""The learning-rate multiplier shared by the SFT warm-up (train/warmup.py, through LambdaLR) and the
+"""The learning-rate multiplier shared by the SFT warm-up (train/sft.py: sft_optimizer, through LambdaLR) and the
 RL update's `update.lr_warmup_steps` (train/update_loop.py, from AdamW's own step counter)."""
 
 from __future__ import annotations

