@@ -51,6 +51,7 @@ from thinking_seeds.store.sql_files import (
     dataset,
     file_order,
     fresh_parts,
+    listed,
     quoted,
     readable_files,
 )
@@ -154,7 +155,7 @@ def register_corpus_views(
     if not wanted:
         return
     pattern = PARQUET_VIEWS["prefixes"][0]
-    per_run = {run: list(run.glob(pattern)) for run in runs}  # listed once for every view
+    per_run = {run: listed(run, pattern) for run in runs}  # listed once for every view
     prefix_files = sorted((f for files in per_run.values() for f in files), key=file_order)
     # each view's fresh compacted parts, and the prefix files none of them stands for
     covered: dict[str, tuple[list[Path], list[Path]]] = {}

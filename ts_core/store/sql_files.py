@@ -10,6 +10,7 @@ query over all runs down.
 from __future__ import annotations
 
 import os
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ __all__ = [
     "footers",
     "fresh_parts",
     "iteration_of",
+    "listed",
     "quoted",
     "readable_files",
     "view_files",
@@ -51,6 +53,31 @@ PARQUET_VIEWS: dict[str, tuple[str, pa.Schema]] = {
     "rollouts": ("rollouts/iteration=*/rollouts.parquet", ROLLOUT_SCHEMA),
     "metrics": ("metrics/iteration=*/*.parquet", METRICS_SCHEMA),
 }
+
+
+def listed(run: Path, pattern: str) -> list[Path]:
+    """The run's files of `pattern` (in no particular order). A view's pattern,
+    `<folder>/iteration=*/<name>`, is listed with os.scandir: a live run of small iterations has
+    15,630 iteration folders per view at 1M prefixes, and pathlib's glob of them took 2-3x as long
+    (0.49 s against 0.16 s for the metrics' 47k files). Any other pattern: pathlib's glob."""
+    folder, sep, name = pattern.partition("/iteration=*/")
+    if not sep or "/" in name:
+        return list(run.glob(pattern))
+    try:
+        with os.scandir(run / folder) as it:
+            folders = [e.path for e in it if e.name.startswith("iteration=") and e.is_dir()]
+    except OSError:  # no such folder (a run before its first stage): nothing to read
+        return []
+    if not any(c in name for c in "*?["):  # one file per folder: a stat, not a listing
+        return [Path(p) for p in (os.path.join(d, name) for d in folders) if os.path.isfile(p)]
+    out = []
+    for d in folders:
+        try:
+            with os.scandir(d) as it:
+                out += [Path(e.path) for e in it if fnmatchcase(e.name, name) and e.is_file()]
+        except OSError:  # removed while listed (retention): as if it had not been there
+            continue
+    return out
 
 
 def iteration_of(path: Path) -> int:
@@ -144,14 +171,14 @@ def fresh_parts(run: Path, kind: str, pattern: str, files: list[Path] | None = N
     fresh = [p for p in compacted_parts(run, kind) if p.fresh(run)]
     root = os.fspath(run)
     covered = {os.path.join(root, rel) for p in fresh for rel in p.sources}  # strings: cheaper than Paths
-    listed = run.glob(pattern) if files is None else files
-    return [p.path for p in fresh], [f for f in listed if os.fspath(f) not in covered]
+    found = listed(run, pattern) if files is None else files
+    return [p.path for p in fresh], [f for f in found if os.fspath(f) not in covered]
 
 
 def view_files(run: Path, view: str, pattern: str) -> list[Path]:
     """The files a view reads in one run: fresh compacted parts and the files they do not stand for."""
     if view not in COMPACTED_VIEWS:
-        return list(run.glob(pattern))
+        return listed(run, pattern)
     parts_, rest = fresh_parts(run, view, pattern)
     return parts_ + rest
 

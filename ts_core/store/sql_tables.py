@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA
-from thinking_seeds.store.sql_files import PARQUET_VIEWS, file_order, footers, iteration_of
+from thinking_seeds.store.sql_files import PARQUET_VIEWS, file_order, footers, iteration_of, listed
 
 __all__ = ["CHECKPOINTS_SCHEMA", "CONFIGS_SCHEMA", "CORPUS_FILES_SCHEMA", "checkpoints", "configs", "corpus_files"]
 
@@ -73,7 +73,7 @@ def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
             for part in parts(run, _COUNTED_BY[view]):
                 if part.rows.keys() == part.sources.keys() and part.fresh(run):
                     known.update({os.path.join(root, r): (part.rows[r], part.sources[r][0]) for r in part.sources})
-        files = sorted((f for run in runs for f in run.glob(pattern)), key=file_order)
+        files = sorted((f for run in runs for f in listed(run, pattern)), key=file_order)
         counted = [(f, *known[os.fspath(f)]) for f in files if os.fspath(f) in known]
         read = footers(
             [f for f in files if os.fspath(f) not in known],
