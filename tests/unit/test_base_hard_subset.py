@@ -1,4 +1,4 @@
-"""The hard subset of θ_0 (`thinking_seeds.experiments.base_hard_subset`), on a random-weights game24
+"""The hard subset of θ_0 (`thinking_seeds.studies.base_hard_subset`), on a random-weights game24
 model that solves nothing: every prompt is hard, and the fresh samples' pass@k (0) keeps the bar."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 
 from thinking_seeds.data import game24
 from thinking_seeds.engine.models import char_tokenizer, tiny_llama
-from thinking_seeds.experiments.base_hard_subset import main
+from thinking_seeds.studies.base_hard_subset import main
 
 
 @pytest.fixture

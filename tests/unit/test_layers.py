@@ -17,7 +17,20 @@ ROOTS = {
     "thinking_seeds.flows": REPO / "flows",
 }
 # Bottom to top. `config` (the typed run config) is the foundation every layer may read.
-LAYERS = ["config", "algo", "store", "data", "engine", "evals", "train", "pipeline", "tasks", "experiments", "flows"]
+LAYERS = [
+    "config",
+    "algo",
+    "store",
+    "data",
+    "engine",
+    "evals",
+    "train",
+    "pipeline",
+    "tasks",
+    "experiments",
+    "studies",
+    "flows",
+]
 
 
 def modules() -> dict[str, Path]:

@@ -1,4 +1,4 @@
-"""The step-cut probe (`thinking_seeds.experiments.step_cut_probe`): where a seed of s steps ends, the
+"""The step-cut probe (`thinking_seeds.studies.step_cut_probe`): where a seed of s steps ends, the
 statistics it reports, and a real run on the bundled 24-game base."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import REPO
 from thinking_seeds.algo.seeding import after_steps
-from thinking_seeds.experiments.step_cut_probe import main, summarize
+from thinking_seeds.studies.step_cut_probe import main, summarize
 
 ANSWER = "8/3=8/3\n3-(8/3)=1/3\n8/(1/3)=24\n\\boxed{8/(3-(8/3))}"
 

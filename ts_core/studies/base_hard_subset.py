@@ -6,7 +6,7 @@ seed 0). Its pass@k is then measured on *fresh* samples (seed 1), so the subset'
 decide its own pass@k (a prompt chosen for 0 successes among the selection samples would read
 pass@k = 0 on those very samples).
 
-    python -m thinking_seeds.experiments.base_hard_subset MODEL --task game24 --split validation \\
+    python -m thinking_seeds.studies.base_hard_subset MODEL --task game24 --split validation \\
         [--samples 64] [--below 0.25] [--prompts N] [--out hard_validation.json]
 
 It prints and writes {rule, prompt_ids, selection: whole-split pass@1 / pass@k, fresh: the subset's

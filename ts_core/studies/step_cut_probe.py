@@ -6,7 +6,7 @@ probe asks the question the 24 game was chosen for, under control: cut every dra
 complete step lines (s = 1 leaves a real 3-number subproblem, s = 2 a single operation), continue
 each such prefix `continuations` times with the same model, and compare.
 
-    python -m thinking_seeds.experiments.step_cut_probe MODEL [--split validation] [--prompts 128] \\
+    python -m thinking_seeds.studies.step_cut_probe MODEL [--split validation] [--prompts 128] \\
         [--drafts 8] [--continuations 8] [--steps 1,2] [--out probe.json]
 
 For each s it reports, over the drafts that have s complete steps before any answer line:
