@@ -89,3 +89,27 @@ def test_a_comparison_in_progress_evaluates_what_finished_and_the_archive_keeps_
     assert all(j.done for j in equal_iterations_jobs("c", later, "grpo", 4))  # read from the archived table
     md = "\n".join(equal_iterations_table("c", later, "grpo", 4, ["thinking_seeds"]))
     assert "| thinking_seeds − grpo@4 | 1 | +0.0500" in md
+
+
+def test_the_archive_keeps_the_equal_iterations_tests_per_prompt_file(tmp_path):
+    """A registered equal-iterations reading pairs the seeded arm's final test with GRPO's earlier
+    checkpoint, prompt by prompt for the hard-prompt row: a later session restoring the archive must
+    find that checkpoint's per-prompt file as the final test's (game24-1step-main lost the row once)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from thinking_seeds.experiments.archive import archive_run, restore
+    from thinking_seeds.experiments.hard_subset import per_prompt
+
+    runs, archive, later = tmp_path / "runs", tmp_path / "archive", tmp_path / "later"
+    done = _run(runs, "grpo", 0, 5, checkpoints=(4, 5))
+    rows = pa.table({"prompt_id": ["p0", "p1"], "mode": ["plain", "plain"], "correct": [3, 0], "samples": [8, 8]})
+    for stage, step in ((FINAL_TEST_STAGE, 5), (EQUAL_ITERATIONS_STAGE, 4)):
+        (done.root / "evals" / stage).mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, done.root / "evals" / stage / f"step_{step:06d}.parquet")
+    cfg_hash = load_config("tiny", ["iterations=5", "algorithm=grpo", "seed=0"]).config_hash()
+    assert archive_run(done.root, archive, cfg_hash, True)
+    assert restore(archive, later, {done.run_id: cfg_hash}) == [done.run_id]
+    got = per_prompt(later / done.run_id, EQUAL_ITERATIONS_STAGE)
+    assert got is not None and sorted(got) == ["p0", "p1"] and got["p0"]["correct"] == 3
+    assert per_prompt(later / done.run_id) is not None  # the final test's, as before

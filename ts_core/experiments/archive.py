@@ -10,6 +10,8 @@ every run that has finished into the report folder, which is committed:
         metrics/iteration=all/metrics.parquet             every metrics file of the run, as one table
         corpus/prefixes/iteration=all/prefixes.parquet    the prefix corpus without token ids, log-probs, text
         evals/final-test/step_XXXXXX.parquet              per-prompt final test (θ_0's too, in the run that has it)
+        evals/final-test-equal-iterations/step_XXXXXX.parquet   per-prompt test of the checkpoint at the other
+                                                          arms' iteration count (equal_iterations.py), if tested
         seed_decides.json                                 a seeded run's does-the-seed-decide statistics
                                                           (seed_decides.py), computed from its rollouts
 
@@ -38,6 +40,7 @@ import pyarrow.parquet as pq
 from thinking_seeds.experiments.members import ARCHIVE_FILE, archive_record, discard_restored
 from thinking_seeds.experiments.run_spec import MARKER
 from thinking_seeds.experiments.seed_decides import STATS_FILE, run_stats
+from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE
 from thinking_seeds.store.parquet_io import write_table_atomic
 
 __all__ = ["ARCHIVED_METRICS", "ARCHIVE_FILE", "PREFIX_COLUMNS", "archive_run", "restore"]
@@ -67,7 +70,10 @@ def _sources(root: Path) -> dict[str, list[Path]]:
         "copy": [root / n for n in _COPIED if (root / n).is_file()],
         "metrics": _by_iteration(list(root.glob("metrics/iteration=*/*.parquet"))),
         "prefixes": _by_iteration(list(root.glob("corpus/prefixes/iteration=*/prefixes.parquet"))),
-        "final_test": sorted(root.glob("evals/final-test/step_*.parquet")),
+        # the final test's per-prompt files, and those of an earlier checkpoint tested for the equal-iterations
+        # reading (`final-test-equal-iterations`): its hard-prompt row reads them, as the final test's does
+        "final_test": sorted(root.glob("evals/final-test/step_*.parquet"))
+        + sorted(root.glob(f"evals/{EQUAL_ITERATIONS_STAGE}/step_*.parquet")),
     }
 
 
