@@ -156,17 +156,16 @@ def register_corpus_views(
         return
     pattern = PARQUET_VIEWS["prefixes"][0]
     per_run = {run: listed(run, pattern) for run in runs}  # listed once for every view
-    prefix_files = sorted((f for files in per_run.values() for f in files), key=file_order)
     # each view's fresh compacted parts, and the prefix files none of them stands for
     covered: dict[str, tuple[list[Path], list[Path]]] = {}
     for view in wanted:
         parts_: list[Path] = []
-        rest: set[Path] = set()
+        rest: list[Path] = []
         for run in runs:
             p, r = fresh_parts(run, view, pattern, per_run[run])
             parts_ += p
-            rest |= set(r)
-        covered[view] = (parts_, [f for f in prefix_files if f in rest])
+            rest += r
+        covered[view] = (parts_, sorted(rest, key=file_order))
     # the aggregates' footers of only the files a part does not stand for (one per file: the cost)
     aggs = _aggregates(sorted({f for _, files in covered.values() for f in files}, key=file_order))
 

@@ -55,34 +55,40 @@ PARQUET_VIEWS: dict[str, tuple[str, pa.Schema]] = {
 }
 
 
-def listed(run: Path, pattern: str) -> list[Path]:
-    """The run's files of `pattern` (in no particular order). A view's pattern,
+def listed(run: Path, pattern: str) -> list[str]:
+    """The run's files of `pattern`, as path strings (in no particular order). A view's pattern,
     `<folder>/iteration=*/<name>`, is listed with os.scandir: a live run of small iterations has
     15,630 iteration folders per view at 1M prefixes, and pathlib's glob of them took 2-3x as long
-    (0.49 s against 0.16 s for the metrics' 47k files). Any other pattern: pathlib's glob."""
+    (0.49 s against 0.16 s for the metrics' 47k files). Strings, not Paths: most of them stand for
+    files a compacted part replaces, and making 94k Path objects cost ~0.5 s of a 1M run's `runs`
+    query. Any other pattern: pathlib's glob."""
     folder, sep, name = pattern.partition("/iteration=*/")
     if not sep or "/" in name:
-        return list(run.glob(pattern))
+        return [os.fspath(f) for f in run.glob(pattern)]
     try:
         with os.scandir(run / folder) as it:
             folders = [e.path for e in it if e.name.startswith("iteration=") and e.is_dir()]
     except OSError:  # no such folder (a run before its first stage): nothing to read
         return []
     if not any(c in name for c in "*?["):  # one file per folder: a stat, not a listing
-        return [Path(p) for p in (os.path.join(d, name) for d in folders) if os.path.isfile(p)]
+        return [p for p in (os.path.join(d, name) for d in folders) if os.path.isfile(p)]
     out = []
     for d in folders:
         try:
             with os.scandir(d) as it:
-                out += [Path(e.path) for e in it if fnmatchcase(e.name, name) and e.is_file()]
+                out += [e.path for e in it if fnmatchcase(e.name, name) and e.is_file()]
         except OSError:  # removed while listed (retention): as if it had not been there
             continue
     return out
 
 
-def iteration_of(path: Path) -> int:
-    """K of the `iteration=K` folder a file is in; -1 outside one."""
-    for part in reversed(path.parts):
+def _parts(path: Path | str) -> tuple[str, ...]:
+    return tuple(path.split(os.sep)) if isinstance(path, str) else path.parts
+
+
+def iteration_of(path: Path | str) -> int:
+    """K of the `iteration=K` folder a file (a Path or a path string) is in; -1 outside one."""
+    for part in reversed(_parts(path)):
         if part.startswith("iteration="):
             try:
                 return int(part.split("=", 1)[1])
@@ -163,35 +169,37 @@ def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def fresh_parts(run: Path, kind: str, pattern: str, files: list[Path] | None = None) -> tuple[list[Path], list[Path]]:
+def fresh_parts(run: Path, kind: str, pattern: str, files: list[str] | None = None) -> tuple[list[Path], list[Path]]:
     """(the run's compacted parts of `kind` that are still fresh, every file of `pattern` none of them
     stands for): store/compaction.py's parts replace their files only while those are unchanged.
-    `files`: the run's files of `pattern` when the caller has listed them already (a listing of a
-    long run's iteration folders is most of what this costs)."""
+    `files`: the run's files of `pattern` (`listed`) when the caller has listed them already (a listing
+    of a long run's iteration folders is most of what this costs)."""
     fresh = [p for p in compacted_parts(run, kind) if p.fresh(run)]
-    root = os.fspath(run)
-    covered = {os.path.join(root, rel) for p in fresh for rel in p.sources}  # strings: cheaper than Paths
+    root = os.fspath(run) + os.sep
+    covered = {root + rel for p in fresh for rel in p.sources}  # strings: cheaper than Paths (and os.path.join)
     found = listed(run, pattern) if files is None else files
-    return [p.path for p in fresh], [f for f in found if os.fspath(f) not in covered]
+    return [p.path for p in fresh], [Path(f) for f in found if f not in covered]
 
 
 def view_files(run: Path, view: str, pattern: str) -> list[Path]:
     """The files a view reads in one run: fresh compacted parts and the files they do not stand for."""
     if view not in COMPACTED_VIEWS:
-        return listed(run, pattern)
+        return [Path(f) for f in listed(run, pattern)]
     parts_, rest = fresh_parts(run, view, pattern)
     return parts_ + rest
 
 
-def file_order(f: Path) -> tuple:
-    """Run, then iteration (a compacted part at its first iteration), then name."""
-    if f.parent.parent.name == COMPACTED:
-        return (f.parts[:-3], _part_first(f), "")
-    return (f.parts[:-3], iteration_of(f), f.name)
+def file_order(f: Path | str) -> tuple:
+    """Run, then iteration (a compacted part at its first iteration), then name; of Paths, or of path
+    strings (one kind per sort)."""
+    parts = _parts(f)
+    if len(parts) >= 3 and parts[-3] == COMPACTED:
+        return (parts[:-3], _part_first(parts[-1]), "")
+    return (parts[:-3], iteration_of(f), parts[-1])
 
 
-def _part_first(f: Path) -> int:
+def _part_first(name: str) -> int:
     try:
-        return int(f.name.split("=", 1)[1].split("-", 1)[0])
+        return int(name.split("=", 1)[1].split("-", 1)[0])
     except (IndexError, ValueError):
         return -1

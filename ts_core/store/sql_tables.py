@@ -69,21 +69,22 @@ def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
         pattern, contract = PARQUET_VIEWS[view]
         known: dict[str, tuple[int, int]] = {}  # file (a string: cheaper than a Path) -> (rows, bytes)
         for run in runs:
-            root = os.fspath(run)
+            root = os.fspath(run) + os.sep
             for part in parts(run, _COUNTED_BY[view]):
                 if part.rows.keys() == part.sources.keys() and part.fresh(run):
-                    known.update({os.path.join(root, r): (part.rows[r], part.sources[r][0]) for r in part.sources})
-        files = sorted((f for run in runs for f in listed(run, pattern)), key=file_order)
-        counted = [(f, *known[os.fspath(f)]) for f in files if os.fspath(f) in known]
+                    known.update({root + r: (part.rows[r], part.sources[r][0]) for r in part.sources})
+        files = [f for run in runs for f in listed(run, pattern)]  # strings: most are counted by a part
+        counted = [(f, *known[f]) for f in files if f in known]
         read = footers(
-            [f for f in files if os.fspath(f) not in known],
+            sorted((Path(f) for f in files if f not in known), key=file_order),
             PREFIX_FILE_SCHEMA if view == "prefixes" else contract,
             damaged,
         )
-        counted += [(f, n, f.stat().st_size) for f, _, n in read]
+        counted += [(os.fspath(f), n, f.stat().st_size) for f, _, n in read]
+        depth = 4 if view == "rollouts" else 5  # <run>/rollouts/iteration=K/f, <run>/corpus/prefixes/iteration=K/f
         for f, n, size in sorted(counted, key=lambda x: file_order(x[0])):
-            run = f.parents[2] if view == "rollouts" else f.parents[3]
-            rows.append({"run_id": run.name, "view": view, "iteration": iteration_of(f), "rows": n, "bytes": size})
+            run_id = f.split(os.sep)[-depth]
+            rows.append({"run_id": run_id, "view": view, "iteration": iteration_of(f), "rows": n, "bytes": size})
     return pa.Table.from_pylist(rows, schema=CORPUS_FILES_SCHEMA)
 
 
