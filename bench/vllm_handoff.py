@@ -4,7 +4,7 @@
 
 One in-process VLLMEngine on MODEL. Two policies alternate so that every call is a real swap: θ_a
 (MODEL's own folder, read by vLLM's `reload_weights(weights_path=...)`, the page cache warm after the
-first round) and θ_b (MODEL's tensors + small noise, published in store/live_weights.py as the trainer
+first round) and θ_b (MODEL's tensors + small noise, published in transports/live_weights.py as the trainer
 does, fed to `reload_weights(weights_iterator=...)`). Interleaved: memory, file, memory, file, ...
 Prints seconds per load of each side, GB/s and the ratio memory / file per round.
 
@@ -40,8 +40,8 @@ def main() -> None:
     from thinking_seeds.config import load_config
     from thinking_seeds.engine.models import load_model
     from thinking_seeds.engine.vllm_engine import VLLMEngine
-    from thinking_seeds.store import live_weights
     from thinking_seeds.store.checkpoints import save_checkpoint
+    from thinking_seeds.transports import live_weights
 
     model, tok = load_model(a.model)
     g = torch.Generator().manual_seed(0)

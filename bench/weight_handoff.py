@@ -7,7 +7,7 @@ shapes of a small Llama's layers) and hands it to this process, in interleaved r
 
     shm     safetensors file in /dev/shm, read with load_file, unlinked
     socket  each tensor's bytes through a Unix socket, received into preallocated tensors (what
-            trainer_server.send_weights / trainer_client.receive_weights do: it measured faster)
+            transports/weights.py send_weights / receive_weights do: it measured faster)
     disk    the per-iteration checkpoint of before: save_file in a folder, fsync, sha256, load_file
 
 and prints seconds per GB for each and the ratio to shm.

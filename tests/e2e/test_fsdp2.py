@@ -16,8 +16,8 @@ from thinking_seeds.config import save_config
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
 from thinking_seeds.pipeline.trainer_client import close_trainers
-from thinking_seeds.store import live_weights
 from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.transports import live_weights
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,9 @@ from thinking_seeds.pipeline.export import ExportError, export_policy
 from thinking_seeds.pipeline.loop import run_prepare, run_stage, train
 from thinking_seeds.pipeline.policy_chain import checkpoint_steps, forget_run, resident, update_output_ok
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.store import live_weights
 from thinking_seeds.store.parquet_io import read_table
 from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.transports import live_weights
 
 SCHEDULE = ["iterations=4", "pool.snapshot_every=3", "checkpoint.every=2"]
 

@@ -1,6 +1,6 @@
 """θ from the trainer to vLLM in memory (issue #25 item 1): no per-iteration policy file for the engine.
 
-`VLLMEngine.load_weights` finds a policy the trainer published (store/live_weights.py) and feeds its
+`VLLMEngine.load_weights` finds a policy the trainer published (transports/live_weights.py) and feeds its
 tensors to vLLM's in-place `reload_weights(weights_iterator=...)`, the reload it uses for files. Runs
 only in the vLLM environment (`make test-vllm`); skipped without vLLM.
 """
@@ -25,7 +25,7 @@ from thinking_seeds.config import load_config  # noqa: E402
 from thinking_seeds.engine.models import load_model  # noqa: E402
 from thinking_seeds.engine.rollout import SamplingParams  # noqa: E402
 from thinking_seeds.engine.vllm_engine import VLLMEngine  # noqa: E402
-from thinking_seeds.store import live_weights  # noqa: E402
+from thinking_seeds.transports import live_weights  # noqa: E402
 
 
 def test_weights_from_memory_sample_as_their_file(tmp_path):

@@ -9,10 +9,10 @@ import torch
 
 from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.policy_chain import checkpoint_due, memory_handoff
-from thinking_seeds.store import live_weights
 from thinking_seeds.store.checkpoints import FrozenModel, load_checkpoint, save_checkpoint
 from thinking_seeds.store.optimizer_state import snapshot_optimizer
 from thinking_seeds.train.resident import CheckpointWriter, metrics_digest
+from thinking_seeds.transports import live_weights
 
 
 def test_checkpoint_schedule_every_end_and_snapshots():

@@ -12,7 +12,7 @@ from tests.unit.test_micro_batches import tiny_model
 from thinking_seeds.config import load_config
 from thinking_seeds.pipeline.trainer_client import PersistentTrainer
 from thinking_seeds.train.resident import Resident
-from thinking_seeds.train.trainer_server import send_weights, weights_header
+from thinking_seeds.transports.weights import send_weights, weights_header
 
 
 def _resident(model) -> Resident:

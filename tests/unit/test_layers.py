@@ -21,6 +21,7 @@ LAYERS = [
     "config",
     "algo",
     "store",
+    "transports",
     "data",
     "engine",
     "evals",

@@ -7,8 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from thinking_seeds.pipeline.trainer_client import remove_stale_socket_dirs, socket_dir
 from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.transports.trainer_socket import remove_stale_socket_dirs, socket_dir
 
 
 def _dead_pid() -> int:

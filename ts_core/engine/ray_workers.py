@@ -12,9 +12,10 @@ constructor after a crash) loads the weights the next shard names: no state is l
 With cluster.weights=object_store no filesystem is shared: the driver verifies a checkpoint, puts its
 weight files into Ray's object store once (`ray.put`, a handful of checkpoints kept), and passes the
 reference wrapped in a list, so Ray does not resolve it for every shard; a worker fetches it only for a
-checkpoint it has not copied yet, writes the files to its own temp dir and loads them from there.
+checkpoint it has not copied yet, writes the files to its own temp dir and loads them from there. What
+crosses the object store, and its tags, is transports/ray_objects.py.
 
-A policy the trainer handed over in memory (store/live_weights.py: no file exists for it) goes the same
+A policy the trainer handed over in memory (transports/live_weights.py: no file exists for it) goes the same
 way in either mode, as tensors: the driver puts θ's state dict into the object store once, and each
 worker fetches it once and holds it in its own live_weights under the checkpoint's path, where its
 engine's load_weights looks before any file.
@@ -38,9 +39,17 @@ from thinking_seeds.config.placement import ray_worker_gpus
 from thinking_seeds.data.ray_pool import actor_options, fan_out, wait_started
 from thinking_seeds.engine.rollout import Generation
 from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine
-from thinking_seeds.store import live_weights
-
-LIVE = "live|"  # the tag of a policy shipped as tensors (no checkpoint files)
+from thinking_seeds.transports import live_weights
+from thinking_seeds.transports.ray_objects import (
+    KEEP_CHECKPOINTS,
+    checkpoint_files,
+    checkpoint_tag,
+    is_live,
+    live_policy_id,
+    live_state,
+    live_tag,
+    write_checkpoint,
+)
 
 
 def worker_config(cfg, worker_gpus: float):
@@ -76,10 +85,7 @@ class RolloutWorker:
         if self._copies_root is None:
             self._copies_root = Path(tempfile.mkdtemp(prefix="ts-weights-"))
         files: dict[str, bytes] = ray.get(box[0])
-        out = self._copies_root / hashlib.sha256(tag.encode()).hexdigest()[:16]
-        out.mkdir()
-        for name, data in files.items():
-            (out / name).write_bytes(data)
+        out = write_checkpoint(files, self._copies_root / hashlib.sha256(tag.encode()).hexdigest()[:16])
         self._copies[tag] = out
         while len(self._copies) > KEEP_CHECKPOINTS:
             shutil.rmtree(self._copies.popitem(last=False)[1], ignore_errors=True)
@@ -87,7 +93,7 @@ class RolloutWorker:
 
     def _hold_live(self, checkpoint: str, tag: str, box: list) -> None:
         """θ handed over in memory: fetched once, held where the engine's load_weights looks first."""
-        policy_id = tag.removeprefix(LIVE)
+        policy_id = live_policy_id(tag)
         held = live_weights.lookup(checkpoint)
         if held is None or held.policy_id != policy_id:
             import ray
@@ -109,7 +115,7 @@ class RolloutWorker:
         """The shard's generations under `checkpoint` (object_store: `shipped` = (tag, [ref to its files])),
         with the seconds spent swapping (fetching included) and generating."""
         t0 = time.perf_counter()
-        if shipped is not None and shipped[0].startswith(LIVE):
+        if shipped is not None and is_live(shipped[0]):
             self._hold_live(checkpoint, *shipped)
         elif shipped is not None:
             checkpoint = str(self._local_copy(*shipped))
@@ -133,30 +139,6 @@ class RolloutWorker:
         if self._copies_root is not None:
             shutil.rmtree(self._copies_root, ignore_errors=True)
             self._copies.clear()
-
-
-KEEP_CHECKPOINTS = 8  # object_store: checkpoints kept (driver refs, worker copies): θ_k and the pool's members
-
-
-def _shipped_files(checkpoint: Path) -> list[Path]:
-    skip = ("optimizer.safetensors", "manifest.json")
-    return sorted(f for f in checkpoint.iterdir() if f.is_file() and f.name not in skip)
-
-
-def checkpoint_tag(checkpoint: Path) -> str:
-    """The identity of a checkpoint's shipped files on disk (a rewritten directory is another checkpoint)."""
-    stats = ",".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in _shipped_files(checkpoint))
-    return f"{checkpoint.resolve()}|{stats}"
-
-
-def checkpoint_files(checkpoint: Path) -> dict[str, bytes]:
-    """A checkpoint's files for the object store: every file but the optimizer state and the manifest,
-    verified against that manifest first (the copy is then loaded without one)."""
-    if (checkpoint / "manifest.json").is_file():
-        from thinking_seeds.store.checkpoints import verified
-
-        verified(checkpoint)
-    return {f.name: f.read_bytes() for f in _shipped_files(checkpoint)}
 
 
 class RayRolloutPool:
@@ -211,8 +193,7 @@ class RayRolloutPool:
     def _ship_live(self, live) -> tuple[str, list]:
         """A policy held in memory: its tensors on the host, put once (ray.put copies them, so an
         in-process trainer's next update, which changes them in place, does not reach the copy)."""
-        state = lambda: {n: t.detach().cpu() for n, t in live.state.items()}  # noqa: E731
-        return self._put_once(self._live, LIVE + live.policy_id, state, self._live_keep)
+        return self._put_once(self._live, live_tag(live.policy_id), lambda: live_state(live), self._live_keep)
 
     def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
         shipped = None

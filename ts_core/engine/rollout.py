@@ -30,7 +30,7 @@ from thinking_seeds.engine.prefill import (  # noqa: F401 - re-exported: the eng
     prefill_width,
     unique_contexts,
 )
-from thinking_seeds.store import live_weights
+from thinking_seeds.transports import live_weights
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ class HFEngine:
         """Swap in another checkpoint's weights (same architecture) without rebuilding the model."""
         checkpoint_dir = Path(checkpoint_dir)
         live = live_weights.lookup(checkpoint_dir)
-        if live is not None:  # θ handed over by the trainer (store/live_weights.py): no file is read
+        if live is not None:  # θ handed over by the trainer (transports/live_weights.py): no file is read
             tag = f"live|{checkpoint_dir}|{live.policy_id}"
             if self.loaded_from != tag:
                 self._load_state(live.state, checkpoint_dir)

@@ -16,7 +16,7 @@ Same contract as `HFEngine`:
 - per-row `max_new` caps and EOS stop (the EOS token is part of `token_ids`, `finished=True`);
 - weight swaps between checkpoints in one running engine: `collective_rpc("reload_weights",
   weights_path=...)` then `reset_prefix_cache()` (cached KV blocks belong to the old weights).
-  A policy the trainer handed over in memory (store/live_weights.py) goes through the same reload
+  A policy the trainer handed over in memory (transports/live_weights.py) goes through the same reload
   with `weights_iterator=` its tensors: no file. `model.load_weights` through `apply_model` does not
   work on the CPU backend (docs/algorithm.md §7), and on CPU the tied lm_head's packed GEMM must be
   rebuilt after the reload (see `_reload`).
@@ -60,7 +60,7 @@ from thinking_seeds.engine.vllm_adapters import (
     _verify,
     lora_rank_slot,
 )
-from thinking_seeds.store import live_weights
+from thinking_seeds.transports import live_weights
 
 # Before vllm is imported anywhere: the engine core stays in this process.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -266,7 +266,7 @@ class VLLMEngine(VLLMAdapters):
             self.loaded_from = str(checkpoint_dir)
             return
         live = live_weights.lookup(checkpoint_dir)
-        if live is not None:  # θ handed over by the trainer (store/live_weights.py): no file is read
+        if live is not None:  # θ handed over by the trainer (transports/live_weights.py): no file is read
             tag = f"live|{checkpoint_dir}|{live.policy_id}"
             if self.loaded_from != tag:
                 # The same in-place reload as from a file, fed the tensors: in-process vLLM passes the

@@ -2,7 +2,7 @@
 
 θ_k is on disk (`policy/step_k/`, with its AdamW state) only at checkpoint steps (`checkpoint_due`);
 in between it exists in the trainer (train/resident.py) and, for sampling and evaluation, in this
-process (store/live_weights.py: the engine looks there first). Each policy has an identity that does
+process (transports/live_weights.py: the engine looks there first). Each policy has an identity that does
 not depend on where it is:
 
     policy_id(0)   = the prepare manifest's digest
@@ -31,10 +31,10 @@ from pathlib import Path
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import upstream_of
-from thinking_seeds.store import live_weights
 from thinking_seeds.store.checkpoints import CheckpointError, list_checkpoints, verified
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.transports import live_weights
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from thinking_seeds.engine.models import resolve_device
 from thinking_seeds.engine.scoring import score_responses
 from thinking_seeds.pipeline.rows import RolloutRow
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.store import live_weights
+from thinking_seeds.transports import live_weights
 
 
 def _trainer_logprobs(s: Session, path, rows: list[RolloutRow]) -> list[list[float]]:

@@ -23,8 +23,8 @@ from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow, as_stored, read_
 from thinking_seeds.pipeline.seeds_ahead import peek_ahead
 from thinking_seeds.pipeline.session import Session, Timer, mean
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
-from thinking_seeds.store import live_weights
 from thinking_seeds.store.manifest import Manifest
+from thinking_seeds.transports import live_weights
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from thinking_seeds.pipeline.policy_chain import (
 )
 from thinking_seeds.pipeline.session import Session, Timer
 from thinking_seeds.pipeline.update_launcher import launch_update
-from thinking_seeds.store import live_weights
 from thinking_seeds.store.checkpoints import verify_checkpoint
 from thinking_seeds.store.manifest import Manifest
+from thinking_seeds.transports import live_weights
 
 
 def update(s: Session, k: int) -> Manifest:

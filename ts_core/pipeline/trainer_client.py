@@ -8,14 +8,14 @@ launches it), in this process, and sends it every update of the run as one JSON 
 socket (a chain of updates: pipeline/policy_chain.py); the answer is one JSON line with the
 metrics, followed by θ_{k+1}'s tensors' bytes when the engine takes them from memory
 (`receive_weights`). The trainer writes `policy/step_<k+1>/` itself at checkpoint steps; the update
-stage writes the manifest, so resume works as with the other launchers.
+stage writes the manifest, so resume works as with the other launchers. The wire itself, which both
+ends share, is transports/trainer_socket.py (the socket's folder and its messages) and
+transports/weights.py (θ's bytes).
 
 Why a socket the pipeline listens on: the pipeline learns of a dead trainer at once (EOF) and the
 trainer of a dead pipeline (EOF); a file queue would need polling and leases on both sides. The
-socket lives in a private temp directory, not in the run directory: a Unix socket path is limited
-to ~107 bytes, which a run directory under pytest's or a user's deep tree exceeds, and the run
-directory holds only what resume reads. The trainer's output goes to a log file next to it; its
-tail is in every error.
+socket lives in a private temp directory, not in the run directory (`socket_dir`: a Unix socket's
+path is short). The trainer's output goes to a log file next to it; its tail is in every error.
 
 Never a hang: every wait (the trainer's start, each job) polls the launcher process every
 `POLL_S`; its exit, or EOF on the socket, raises TrainerDied with the log's tail at once. The start
@@ -37,14 +37,11 @@ runs at the end of the loop and the flow, and atexit.
 from __future__ import annotations
 
 import atexit
-import hashlib
-import json
 import os
 import selectors
 import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -52,6 +49,16 @@ from pathlib import Path
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.update_launcher import _die_with_parent, launch_prefix, without_launcher
 from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.transports import weights
+from thinking_seeds.transports.trainer_socket import (
+    LOG_NAME,
+    SOCKET_NAME,
+    STOP,
+    USER_ERRORS,
+    decode,
+    encode,
+    socket_dir,
+)
 
 START_TIMEOUT_S = 600.0  # imports + process group on a loaded 2-core box take 5-30 s; a GPU node's NCCL more
 POLL_S = 0.2
@@ -90,39 +97,6 @@ def node_command(run: RunDir, cfg: RunConfig, machine_rank: int) -> list[str]:
     return cmd + (["--cpu"] if cpu else [])
 
 
-def _run_tag(run: RunDir) -> str:
-    return hashlib.sha256(str(run.root.resolve()).encode()).hexdigest()[:10]
-
-
-def socket_dir(run: RunDir) -> Path:
-    """A new folder for the trainer's socket and log, outside the run (a Unix socket's path must stay
-    under ~100 bytes): /tmp/ts-trainer-<run tag>-<pid>-<random>. Folders of this run left by a pipeline
-    that died (kill -9: nothing ran its close) are removed first, so none outlives the next start."""
-    remove_stale_socket_dirs(run)
-    return Path(tempfile.mkdtemp(prefix=f"ts-trainer-{_run_tag(run)}-{os.getpid()}-"))
-
-
-def remove_stale_socket_dirs(run: RunDir) -> list[Path]:
-    """Remove this run's socket folders whose pipeline process is gone; the ones removed."""
-    gone = []
-    for d in Path(tempfile.gettempdir()).glob(f"ts-trainer-{_run_tag(run)}-*"):
-        pid = d.name.split("-")[3] if d.name.count("-") >= 4 else ""
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
-            gone.append(d)
-    return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 class PersistentTrainer:
     """One launched trainer process group and its socket."""
 
@@ -134,8 +108,8 @@ class PersistentTrainer:
         self.conn: socket.socket | None = None
         self.file = None
         self.dir = socket_dir(run)
-        self.log_path = self.dir / "trainer.log"
-        self.sock_path = self.dir / "sock"
+        self.log_path = self.dir / LOG_NAME
+        self.sock_path = self.dir / SOCKET_NAME
         # Launched here, connected at its first job (`_ready`): the launch (interpreter, imports, process
         # group: seconds) runs beside whatever the pipeline does until then (prelaunch_trainer).
         self.listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -209,7 +183,7 @@ class PersistentTrainer:
         line = self.file.readline()
         if not line:
             raise self._died(what + ": its socket closed")
-        return json.loads(line)
+        return decode(line)
 
     # -- jobs ------------------------------------------------------------------------------
     def alive(self) -> bool:
@@ -228,7 +202,7 @@ class PersistentTrainer:
         with self.lock:
             self._ready()
             try:
-                self.file.write(json.dumps(job).encode() + b"\n")
+                self.file.write(encode(job))
                 self.file.flush()
             except OSError as e:
                 raise self._died(f"could not take the {what} ({e})") from e
@@ -238,27 +212,16 @@ class PersistentTrainer:
         if answer.get("ok"):
             return answer
         msg = f"{what} failed in the persistent trainer: {answer['type']}: {answer['error']}"
-        if answer["type"] in ("ValueError", "ConfigError", "DataError", "CheckpointError", "ModelError"):
+        if answer["type"] in USER_ERRORS:
             raise ValueError(msg)  # a mistake the user can fix: one line (flows/cli/errors.py)
         raise RuntimeError(f"{msg}\n{answer['traceback']}")
 
     def receive_weights(self, header: list, what: str) -> dict:
-        """θ's tensors, whose bytes follow the answer line (trainer_server.send_weights), read straight
-        into tensors of this process: the hand-over that measured faster than /dev/shm
-        (bench/weight_handoff.py)."""
-        import torch
-
-        out = {}
-        for name, dtype, shape in header:
-            t = torch.empty(shape, dtype=getattr(torch, dtype))
-            buf, got = memoryview(t.view(torch.uint8).numpy()).cast("B"), 0
-            while got < len(buf):
-                n = self.file.readinto(buf[got:])
-                if not n:
-                    raise self._died(f"{what}: its socket closed while sending θ")
-                got += n
-            out[name] = t
-        return out
+        """θ's tensors, whose bytes follow the answer line, read straight into tensors of this process
+        (transports/weights.py: the hand-over that measured faster than /dev/shm)."""
+        return weights.receive_weights(
+            self.file, header, lambda: self._died(f"{what}: its socket closed while sending θ")
+        )
 
     def close(self, at_once: bool = False) -> None:
         """Ask the trainer to stop, wait for it (then terminate, then kill), remove the socket's folder.
@@ -270,7 +233,7 @@ class PersistentTrainer:
         at_once = at_once or self.file is None
         if not at_once:
             try:
-                self.file.write(b'{"op": "stop"}\n')
+                self.file.write(encode(STOP))
                 self.file.flush()
             except OSError:
                 pass

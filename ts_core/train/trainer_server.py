@@ -13,7 +13,8 @@ imports, a process group and a model load every iteration (~5 s on the tiny pres
 in-process iteration: BENCHMARKS.md). This process group is started once by the pipeline
 (pipeline/trainer_client.py) and then serves update jobs:
 
-- rank 0 connects to the pipeline's Unix socket `S` and reads one JSON job per line (an update
+- rank 0 connects to the pipeline's Unix socket `S` and reads one JSON job per line (the wire:
+  transports/trainer_socket.py; an update
   job of train/resident.py: a chain of updates from a checkpoint, whether to write the end's
   checkpoint, whether to hand its weights over; `{"op": "flush"}`: wait for the checkpoint being
   written; `{"op": "stop"}`), then broadcasts it to the other ranks (broadcast_object_list: every
@@ -21,8 +22,8 @@ in-process iteration: BENCHMARKS.md). This process group is started once by the 
   a collective long enough to hit its timeout (30 minutes: the limit of a hung update);
 - the job runs the very trainer code of the per-update launch (`trainer.update_state`); rank 0
   answers one JSON line with the metrics and, with "handoff", θ_{k+1}'s tensors' bytes right after
-  it on the socket (`send_weights`: the pipeline's engine loads them; no file). On CUDA the hook
-  for IPC handles instead of bytes is `send_weights` / trainer_client.receive_weights. Every
+  it on the socket (transports/weights.py `send_weights`: the pipeline's engine loads them; no file). On
+  CUDA the hook for IPC handles instead of bytes is `send_weights` / `receive_weights` there. Every
   `checkpoint.every` iterations θ_{k+1} is also written to `policy/step_<k+1>/` with its AdamW
   state, from a CPU copy in a background thread (train/resident.py).
 
@@ -45,12 +46,10 @@ a rank that raised alone would leave the others waiting in a collective.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import select
 import socket
 import sys
-import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -58,6 +57,8 @@ import torch
 
 from thinking_seeds.config import load_saved_config
 from thinking_seeds.train.resident import Resident
+from thinking_seeds.transports.trainer_socket import decode, error_answer, send
+from thinking_seeds.transports.weights import send_weights, weights_header
 
 # A collective that waits longer than this raises (and the trainer exits, which the pipeline sees): a
 # hung update fails instead of hanging. Idle ranks never wait that long: while no job comes, rank 0
@@ -101,40 +102,6 @@ class Server:
         return answer
 
 
-def weights_header(state: dict) -> list[list]:
-    """[name, dtype, shape] of each tensor `send_weights` sends (a tensor tied to an earlier one, once)."""
-    return [[name, str(t.dtype).removeprefix("torch."), list(t.shape)] for name, t in _unique(state).items()]
-
-
-def send_weights(f, state: dict) -> None:
-    """θ's tensors for the pipeline's engine, their bytes straight after the answer line on the socket
-    (no file; received by trainer_client.receive_weights). Measured against a safetensors file in
-    /dev/shm on the same bytes: the socket took 0.45-0.76x its time (bench/weight_handoff.py)."""
-    for t in _unique(state).values():
-        f.write(memoryview(t.detach().to("cpu").contiguous().view(torch.uint8).numpy()))
-    f.flush()
-
-
-def _unique(state: dict) -> dict:
-    seen: set[tuple] = set()
-    out = {}
-    for name, t in state.items():
-        key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-        if key not in seen:
-            seen.add(key)
-            out[name] = t
-    return out
-
-
-def _error(e: Exception) -> dict:
-    return {"ok": False, "type": type(e).__name__, "error": str(e), "traceback": traceback.format_exc()}
-
-
-def _send(f, msg: dict) -> None:
-    f.write(json.dumps(msg).encode() + b"\n")
-    f.flush()
-
-
 def _receive(conn: socket.socket, f) -> dict:
     """The next job from the pipeline; a stop on EOF (the pipeline closed the socket or died); an
     idle beat when none came within IDLE_BEAT_S (the pipeline sends one job and waits for its answer,
@@ -142,7 +109,7 @@ def _receive(conn: socket.socket, f) -> dict:
     if not select.select([conn], [], [], IDLE_BEAT_S)[0]:
         return {"op": "idle"}
     line = f.readline()
-    return json.loads(line) if line else {"op": "stop", "reason": "eof"}
+    return decode(line) if line else {"op": "stop", "reason": "eof"}
 
 
 def serve(accelerator, sock_path: str) -> bool:
@@ -154,7 +121,7 @@ def serve(accelerator, sock_path: str) -> bool:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(sock_path)
         f = conn.makefile("rwb")
-        _send(f, {"op": "hello", "pid": os.getpid(), "world": accelerator.num_processes})
+        send(f, {"op": "hello", "pid": os.getpid(), "world": accelerator.num_processes})
     server = Server(accelerator)
     while True:
         box = [None]
@@ -173,12 +140,10 @@ def serve(accelerator, sock_path: str) -> bool:
                 server.resident.flush()
             except Exception as e:
                 if main:
-                    _send(
-                        f, {"ok": False, "type": type(e).__name__, "error": str(e), "traceback": traceback.format_exc()}
-                    )
+                    send(f, error_answer(e))
                 raise
             if main:
-                _send(f, {"ok": True})
+                send(f, {"ok": True})
             continue
         if job.get("op") != "update":
             if job.get("reason") != "eof":  # a stop: the last checkpoint first; EOF: the pipeline is gone
@@ -188,10 +153,10 @@ def serve(accelerator, sock_path: str) -> bool:
             answer = server.run(job)
         except Exception as e:
             if main:
-                _send(f, _error(e))
+                send(f, error_answer(e))
             raise
         if main:
-            _send(f, {"ok": True, **answer})
+            send(f, {"ok": True, **answer})
             if answer.get("weights"):
                 send_weights(f, server.outgoing)
                 server.outgoing = None  # a cast copy (mixed precision) is freed once sent

@@ -1,5 +1,11 @@
 """Policies held in memory instead of on disk: θ_k between two checkpoints (`checkpoint.every`).
 
+The wire from whoever made θ to the engines of this process. Written by the update's end in this
+process (pipeline/policy_chain.py `publish`: the in-process trainer's tensors, or those the persistent
+trainer sent on its socket, transports/weights.py; a Ray rollout worker writes what the driver put into
+the object store, engine/ray_workers.py); read by every engine load (engine/rollout.py,
+engine/vllm_engine.py) and by the driver's Ray pool, which ships it on (transports/ray_objects.py).
+
 The update hands θ_{k+1} to this process as a state dict (`publish`), keyed by the path its
 checkpoint would have (`runs/<id>/policy/step_k`) and tagged with the policy's identity (a digest of
 the manifests it was computed from: pipeline/policy_chain.py). Every engine load goes through
@@ -10,10 +16,10 @@ In process (update.launcher=in_process) the tensors are the trainer's own parame
 engine copies them into its model); the entry is dropped before the next update changes them in
 place (`drop_borrowed`; `keep_copy` when an older θ must still sample meanwhile). From the
 persistent trainer their bytes arrive on its socket, read straight into
-tensors (pipeline/trainer_client.py; faster than a /dev/shm file: bench/weight_handoff.py). A CUDA
+tensors (transports/weights.py; faster than a /dev/shm file: bench/weight_handoff.py). A CUDA
 trainer in this process could publish its device tensors the same way (the engine's load_state_dict
 copies device to device); one in another process would send CUDA IPC handles instead of bytes
-(trainer_server.send_weights / trainer_client.receive_weights): that is the hook.
+(weights.send_weights / weights.receive_weights): that is the hook.
 """
 
 from __future__ import annotations
