@@ -33,8 +33,8 @@ from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import rollout_step
 from thinking_seeds.pipeline.policy_chain import policy_id
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow
+from thinking_seeds.pipeline.run_resources import held_resources, resources_for
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.pipeline.work_ahead import AheadStore
 from thinking_seeds.store.run_dir import RunDir
 
 log = logging.getLogger(__name__)
@@ -51,21 +51,18 @@ class GroupsAhead:
     seconds: dict[str, float]
 
 
-_AHEAD: AheadStore[GroupsAhead] = AheadStore()
-
-
 def staleness_due(cfg: RunConfig, k: int) -> bool:
     """Whether to sample iteration k+1's groups while update k runs."""
     return cfg.pipeline.max_staleness > 0 and 0 <= k < cfg.iterations - 1
 
 
 def put_groups(s: Session, k: int, ahead: GroupsAhead) -> None:
-    _AHEAD.put(s, k, ahead)
+    resources_for(s.run).groups_ahead.put(s, k, ahead)
 
 
 def take_groups(s: Session, k: int, prefixes: list[PrefixRow]) -> GroupsAhead | None:
     """Groups k sampled ahead, if by the policy the stage would use and from exactly these seeds (once)."""
-    ahead = _AHEAD.take(s, k)
+    ahead = resources_for(s.run).groups_ahead.take(s, k)
     if ahead is None:
         return None
     if ahead.policy != policy_id(s.run, rollout_step(s.cfg, k)) or ahead.prefixes != prefixes:
@@ -76,4 +73,6 @@ def take_groups(s: Session, k: int, prefixes: list[PrefixRow]) -> GroupsAhead | 
 
 def drop_groups(run: RunDir) -> None:
     """Forget this run's groups sampled ahead (the run ended, or failed)."""
-    _AHEAD.drop(run)
+    res = held_resources(run)
+    if res is not None:
+        res.groups_ahead.drop(run)

@@ -31,14 +31,13 @@ from pathlib import Path
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import upstream_of
+from thinking_seeds.pipeline.run_resources import all_resources, held_resources, resources_for
 from thinking_seeds.store.checkpoints import CheckpointError, list_checkpoints, verified
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.transports import live_weights
 
 log = logging.getLogger(__name__)
-
-_RESIDENTS: dict[str, object] = {}  # run root -> train.resident.Resident (update.launcher=in_process)
 
 
 def memory_handoff(cfg: RunConfig) -> bool:
@@ -179,7 +178,8 @@ def run_job(run: RunDir, cfg: RunConfig, job: dict, what: str) -> dict:
 def held_policy(run: RunDir, cfg: RunConfig) -> str | None:
     """The id of the policy this process's trainer holds (None: nothing known)."""
     if cfg.update.launcher == "in_process":
-        res = _RESIDENTS.get(str(run.root.resolve()))
+        held = held_resources(run)
+        res = held.resident if held is not None else None
         return res.held[0] if res is not None and res.held is not None else None
     from thinking_seeds.pipeline.trainer_client import held_trainer
 
@@ -191,12 +191,14 @@ def resident(run: RunDir):
     """This process's in-process trainer state for the run (update.launcher=in_process)."""
     from thinking_seeds.train.resident import Resident  # torch training code: only when used
 
-    key = str(run.root.resolve())
-    if key not in _RESIDENTS:
-        for other in list(_RESIDENTS):  # one run at a time holds a model and AdamW
-            _RESIDENTS.pop(other).flush()
-        _RESIDENTS[key] = Resident()
-    return _RESIDENTS[key]
+    mine = resources_for(run)
+    if mine.resident is None:
+        for other in all_resources():  # one run at a time holds a model and AdamW
+            if other is not mine and other.resident is not None:
+                res, other.resident = other.resident, None
+                res.flush()
+        mine.resident = Resident()
+    return mine.resident
 
 
 def ensure_policy(run: RunDir, cfg: RunConfig, step: int) -> Path:
@@ -230,9 +232,9 @@ def flush_checkpoints(run: RunDir, cfg: RunConfig) -> None:
     """Wait until the checkpoint being written in the background (if any) is on disk (raise its error),
     then apply checkpoint.keep_last to it."""
     if cfg.update.launcher == "in_process":
-        res = _RESIDENTS.get(str(run.root.resolve()))
-        if res is not None:
-            res.flush()
+        held = held_resources(run)
+        if held is not None and held.resident is not None:
+            held.resident.flush()
     else:
         from thinking_seeds.pipeline.trainer_client import held_trainer
 
@@ -256,7 +258,8 @@ def prune_checkpoints(run: RunDir, cfg: RunConfig) -> list[int]:
 
 def forget_run(run: RunDir) -> None:
     """Drop this process's in-memory policies of the run (after flushing its checkpoint)."""
-    res = _RESIDENTS.pop(str(run.root.resolve()), None)
-    if res is not None:
-        res.flush()
-    live_weights.clear(run.root)
+    held = held_resources(run)
+    if held is not None:
+        held.forget_policies()
+    else:
+        live_weights.clear(run.root)

@@ -4,8 +4,8 @@
     with run_opened(run, cfg) as cfg:      # inputs checked, the lock, the run's own config (resume)
         prepare; prelaunch_trainer; evaluate θ_0
         for k: ...; ahead = work_ahead(s, k) beside update k; ...
-    # closed, whatever happened: work held ahead, in-memory policies, sessions, trackers, the persistent
-    # trainer (at once on Ctrl-C), the lock
+    # closed, whatever happened: the run's RunResources (work held ahead, in-memory policies, the shared
+    # session, trackers: pipeline/run_resources.py), the persistent trainer (at once on Ctrl-C), the lock
 
 The two callers differ only in how they run a stage (a function call, or a Prefect task) and how they run
 the work ahead (a thread, or a submitted task); what is opened, sampled ahead and closed is decided here.
@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from thinking_seeds.config import RunConfig
-from thinking_seeds.pipeline.groups_ahead import drop_groups, staleness_due
-from thinking_seeds.pipeline.policy_chain import flush_checkpoints, forget_run
+from thinking_seeds.pipeline.groups_ahead import staleness_due
+from thinking_seeds.pipeline.policy_chain import flush_checkpoints
 from thinking_seeds.pipeline.resume import continued_config, record_extension
-from thinking_seeds.pipeline.seeds_ahead import drop_ahead, overlap_due
-from thinking_seeds.pipeline.session import Session, close_trackers, drop_session
+from thinking_seeds.pipeline.run_resources import close_resources, resources_for
+from thinking_seeds.pipeline.seeds_ahead import overlap_due
+from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_continuation import prepare_ahead, sample_ahead
 from thinking_seeds.pipeline.stage_prepare import check_inputs
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
@@ -41,6 +42,7 @@ def run_opened(run: RunDir, cfg: RunConfig) -> Iterator[RunConfig]:
     check_inputs(run, cfg)  # the data files and the model directory, before the lock makes the run directory
     run.acquire_lock()
     try:
+        resources_for(run)  # what the run holds in this process, from here to its close
         cfg = continued_config(run, cfg)
         record_extension(run, cfg)
         yield cfg
@@ -48,11 +50,9 @@ def run_opened(run: RunDir, cfg: RunConfig) -> Iterator[RunConfig]:
     finally:
         interrupted = sys.exc_info()[0] is KeyboardInterrupt
         try:
-            drop_ahead(run)
-            drop_groups(run)
-            forget_run(run)  # this process's in-memory policies of the run
-            drop_session(run)  # the flow's shared Session (the loop closes its own)
-            close_trackers()
+            # work held ahead, the in-process trainer and the run's policies in memory, the flow's shared
+            # Session (the loop closes its own), the run's trackers: pipeline/run_resources.py
+            close_resources(run)
             close_trainers(at_once=interrupted)  # the persistent trainer, if one started (Ctrl-C: terminated now)
         finally:
             run.release_lock()

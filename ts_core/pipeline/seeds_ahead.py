@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.rows import PrefixRow
+from thinking_seeds.pipeline.run_resources import held_resources, resources_for
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.pipeline.work_ahead import AheadStore
 from thinking_seeds.store.checkpoints import CheckpointInfo
 from thinking_seeds.store.run_dir import RunDir
 
@@ -39,9 +39,6 @@ class Ahead:
     members: Fingerprint
     seconds: dict[str, float]
     banked: bool = False  # drafted with an earlier iteration's seeds (pipeline.seeds_block): no seconds here
-
-
-_AHEAD: AheadStore[Ahead] = AheadStore()
 
 
 def overlap_on(cfg: RunConfig) -> bool:
@@ -69,22 +66,22 @@ def fingerprint(members: list[CheckpointInfo]) -> Fingerprint:
 
 
 def put_ahead(s: Session, k: int, ahead: Ahead) -> None:
-    _AHEAD.put(s, k, ahead)
+    resources_for(s.run).seeds_ahead.put(s, k, ahead)
 
 
 def has_ahead(s: Session, k: int) -> bool:
-    return _AHEAD.has(s, k)
+    return resources_for(s.run).seeds_ahead.has(s, k)
 
 
 def peek_ahead(s: Session, k: int) -> Ahead | None:
     """The drafts of seeds k if they are held, left in place for the seeds stage (bounded staleness
     continues them before that stage writes them: pipeline/groups_ahead.py)."""
-    return _AHEAD.peek(s, k)
+    return resources_for(s.run).seeds_ahead.peek(s, k)
 
 
 def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | None:
     """The drafts of seeds k if they were drafted ahead by exactly these pool members (once)."""
-    ahead = _AHEAD.take(s, k)
+    ahead = resources_for(s.run).seeds_ahead.take(s, k)
     if ahead is not None and ahead.members != fingerprint(members):
         log.warning("seeds %d: the pool changed since its seeds were drafted ahead; sampling them again", k)
         return None
@@ -93,4 +90,6 @@ def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | Non
 
 def drop_ahead(run: RunDir) -> None:
     """Forget this run's drafts (the run ended, or failed)."""
-    _AHEAD.drop(run)
+    res = held_resources(run)
+    if res is not None:
+        res.seeds_ahead.drop(run)

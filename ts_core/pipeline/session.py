@@ -10,12 +10,14 @@ shards (engine/sharding.py) that this process's engine runs one after the other 
 that rollout.workers Ray actors run (cluster=ray; engine/ray_workers.py): the same samples either way.
 With cluster=ray the verifier is reward.workers Ray actors too (data/ray_pool.py); the Ray pools are
 cached per process like the engine. Evaluation always samples with this process's engine.
+
+The run's own trackers and the flow's shared Session (`session_for`) are fields of the run's
+RunResources (pipeline/run_resources.py), closed with the run.
 """
 
 from __future__ import annotations
 
 import random
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from thinking_seeds.data.rewards import Verifier, shared_verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
 from thinking_seeds.engine.sharding import Call, LocalRollout, build_engine, generate_sharded, generate_sharded_many
+from thinking_seeds.pipeline.run_resources import all_resources, held_resources, resources_for, shared_session
 from thinking_seeds.store.checkpoints import CheckpointInfo, list_checkpoints
 from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.run_dir import RunDir
@@ -54,7 +57,7 @@ def mean(xs) -> float:
 
 
 _ENGINES: dict[tuple, object] = {}
-_TRACKERS: dict[str, object] = {}
+_TRACKERS_ATEXIT = False
 _RAY_POOLS: dict[str, tuple[tuple, object]] = {}  # "rollout" / "verify" -> (key, pool): one of each per process
 
 
@@ -81,10 +84,10 @@ def _ray_pool(kind: str, key: tuple, make):
 
 
 def close_trackers() -> None:
-    """Flush and close every tracker of this process (at exit, or when a run ends)."""
-    for t in list(_TRACKERS.values()):
-        t.close()
-    _TRACKERS.clear()
+    """Flush and close every run's tracker in this process (at exit, or after a Ctrl-C: flows/cli/errors.py);
+    a run's own close closes its tracker (pipeline/run_resources.py)."""
+    for res in all_resources():
+        res.close_tracker()
 
 
 class Session:
@@ -273,23 +276,21 @@ class Session:
         """The run's experiment trackers (`logger`), one per run and process (None: console only)."""
         if self.cfg.logger == ["console"] or not self.cfg.logger:
             return None
-        key = str(self.run.root.resolve())
-        if key not in _TRACKERS:
+        global _TRACKERS_ATEXIT
+        res = resources_for(self.run)
+        if res.tracker is None:
             from thinking_seeds.store.tracking import Tracker
 
-            _TRACKERS[key] = Tracker(self.cfg.logger, self.run.root, self.run.run_id, self.cfg.model_dump(mode="json"))
-            if len(_TRACKERS) == 1:
+            res.tracker = Tracker(self.cfg.logger, self.run.root, self.run.run_id, self.cfg.model_dump(mode="json"))
+            if not _TRACKERS_ATEXIT:
                 import atexit
 
                 atexit.register(close_trackers)
-        return _TRACKERS[key]
+                _TRACKERS_ATEXIT = True
+        return res.tracker
 
     def close(self) -> None:
         self._engine = None  # the engine stays in the process cache for the next stage
-
-
-_SESSIONS: dict[str, tuple[tuple[int, int], Session]] = {}
-_SESSIONS_LOCK = threading.Lock()
 
 
 def session_for(run: RunDir) -> Session:
@@ -297,17 +298,11 @@ def session_for(run: RunDir) -> Session:
     loop's stages share theirs (config, prompts and tokenizer read once, not once per task: ~0.1 s an
     iteration on the tiny preset, bench/orchestration.py). A changed config.yaml builds a new one."""
     st = run.config_path.stat()
-    key, sig = str(run.root.resolve()), (st.st_mtime_ns, st.st_size)
-    with _SESSIONS_LOCK:
-        held = _SESSIONS.get(key)
-        if held is None or held[0] != sig:
-            held = _SESSIONS[key] = (sig, Session(run))
-        return held[1]
+    return shared_session(run, (st.st_mtime_ns, st.st_size), lambda: Session(run))
 
 
 def drop_session(run: RunDir) -> None:
     """Forget the run's shared Session (the end of its flow)."""
-    with _SESSIONS_LOCK:
-        held = _SESSIONS.pop(str(run.root.resolve()), None)
-    if held is not None:
-        held[1].close()
+    res = held_resources(run)
+    if res is not None:
+        res.drop_session()

@@ -1,5 +1,6 @@
 """Work done ahead, held in this process until its stage takes it: the one keyed store behind seeds
-drafted ahead (pipeline/seeds_ahead.py) and groups sampled ahead (pipeline/groups_ahead.py).
+drafted ahead (pipeline/seeds_ahead.py) and groups sampled ahead (pipeline/groups_ahead.py), one of
+each per run (fields of its RunResources: pipeline/run_resources.py).
 
 Keyed by (run directory, iteration, config hash), so two runs in one process, or one run under two
 configs, never take each other's work. Thread-safe: the work is put by a thread (or a Prefect task)
@@ -10,10 +11,12 @@ killed meanwhile loses only this memory, and its manifests stay the record of wh
 from __future__ import annotations
 
 import threading
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from thinking_seeds.pipeline.session import Session
 from thinking_seeds.store.run_dir import RunDir
+
+if TYPE_CHECKING:  # the session module holds the run's resources, which hold these stores
+    from thinking_seeds.pipeline.session import Session
 
 T = TypeVar("T")
 
