@@ -10,11 +10,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from thinking_seeds.algo.populations import REPORTED_POPULATIONS
+from thinking_seeds.algo.population_names import REPORTED_POPULATIONS
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.sql import QueryResult
 
-POPULATIONS = REPORTED_POPULATIONS  # the loss's populations and "all" (algo/populations.py)
+POPULATIONS = REPORTED_POPULATIONS  # the loss's populations and "all" (algo/population_names.py)
 # file stem -> (title, y label)
 PLOTS = {
     "accuracy": ("Held-out accuracy and pass@k", "accuracy / pass@k"),

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from thinking_seeds.algo.populations import REPORTED_POPULATIONS
+from thinking_seeds.algo.population_names import REPORTED_POPULATIONS
 from thinking_seeds.config import ALGORITHMS
 from thinking_seeds.experiments.members import compare_members, reference_members
 from thinking_seeds.experiments.run_spec import CONTROL_METHOD, spec_of, training_seconds_sql
@@ -51,7 +51,7 @@ __all__ = [
     "test_ks",
 ]
 
-POPULATIONS = REPORTED_POPULATIONS  # the loss's populations and "all" (algo/populations.py)
+POPULATIONS = REPORTED_POPULATIONS  # the loss's populations and "all" (algo/population_names.py)
 PASS_KS = (1, 2, 4, 8, 16)
 ACTOR = ("entropy", "effective_entropy", "pg_clipfrac", "pg_clipfrac_adv")
 AGE = ("prefix_abs_log_ratio",)
