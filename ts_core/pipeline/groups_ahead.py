@@ -33,9 +33,8 @@ from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.graph import rollout_step
 from thinking_seeds.pipeline.policy_chain import policy_id
 from thinking_seeds.pipeline.rows import PrefixRow, RolloutRow
-from thinking_seeds.pipeline.run_resources import held_resources, resources_for
+from thinking_seeds.pipeline.run_resources import resources_for
 from thinking_seeds.pipeline.session import Session
-from thinking_seeds.store.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +68,3 @@ def take_groups(s: Session, k: int, prefixes: list[PrefixRow]) -> GroupsAhead | 
         log.warning("continuation %d: its policy or seeds changed since it was sampled ahead; sampling again", k)
         return None
     return ahead
-
-
-def drop_groups(run: RunDir) -> None:
-    """Forget this run's groups sampled ahead (the run ended, or failed)."""
-    res = held_resources(run)
-    if res is not None:
-        res.groups_ahead.drop(run)

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.rows import PrefixRow
-from thinking_seeds.pipeline.run_resources import held_resources, resources_for
+from thinking_seeds.pipeline.run_resources import resources_for
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.store.checkpoints import CheckpointInfo
-from thinking_seeds.store.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +85,3 @@ def take_ahead(s: Session, k: int, members: list[CheckpointInfo]) -> Ahead | Non
         log.warning("seeds %d: the pool changed since its seeds were drafted ahead; sampling them again", k)
         return None
     return ahead
-
-
-def drop_ahead(run: RunDir) -> None:
-    """Forget this run's drafts (the run ended, or failed)."""
-    res = held_resources(run)
-    if res is not None:
-        res.seeds_ahead.drop(run)

@@ -29,7 +29,7 @@ from thinking_seeds.data.rewards import Verifier, shared_verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
 from thinking_seeds.engine.sharding import Call, LocalRollout, build_engine, generate_sharded, generate_sharded_many
-from thinking_seeds.pipeline.run_resources import all_resources, held_resources, resources_for, shared_session
+from thinking_seeds.pipeline.run_resources import all_resources, resources_for, shared_session
 from thinking_seeds.store.checkpoints import CheckpointInfo, list_checkpoints
 from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.run_dir import RunDir
@@ -299,10 +299,3 @@ def session_for(run: RunDir) -> Session:
     iteration on the tiny preset, bench/orchestration.py). A changed config.yaml builds a new one."""
     st = run.config_path.stat()
     return shared_session(run, (st.st_mtime_ns, st.st_size), lambda: Session(run))
-
-
-def drop_session(run: RunDir) -> None:
-    """Forget the run's shared Session (the end of its flow)."""
-    res = held_resources(run)
-    if res is not None:
-        res.drop_session()
