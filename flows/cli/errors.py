@@ -111,8 +111,8 @@ def exit_interrupted() -> None:
     Anything else this process started is in the child guard's hands. Only the real CLI calls this
     (flows/cli/__init__.py main); in-process callers of `handled` get typer.Exit(130)."""
     for module, name in (
-        ("thinking_seeds.pipeline.session", "close_trackers"),  # the user's trackers flush what they hold
-        ("thinking_seeds.data.rewards", "close_shared_verifiers"),
+        # the user's trackers flush what they hold; the verifier pools are killed
+        ("thinking_seeds.pipeline.run_resources", "stop_at_interrupt"),
         ("thinking_seeds.flows.cli.prefect_server", "stop_server"),
     ):
         stop = getattr(sys.modules.get(module), name, None)

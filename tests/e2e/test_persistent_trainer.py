@@ -33,10 +33,10 @@ from tests.helpers.tiny import MOVING, TINY_RUN_ID
 from tests.helpers.update_run import update_done
 from thinking_seeds.config import load_config, save_config
 from thinking_seeds.pipeline.loop import train
+from thinking_seeds.pipeline.run_resources import all_resources
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
 from thinking_seeds.pipeline.trainer_client import (
-    _TRAINERS,
     TrainerDied,
     close_trainers,
     prelaunch_trainer,
@@ -45,6 +45,11 @@ from thinking_seeds.pipeline.trainer_client import (
 from thinking_seeds.store.run_dir import RunDir
 
 pytestmark = pytest.mark.slow
+
+
+def _trainers() -> list:
+    """Every persistent trainer a run holds in this process (pipeline/run_resources.py)."""
+    return [res.processes["trainer"].obj for res in all_resources() if "trainer" in res.processes]
 
 
 def _trained(tmp_path, tiny_overrides, launcher: str) -> RunDir:
@@ -61,7 +66,7 @@ def _trained(tmp_path, tiny_overrides, launcher: str) -> RunDir:
 def test_in_memory_updates_equal_fresh_launches(tmp_path, tiny_overrides):
     fresh = _trained(tmp_path, tiny_overrides, "accelerate_per_update")
     kept = _trained(tmp_path, tiny_overrides, "accelerate")
-    assert not _TRAINERS, "the run's trainer outlived the run"
+    assert not _trainers(), "the run's trainer outlived the run"
     reloaded = [kept.read_manifest(k, "update").metrics["perf/trainer_reloaded"] for k in (0, 1)]
     assert reloaded == [1.0, 0.0], "the second update should have used the weights in memory"
     for step in (1, 2):
@@ -103,7 +108,7 @@ def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
     assert time.monotonic() - t0 < 30
     assert len(caught) == 1 and isinstance(caught[0], TrainerDied), caught
     assert "persistent trainer died in the update of iteration 0" in str(caught[0])
-    assert not _TRAINERS and trainer.proc.poll() is not None  # dropped, and nothing left running
+    assert not _trainers() and trainer.proc.poll() is not None  # dropped, and nothing left running
     assert slow.read_manifest(0, "update") is None
 
     # The next update (the same stage again, as a resumed run would) launches a fresh trainer.
@@ -183,7 +188,7 @@ def test_a_mistake_in_the_trainer_is_one_value_error(verified_run, tmp_path):
     try:
         with pytest.raises(ValueError, match="persistent trainer: ValueError: .*run the verify stage first"):
             update(Session(bad, c), 0)
-        assert not _TRAINERS
+        assert not _trainers()
     finally:
         close_trainers()
 
@@ -195,9 +200,9 @@ def test_a_trainer_that_never_got_a_job_stops_at_once(verified_run, tmp_path):
     early, c = _copy(run, cfg, tmp_path / "early", launcher="accelerate")
     for wait in (0.2, 8.0):  # still importing; connected (its hello unread) and waiting for a job
         prelaunch_trainer(early, c)
-        (trainer,) = _TRAINERS.values()
+        (trainer,) = _trainers()
         time.sleep(wait)
         t0 = time.monotonic()
         close_trainers()
         assert time.monotonic() - t0 < 5.0
-        assert trainer.proc.poll() is not None and not _TRAINERS
+        assert trainer.proc.poll() is not None and not _trainers()

@@ -90,11 +90,22 @@ def sharded_reference(tmp_path_factory, tiny_overrides):
 
 
 def _train_on_ray(base, overrides):
+    """The run, and its Ray pools as they were at its end, looked at in its life (its close stops them):
+    the pool objects, their actors' pids and nodes."""
     from thinking_seeds.config import load_config
     from thinking_seeds.pipeline.loop import train
+    from thinking_seeds.pipeline.run_resources import held_process
     from thinking_seeds.store.run_dir import RunDir
 
-    return train(RunDir.for_run(TINY_RUN_ID, base), load_config("tiny", overrides))
+    run = RunDir.for_run(TINY_RUN_ID, base)
+    pools = SimpleNamespace()
+
+    def look(_cfg):
+        pools.rollout, pools.verify = held_process(run, "ray_rollout"), held_process(run, "ray_verify")
+        pools.pids, pools.nodes = pools.rollout.pids(), pools.rollout.nodes()
+        pools.rollout_actors, pools.verify_actors = len(pools.rollout.actors), len(pools.verify.actors)
+
+    return train(run, load_config("tiny", overrides), then=look), pools
 
 
 @pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
@@ -106,14 +117,11 @@ def test_workers_give_the_single_process_samples_and_weights(
 ):
     """With 1 or 2 workers, reading checkpoints by path or from Ray's object store (their own copies),
     and the policies the trainer hands over in memory as tensors from the object store."""
-    from thinking_seeds.pipeline import session
-
     overrides = sharded_reference.overrides + ray_overrides(ray_cluster.address, workers)
-    run = _train_on_ray(tmp_path, overrides + [f"cluster.weights={weights}"])
+    run, pools = _train_on_ray(tmp_path, overrides + [f"cluster.weights={weights}"])
     _assert_same_results(run, sharded_reference.run, 2)
-    rollout_pool = session._RAY_POOLS["rollout"][1]
-    assert len(rollout_pool.actors) == workers and len(session._RAY_POOLS["verify"][1].actors) == workers
-    assert len(set(rollout_pool.pids())) == workers  # distinct processes
+    assert pools.rollout_actors == workers and pools.verify_actors == workers
+    assert len(set(pools.pids)) == workers  # distinct processes
     m = run.read_manifest(1, "continuation")
     assert m.seconds.get("workers_generation", 0) > 0  # the shards ran on the workers, not here
     # θ_1 reached the workers in memory (no checkpoint of step 1): its tensors through the object store,
@@ -154,12 +162,11 @@ def test_killed_workers_are_restarted_and_their_shards_retried(ray_cluster, shar
     killed_verifier: list[int] = []
     monkeypatch.setattr(ray_workers, "fan_out", _killing(ray_pool.fan_out, killed_rollout))
     monkeypatch.setattr(ray_pool, "fan_out", _killing(ray_pool.fan_out, killed_verifier))
-    run = _train_on_ray(tmp_path, sharded_reference.overrides + ray_overrides(ray_cluster.address, 2))
+    run, pools = _train_on_ray(tmp_path, sharded_reference.overrides + ray_overrides(ray_cluster.address, 2))
 
     assert killed_rollout and killed_verifier
-    rollout_pool, verifier = session._RAY_POOLS["rollout"][1], session._RAY_POOLS["verify"][1]
-    assert rollout_pool.retried >= 1 and verifier.retried >= 1
-    assert killed_rollout[0] not in rollout_pool.pids()  # Ray restarted the worker: a new process
+    assert pools.rollout.retried >= 1 and pools.verify.retried >= 1
+    assert killed_rollout[0] not in pools.pids  # Ray restarted the worker: a new process
     _assert_same_results(run, sharded_reference.run, 2)
 
 
@@ -198,8 +205,8 @@ def test_two_nodes_share_the_shards(ray_cluster, sharded_reference, tmp_path):
             assert time.monotonic() < end, ray_cluster.log_tail()
             time.sleep(1)
         overrides = sharded_reference.overrides + ray_overrides(ray_cluster.address, 2) + ["cluster.worker_cpus=1.0"]
-        run = _train_on_ray(tmp_path, overrides)
-        assert len(set(session._RAY_POOLS["rollout"][1].nodes())) == 2
+        run, pools = _train_on_ray(tmp_path, overrides)
+        assert len(set(pools.nodes)) == 2
         _assert_same_results(run, sharded_reference.run, 2)
     finally:
         session.close_ray_pools()

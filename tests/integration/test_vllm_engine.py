@@ -408,7 +408,16 @@ def _lora_run(tmp_path, name, lora_requests):
             "update.lr=3e-2",
         ),
     )
-    return train(RunDir.for_run(name, tmp_path / "runs"), cfg), cfg
+    seen: dict = {}
+
+    def look(_cfg):  # in the run's life: the engine the run holds (its close stops it)
+        from thinking_seeds.pipeline.run_resources import held_process
+
+        eng = held_process(run, "engine")
+        seen.update(lora_requests=eng.lora_requests, loras=bool(eng._loras), merged=bool(eng._merged))
+
+    run = RunDir.for_run(name, tmp_path / "runs")
+    return train(run, cfg, then=look), cfg, seen
 
 
 def test_short_lora_run_on_vllm(tmp_path, engine):
@@ -416,18 +425,16 @@ def test_short_lora_run_on_vllm(tmp_path, engine):
     come from θ_0 (the base) and θ_1 (an adapter) in one call, with the log-probs each checkpoint gives them;
     the weight-swap run (rollout.lora_requests=false) writes the same seeds."""
     from thinking_seeds.engine.lora import merged_state_dict
-    from thinking_seeds.pipeline.session import _ENGINES
     from thinking_seeds.store.parquet_io import read_table
 
     engine.close()
-    run, cfg = _lora_run(tmp_path, "lora-requests", True)
+    run, cfg, eng = _lora_run(tmp_path, "lora-requests", True)
     for k in range(3):
         for stage in ("snapshot", "seeds", "continuation", "verify", "update"):
             assert run.read_manifest(k, stage) is not None
     assert run.read_manifest(2, "evaluate") is not None
     assert (run.policy(3) / "adapter_model.safetensors").is_file()
-    (eng,) = _ENGINES.values()
-    assert eng.lora_requests and eng._loras  # adapters were served, never merged weights
+    assert eng["lora_requests"] and eng["loras"]  # adapters were served, never merged weights
     assert {r["source_step"] for r in read_table(run.prefixes(2)).to_pylist()} == {0, 1}
     rows = [r for r in read_table(run.rollouts(2)).to_pylist() if r["kind"] == "seeded" and r["prefix_len"] > 0]
     model, tok = load_model(run.policy(0))
@@ -449,9 +456,8 @@ def test_short_lora_run_on_vllm(tmp_path, engine):
             n = r["prefix_len"]
             assert torch.allclose(sc.logprobs[i, :n], torch.tensor(r["behaviour_logprobs"][:n]), atol=TOL)
 
-    swapped, _ = _lora_run(tmp_path, "weight-swaps", False)
-    (eng,) = _ENGINES.values()
-    assert not eng.lora_requests and eng._merged  # adapters merged into full weights and swapped in
+    swapped, _, eng = _lora_run(tmp_path, "weight-swaps", False)
+    assert not eng["lora_requests"] and eng["merged"]  # adapters merged into full weights and swapped in
     for k in range(3):
         a = read_table(run.prefixes(k)).to_pylist()
         b = read_table(swapped.prefixes(k)).to_pylist()

@@ -48,22 +48,19 @@ def _overrides(base) -> list[str]:
     )
 
 
-def _train(root, overrides):
+def _train(root, overrides, then=None):
     from thinking_seeds.config import load_config
     from thinking_seeds.pipeline.loop import train
     from thinking_seeds.store.run_dir import RunDir
 
-    return train(RunDir.for_run(RUN_ID, root), load_config("tiny", overrides))
+    return train(RunDir.for_run(RUN_ID, root), load_config("tiny", overrides), then=then)
 
 
 def _close_engines() -> None:
-    """One vLLM engine at a time in this process (each holds its own KV cache)."""
-    from thinking_seeds.pipeline.session import _ENGINES
+    """One vLLM engine at a time in this process (each holds its own KV cache; a run's close stops its own)."""
+    from thinking_seeds.pipeline.run_resources import stop_everywhere
 
-    for eng in _ENGINES.values():
-        if hasattr(eng, "close"):
-            eng.close()
-    _ENGINES.clear()
+    stop_everywhere("engine")
 
 
 @pytest.fixture(scope="module")
@@ -96,16 +93,25 @@ def test_vllm_rollout_workers_on_ray_give_the_single_process_run(workers, ray_cl
         f"rollout.workers={workers}",
         f"reward.workers={workers}",
     ]
-    run = _train(tmp_path, overrides + ray_sets)
+    seen: dict = {}
 
-    pool = session._RAY_POOLS["rollout"][1]
-    assert len(pool.actors) == workers and len(set(pool.pids())) == workers and os.getpid() not in pool.pids()
-    # Each actor holds a real vLLM engine (not the HF one).
-    kinds = pool.ray.get([a.__ray_call__.remote(lambda w: type(w.engine).__name__) for a in pool.actors])
-    assert kinds == ["VLLMEngine"] * workers
+    def look(_cfg):  # in the run's life: the rollout workers the run holds (its close stops them)
+        from thinking_seeds.pipeline.run_resources import held_process
+        from thinking_seeds.store.run_dir import RunDir
+
+        pool = held_process(RunDir.for_run(RUN_ID, tmp_path), "ray_rollout")
+        seen.update(actors=len(pool.actors), pids=pool.pids())
+        # Each actor holds a real vLLM engine (not the HF one), and the weights it last loaded.
+        seen["kinds"] = pool.ray.get([a.__ray_call__.remote(lambda w: type(w.engine).__name__) for a in pool.actors])
+        seen["held"] = pool.ray.get([a.__ray_call__.remote(lambda w: w.engine.loaded_from) for a in pool.actors])
+
+    run = _train(tmp_path, overrides + ray_sets, then=look)
+
+    assert seen["actors"] == workers and len(set(seen["pids"])) == workers and os.getpid() not in seen["pids"]
+    assert seen["kinds"] == ["VLLMEngine"] * workers
     # Every worker ran a shard of iteration 1's continuation (16 requests, 2 shards): each holds θ_1's
     # weights, taken from memory ("live|<path>|<policy id>": shipped as tensors, no file of step 1 read).
-    held = pool.ray.get([a.__ray_call__.remote(lambda w: w.engine.loaded_from) for a in pool.actors])
+    held = seen["held"]
     assert all(h.startswith("live|") for h in held), held
     assert [Path(h.split("|")[1]).resolve() for h in held] == [run.policy(1).resolve()] * workers
     for k in range(2):  # the seeds and continuation shards ran on the workers (evaluate: the driver's engine)

@@ -46,7 +46,70 @@ def test_a_failed_teardown_keeps_what_is_left(tmp_path):
     res.tracker = _Closable(log, "tracker")
     with pytest.raises(OSError):
         close_resources(run)
-    assert held_resources(run) is res and res.tracker is not None  # closed at exit (session.close_trackers)
+    assert held_resources(run) is res and res.tracker is not None  # closed at exit (run_resources._close_at_exit)
     res.tracker = None
+    close_resources(run)
+    assert held_resources(run) is None
+
+
+class _Process:
+    def __init__(self, log: list, name: str, fail: bool = False):
+        self.log, self.name, self.fail, self.alive = log, name, fail, True
+
+    def stop(self, at_once: bool):
+        self.log.append((self.name, at_once))
+        self.alive = False
+        if self.fail:
+            raise OSError(f"{self.name} would not stop")
+
+
+def _make(log, name, fail=False):
+    return lambda: _Process(log, name, fail)
+
+
+def _stop(p, at_once):
+    p.stop(at_once)
+
+
+def test_a_held_process_is_reused_until_its_key_changes_or_it_dies(tmp_path):
+    from thinking_seeds.pipeline.run_resources import held_process, hold
+
+    run, log = RunDir(tmp_path / "r"), []
+    a = hold(run, "trainer", ("k",), _make(log, "a"), _stop, lambda p: p.alive)
+    assert hold(run, "trainer", ("k",), _make(log, "b"), _stop, lambda p: p.alive) is a and log == []
+    b = hold(run, "trainer", ("k2",), _make(log, "b"), _stop, lambda p: p.alive)  # launch settings changed
+    assert b is not a and log == [("a", False)] and held_process(run, "trainer") is b
+    assert held_process(run, "trainer", ("k",)) is None
+    b.alive = False  # it died
+    c = hold(run, "trainer", ("k2",), _make(log, "c"), _stop, lambda p: p.alive)
+    assert c is not b
+    close_resources(run)
+
+
+def test_one_engine_per_process_but_a_verifier_per_run(tmp_path):
+    from thinking_seeds.pipeline.run_resources import held_process, hold
+
+    one, two, log = RunDir(tmp_path / "one"), RunDir(tmp_path / "two"), []
+    e1 = hold(one, "engine", (), _make(log, "engine1"), _stop)
+    v1 = hold(one, "verifier", (), _make(log, "verifier1"), _stop)
+    e2 = hold(two, "engine", (), _make(log, "engine2"), _stop)  # run two's engine: run one's is stopped first
+    hold(two, "verifier", (), _make(log, "verifier2"), _stop)
+    assert log == [("engine1", False)] and held_process(one, "engine") is None and held_process(two, "engine") is e2
+    assert held_process(one, "verifier") is v1 and e1.alive is False
+    close_resources(one)
+    close_resources(two)
+
+
+def test_the_close_stops_every_process_the_trainer_first_and_at_once_after_ctrl_c(tmp_path):
+    from thinking_seeds.pipeline.run_resources import hold
+
+    run, log = RunDir(tmp_path / "r"), []
+    hold(run, "engine", (), _make(log, "engine", fail=True), _stop)
+    hold(run, "verifier", (), _make(log, "verifier"), _stop)
+    hold(run, "trainer", (), _make(log, "trainer"), _stop)
+    res = resources_for(run)
+    with pytest.raises(OSError, match="engine would not stop"):  # the first error, after every stop was tried
+        close_resources(run, at_once=True)
+    assert log == [("trainer", True), ("engine", True), ("verifier", True)] and res.processes == {}
     close_resources(run)
     assert held_resources(run) is None

@@ -60,11 +60,9 @@ __all__ = [
     "Verdict",
     "Verifier",
     "check_reward_fn",
-    "close_shared_verifiers",
     "count_statuses",
     "last_boxed",
     "load_reward_fn",
-    "shared_verifier",
 ]
 
 
@@ -173,7 +171,7 @@ class Verifier:
         done, not_done = wait(pings, timeout=self.startup_grace_s)
         failure = next((f.exception() for f in done if f.exception() is not None), None)
         if not_done or failure is not None:
-            self._kill_pool()
+            self.kill_pool()
             why = f"did not start within {self.startup_grace_s} s" if failure is None else f"failed: {failure!r}"
             raise RuntimeError(
                 f"verifier worker pool {why}. Workers are spawned processes that import "
@@ -183,7 +181,8 @@ class Verifier:
             ) from failure
         return pool
 
-    def _kill_pool(self) -> None:
+    def kill_pool(self) -> None:
+        """Stop the workers now, whatever they are doing (a later score_batch starts a new pool)."""
         # shutdown() cannot stop a running task, and a stuck worker would never exit; kill the
         # processes first. (_processes is private, but 3.11 has no public way: 3.14 adds
         # kill_workers().)
@@ -280,7 +279,7 @@ class Verifier:
                     futures[pool.submit(score_chunk, self.backend, payload, self.timeout_s, self.partial_credit)] = unit
             except BrokenProcessPool:
                 # A worker died between calls (killed, OOM): nothing of this round ran; redo it.
-                self._kill_pool()
+                self.kill_pool()
                 continue
             # Every item is bounded by its worker's alarm, so some chunk must finish within this
             # window; the slack covers IPC and scheduling on a busy machine.
@@ -309,46 +308,5 @@ class Verifier:
                     broken = True
                     break
             if broken:
-                self._kill_pool()
+                self.kill_pool()
         return results
-
-
-# ----------------------------------------------------------------------------- one pool per process
-_SHARED: dict[tuple, Verifier] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_verifier(
-    backend: Backend = "math_verify",
-    partial_credit: bool = True,
-    fn: str | None = None,
-    timeout_s: float = 5.0,
-    workers: int = 1,
-) -> Verifier:
-    """The process-wide Verifier of `backend`, started once and reused by every stage.
-
-    Starting a pool spawns interpreters that import math-verify and sympy (~0.6 s, several
-    seconds on a loaded machine); per stage that was most of the verification time. The pool is
-    closed when the process exits.
-    """
-    with _SHARED_LOCK:
-        key = (backend, partial_credit, fn, timeout_s, workers)
-        v = _SHARED.get(key)
-        if v is None:
-            v = _SHARED[key] = Verifier(
-                backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s, workers=workers
-            )
-            if len(_SHARED) == 1:
-                import atexit
-
-                atexit.register(close_shared_verifiers)
-        return v
-
-
-def close_shared_verifiers() -> None:
-    """At exit: stop the pools at once (killed, not shut down: nothing waits for a result any more, and a
-    chunk being scored would hold the exit of an interrupted run for up to timeout_s per item)."""
-    with _SHARED_LOCK:
-        for v in _SHARED.values():
-            v._kill_pool()
-        _SHARED.clear()

@@ -21,13 +21,12 @@ from typing import Any
 
 from thinking_seeds.config import load_saved_config
 from thinking_seeds.config.sections import RewardConfig
-from thinking_seeds.data.rewards import shared_verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.evals.benchmark import ScoredSample, benchmark_metrics, math_verify_pairs
 from thinking_seeds.evals.evaluation import evaluate_prompts
 from thinking_seeds.pipeline.graph import stage_seed
 from thinking_seeds.pipeline.policy_steps import policy_step
-from thinking_seeds.pipeline.session import Session, Timer
+from thinking_seeds.pipeline.session import Session, Timer, run_verifier
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import RunDir
@@ -144,7 +143,7 @@ def evaluate_checkpoint_on_data(
         for x in res.samples
     ]
     with t("majority_vote"):  # answer equivalence is math-verify's, whatever reward scored the samples
-        voter = shared_verifier("math_verify", timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers)
+        voter = run_verifier(run, "voter", "math_verify", True, None, cfg.reward.timeout_s, cfg.reward.workers)
         scores = benchmark_metrics(scored, n, math_verify_pairs(voter))
     stage = data_stage(path)
     out: dict[str, Any] = {

@@ -107,9 +107,11 @@ def train(
     cfg: RunConfig,
     on_stage: Callable[[int, str, Manifest], None] | None = None,
     on_prepared: Callable[[Manifest], None] | None = None,
+    then: Callable[[RunConfig], None] | None = None,
 ) -> RunDir:
     """Run (or resume) all iterations of `cfg` in `run`, in this process. `on_stage(k, stage, manifest)`
-    after every stage from θ_0's evaluation (k = -1) on; `on_prepared(manifest)` after the prepare stage."""
+    after every stage from θ_0's evaluation (k = -1) on; `on_prepared(manifest)` after the prepare stage;
+    `then(cfg)` after the last iteration, while the run is still open (its lock held, its engine loaded)."""
     with run_opened(run, cfg) as cfg:  # pipeline/run_lifecycle.py: what opens and closes a run
         prepared = run_prepare(run, cfg)
         if on_prepared:
@@ -127,6 +129,8 @@ def train(
                         on_stage(k, stage, m)
         finally:
             s.close()
+        if then:
+            then(cfg)
     return run
 
 
@@ -180,10 +184,12 @@ def main(argv: list[str] | None = None) -> None:
         secs = sum(m.seconds.values())
         print(f"iteration {k}/{cfg.iterations - 1} {stage} {secs:.2f}s" + (f" | {shown}" if shown else ""), flush=True)
 
-    train(run, cfg, on_stage=on_stage)
-    print(f"done {run.root} in {time.perf_counter() - t0:.1f}s", flush=True)
-    if a.final_test:
-        final_tests(run, cfg, base=a.final_test_base, equal_iterations=a.equal_iterations)
+    def finish(cfg: RunConfig) -> None:  # in the run's life: the final tests sample with the run's engine
+        print(f"done {run.root} in {time.perf_counter() - t0:.1f}s", flush=True)
+        if a.final_test:
+            final_tests(run, cfg, base=a.final_test_base, equal_iterations=a.equal_iterations)
+
+    train(run, cfg, on_stage=on_stage, then=finish)
 
 
 def final_tests(run: RunDir, cfg: RunConfig, base: bool = False, equal_iterations: int | None = None) -> None:

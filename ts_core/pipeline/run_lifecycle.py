@@ -5,7 +5,7 @@
         prepare; prelaunch_trainer; evaluate θ_0
         for k: ...; ahead = work_ahead(s, k) beside update k; ...
     # closed, whatever happened: the run's RunResources (work held ahead, in-memory policies, the shared
-    # session, trackers: pipeline/run_resources.py), the persistent trainer (at once on Ctrl-C), the lock
+    # session, trackers, and its processes: trainer (at once on Ctrl-C), engine, Ray and verifier pools), the lock
 
 The two callers differ only in how they run a stage (a function call, or a Prefect task) and how they run
 the work ahead (a thread, or a submitted task); what is opened, sampled ahead and closed is decided here.
@@ -27,7 +27,6 @@ from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_continuation import prepare_ahead, sample_ahead
 from thinking_seeds.pipeline.stage_prepare import check_inputs
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
-from thinking_seeds.pipeline.trainer_client import close_trainers
 from thinking_seeds.store.run_dir import RunDir
 
 # what is sampled beside update k: its name (the thread's, the task's) and its body
@@ -51,9 +50,9 @@ def run_opened(run: RunDir, cfg: RunConfig) -> Iterator[RunConfig]:
         interrupted = sys.exc_info()[0] is KeyboardInterrupt
         try:
             # work held ahead, the in-process trainer and the run's policies in memory, the flow's shared
-            # Session (the loop closes its own), the run's trackers: pipeline/run_resources.py
-            close_resources(run)
-            close_trainers(at_once=interrupted)  # the persistent trainer, if one started (Ctrl-C: terminated now)
+            # Session (the loop closes its own), the run's trackers, then its processes: the persistent
+            # trainer (Ctrl-C: terminated now), the engine, the Ray and verifier pools (pipeline/run_resources.py)
+            close_resources(run, at_once=interrupted)
         finally:
             run.release_lock()
 

@@ -2,22 +2,26 @@
 use by a stage called outside a run's life, as tests and `ts eval` do) and closed, in one teardown, when
 it closes (pipeline/run_lifecycle.py).
 
-    resources_for(run)      the run's RunResources, keyed once here by the run directory's resolved path
-    close_resources(run)    its teardown: work held ahead, the in-process trainer (its checkpoint flushed)
-                            and the run's in-memory policies, the flow's shared Session, the trackers
+    resources_for(run)               the run's RunResources, keyed once here by the run directory's path
+    hold(run, kind, key, make, stop) a process (or pool of them) the run holds: its engine, persistent
+                                     trainer, Ray pools, verifier pools; made on first use, remade when
+                                     its key (what fixes it) changed
+    close_resources(run, at_once)    the run's teardown: work held ahead, the in-process trainer (its
+                                     checkpoint flushed) and the run's policies in memory, the flow's
+                                     shared Session, the trackers, then every process it holds
 
-Its fields were module registries of their own before (the work-ahead stores of seeds_ahead.py and
-groups_ahead.py, policy_chain.py's residents, session.py's sessions and trackers).
+An engine, a persistent trainer and each kind of Ray pool are held by one run at a time in a process
+(`ONE_PER_PROCESS`): a run that makes one stops the other runs' first (a vLLM engine holds its KV cache
+until closed, a trainer its model and optimizer). Verifier pools are CPU workers: every run keeps its own.
 
-Still per process, not per run, and closed by run_lifecycle beside this teardown: the persistent
-trainer (pipeline/trainer_client.py, one at a time per process; Ctrl-C terminates it at once). Outliving
-a run on purpose: the engine and the Ray pools (session.py; the next run or evaluation in the process
-reuses or replaces them), the verifier pools (data/rewards.py) and the checked checkpoints
-(store/checkpoints.py).
+Still per process, on purpose, not per run: the child guard (store/child_guard.py: one guard process
+watches this OS process, whichever runs it serves) and the checked checkpoints (store/checkpoints.py: a
+memo keyed by the files' signatures, so a changed file is checked again; nothing in it needs closing).
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +31,18 @@ from typing import Any
 from thinking_seeds.pipeline.work_ahead import AheadStore
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.transports import live_weights
+
+# kinds a process holds for one run at a time (hold): their memory is the machine's (GPU, or the Ray CPUs)
+ONE_PER_PROCESS = frozenset({"engine", "trainer", "ray_rollout", "ray_verify"})
+
+
+@dataclass
+class Held:
+    """A process (or a pool of them) a run holds: what fixes it, the object, and how it is stopped."""
+
+    key: tuple
+    obj: Any
+    stop: Callable[[bool], None]  # stop(at_once): at_once on Ctrl-C and at exit where waiting is pointless
 
 
 @dataclass
@@ -39,6 +55,9 @@ class RunResources:
     resident: Any = None  # train.resident.Resident (update.launcher=in_process; pipeline/policy_chain.py)
     session: tuple[tuple[int, int], Any] | None = None  # (config.yaml's signature, the flow's shared Session)
     tracker: Any = None  # store.tracking.Tracker (the run's `logger`; Session.tracker)
+    # "engine" (session.py), "trainer" (trainer_client.py), "ray_rollout" / "ray_verify" (session.py),
+    # "verifier" / "voter" (session.py, data_eval.py): each made by `hold`
+    processes: dict[str, Held] = field(default_factory=dict)
 
     def forget_policies(self) -> None:
         """The in-process trainer (its background checkpoint flushed first) and the run's policies in memory."""
@@ -57,16 +76,38 @@ class RunResources:
         if t is not None:
             t.close()
 
-    def close(self) -> None:
+    def stop(self, kind: str, at_once: bool = False) -> None:
+        """Stop the run's `kind`, if it holds one."""
+        held = self.processes.pop(kind, None)
+        if held is not None:
+            held.stop(at_once)
+
+    def stop_processes(self, at_once: bool = False, keep: frozenset[str] = frozenset()) -> None:
+        """Stop every process the run holds (but `keep`'s kinds), the trainer first (it writes θ_T's
+        checkpoint while the rest stops). Each is stopped even if one before it failed; the first error
+        is raised after."""
+        error: BaseException | None = None
+        for kind in sorted(self.processes, key=lambda k: k != "trainer"):
+            if kind in keep:
+                continue
+            try:
+                self.stop(kind, at_once)
+            except Exception as e:  # noqa: PERF203 - one failed stop must not leave the others running
+                error = error or e
+        if error is not None:
+            raise error
+
+    def close(self, at_once: bool = False) -> None:
         """The teardown, in the order the run's close always took: work held ahead, in-memory policies
-        (after the resident's checkpoint), the shared Session, the trackers. An error stops it there (a
-        failed checkpoint write): what is left stays held, and what is closed at exit (the trackers) is."""
+        (after the resident's checkpoint), the shared Session, the trackers, the processes. An error stops
+        it there (a failed checkpoint write): what is left stays held, and is stopped at exit."""
         run = RunDir(Path(self.root))
         self.seeds_ahead.drop(run)
         self.groups_ahead.drop(run)
         self.forget_policies()
         self.drop_session()
         self.close_tracker()
+        self.stop_processes(at_once)
 
 
 _RUNS: dict[str, RunResources] = {}
@@ -99,6 +140,57 @@ def all_resources() -> list[RunResources]:
         return list(_RUNS.values())
 
 
+def hold(
+    run: RunDir,
+    kind: str,
+    key: tuple,
+    make: Callable[[], Any],
+    stop: Callable[[Any, bool], None],
+    usable: Callable[[Any], bool] = lambda obj: True,
+) -> Any:
+    """The run's `kind`: the one it holds if `key` is the same and it is `usable` (a trainer: alive),
+    else one made by `make` (the old one stopped first; of a kind in ONE_PER_PROCESS, other runs' too).
+    `stop(obj, at_once)` stops it at the run's close, when replaced, and at exit."""
+    with _LOCK:
+        res = resources_for(run)
+        held = res.processes.get(kind)
+        if held is not None and held.key == key and usable(held.obj):
+            return held.obj
+        res.stop(kind)
+        if kind in ONE_PER_PROCESS:
+            for other in all_resources():
+                other.stop(kind)
+        obj = make()
+        res.processes[kind] = Held(key, obj, lambda at_once: stop(obj, at_once))
+        at_exit_last()
+        return obj
+
+
+def held_process(run: RunDir, kind: str, key: tuple | None = None) -> Any:
+    """The run's `kind` if it holds one (with this key, if given); nothing is made."""
+    with _LOCK:
+        res = _RUNS.get(_key(run))
+        held = res.processes.get(kind) if res is not None else None
+        return held.obj if held is not None and (key is None or held.key == key) else None
+
+
+def drop_process(run: RunDir, kind: str, obj: Any) -> bool:
+    """Forget the run's `kind` if it is `obj` (a failed trainer: the next use makes a fresh one); whether
+    it was held. The caller stops it."""
+    with _LOCK:
+        res = _RUNS.get(_key(run))
+        if res is not None and kind in res.processes and res.processes[kind].obj is obj:
+            del res.processes[kind]
+            return True
+        return False
+
+
+def stop_everywhere(kind: str, at_once: bool = False) -> None:
+    """Stop every run's `kind` in this process (tests and benchmarks that want fresh workers)."""
+    for res in all_resources():
+        res.stop(kind, at_once)
+
+
 def shared_session(run: RunDir, sig: tuple[int, int], make: Callable[[], Any]) -> Any:
     """The run's shared Session (pipeline/session.py `session_for`), made by `make` when there is none or
     config.yaml's signature `sig` changed."""
@@ -109,13 +201,51 @@ def shared_session(run: RunDir, sig: tuple[int, int], make: Callable[[], Any]) -
         return res.session[1]
 
 
-def close_resources(run: RunDir) -> None:
-    """Close what the run holds in this process, then forget it (the run's close). If the teardown
-    raises, the rest stays held here (the trackers are then closed at exit)."""
+def close_resources(run: RunDir, at_once: bool = False) -> None:
+    """Close what the run holds in this process, then forget it (the run's close; at_once: a Ctrl-C, its
+    trainer is terminated now). If the teardown raises, the rest stays held here (stopped at exit)."""
     res = held_resources(run)
     if res is None:
         return
-    res.close()
+    res.close(at_once)
     with _LOCK:
         if _RUNS.get(res.root) is res:
             del _RUNS[res.root]
+
+
+def close_trackers() -> None:
+    """Flush and close every run's tracker in this process (after a Ctrl-C: flows/cli/errors.py, and at
+    exit); a run's own close closes its tracker."""
+    for res in all_resources():
+        res.close_tracker()
+
+
+def stop_at_interrupt() -> None:
+    """After a Ctrl-C, on the way out (flows/cli/errors.py exit_interrupted): the trackers flush what they
+    hold, the verifier pools are killed (a chunk being scored would hold the exit up to timeout_s per
+    item). The rest is the child guard's (store/child_guard.py)."""
+    close_trackers()
+    for res in all_resources():
+        for kind in ("verifier", "voter"):
+            res.stop(kind, at_once=True)
+
+
+def _close_at_exit() -> None:
+    """At exit: every run's trackers and processes, the engines aside (they die with the process, and
+    closing an in-process vLLM engine at exit tears down state other exit handlers still use)."""
+    close_trackers()
+    error: BaseException | None = None
+    for res in all_resources():
+        try:
+            res.stop_processes(keep=frozenset({"engine"}))
+        except Exception as e:  # noqa: PERF203 - every run's processes are stopped; the first error shows
+            error = error or e
+    if error is not None:
+        raise error
+
+
+def at_exit_last() -> None:
+    """(Re-)register the exit teardown so that it runs before the exit handlers registered so far: those
+    of what the run's processes use (Ray's shutdown, a tracker's own flush) run after it, as they must."""
+    atexit.unregister(_close_at_exit)
+    atexit.register(_close_at_exit)

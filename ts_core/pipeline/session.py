@@ -1,18 +1,17 @@
 """What the stages of one process share: the run's config, prompts, tokenizer, engine, verifier,
 trackers, and a timer (and a mean) for the stage's metrics.
 
-The engine is cached per process (`_ENGINES`): the stages of a Prefect flow run as tasks in one
-process, and loading the model once per stage would dominate a small run. Each stage only swaps
-the weights it needs into the cached engine (`Session.use_weights`).
+The engine is held by the run (RunResources, pipeline/run_resources.py), not by a Session: the stages of
+a Prefect flow run as tasks, each with its own Session, and loading the model once per stage would
+dominate a small run. Each stage only swaps the weights it needs into the run's engine
+(`Session.use_weights`); the run's close stops it.
 
 The seeds and continuation stages generate through `Session.generate`: their requests are cut into
 shards (engine/sharding.py) that this process's engine runs one after the other (cluster=local), or
 that rollout.workers Ray actors run (cluster=ray; engine/ray_workers.py): the same samples either way.
 With cluster=ray the verifier is reward.workers Ray actors too (data/ray_pool.py); the Ray pools are
-cached per process like the engine. Evaluation always samples with this process's engine.
-
-The run's own trackers and the flow's shared Session (`session_for`) are fields of the run's
-RunResources (pipeline/run_resources.py), closed with the run.
+held by the run like the engine, as are the local verifier's worker processes, the run's trackers and
+the flow's shared Session (`session_for`). Evaluation always samples with this process's engine.
 """
 
 from __future__ import annotations
@@ -25,11 +24,17 @@ from pathlib import Path
 
 from thinking_seeds.config import RunConfig, load_saved_config
 from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS
-from thinking_seeds.data.rewards import Verifier, shared_verifier
+from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
 from thinking_seeds.engine.sharding import Call, LocalRollout, build_engine, generate_sharded, generate_sharded_many
-from thinking_seeds.pipeline.run_resources import all_resources, resources_for, shared_session
+from thinking_seeds.pipeline.run_resources import (
+    at_exit_last,
+    hold,
+    resources_for,
+    shared_session,
+    stop_everywhere,
+)
 from thinking_seeds.store.checkpoints import CheckpointInfo, list_checkpoints
 from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.run_dir import RunDir
@@ -56,46 +61,26 @@ def mean(xs) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-_ENGINES: dict[tuple, object] = {}
-_TRACKERS_ATEXIT = False
-_RAY_POOLS: dict[str, tuple[tuple, object]] = {}  # "rollout" / "verify" -> (key, pool): one of each per process
-
-
 def close_ray_pools() -> None:
-    """Kill this process's Ray worker actors (they die with the driver anyway)."""
-    for _, pool in _RAY_POOLS.values():
-        pool.close()
-    _RAY_POOLS.clear()
+    """Stop every run's Ray worker actors in this process (they die with the driver anyway)."""
+    stop_everywhere("ray_rollout")
+    stop_everywhere("ray_verify")
 
 
-def _ray_pool(kind: str, key: tuple, make):
-    held = _RAY_POOLS.get(kind)
-    if held is not None and held[0] == key:
-        return held[1]
-    if held is not None:
-        held[1].close()
-    pool = make()
-    if not _RAY_POOLS:
-        import atexit
-
-        atexit.register(close_ray_pools)
-    _RAY_POOLS[kind] = (key, pool)
-    return pool
+def _close(obj, at_once: bool) -> None:
+    obj.close()
 
 
-def close_trackers() -> None:
-    """Flush and close every run's tracker in this process (at exit, or after a Ctrl-C: flows/cli/errors.py);
-    a run's own close closes its tracker (pipeline/run_resources.py)."""
-    for res in all_resources():
-        res.close_tracker()
+def _close_engine(engine, at_once: bool) -> None:
+    if hasattr(engine, "close"):  # vLLM frees its KV cache (HFEngine: garbage, with the run's references)
+        engine.close()
 
 
 class Session:
     """Shared, lazily loaded state for the stages of one process: config, prompts, engine, verifier.
 
-    The plain loop keeps one Session for the whole run; a Prefect flow's tasks share one per process
-    (`session_for`), and the process-wide engine cache gives one model load per run (weights swapped
-    in place).
+    The plain loop keeps one Session for the whole run; a Prefect flow's tasks share one per run
+    (`session_for`), and the engine the run holds gives one model load per run (weights swapped in place).
     """
 
     def __init__(self, run: RunDir, cfg: RunConfig | None = None):
@@ -118,25 +103,21 @@ class Session:
     def engine(self, timer: Timer | None = None):
         if self._engine is None:
             key = (
-                str(self.run.root.resolve()),
                 self.cfg.rollout.engine,
                 self.cfg.engine_dtype,
                 self.cfg.device,
                 self.cfg.rollout.batch_size,
                 self.cfg.pool.size if self._lora_requests else None,  # vLLM's LoRA slots
             )
-            self._engine = _ENGINES.get(key)
-            if self._engine is None:
-                # Keep one: a process moving on to another run frees the last, before the new one starts
-                # (vLLM holds its KV cache until closed, and closing an in-process vLLM engine tears down
-                # the process's distributed state, which a newer engine would be using).
-                for old in _ENGINES.values():
-                    if hasattr(old, "close"):
-                        old.close()
-                _ENGINES.clear()
+
+            def load():
                 with (timer or Timer())("model_load"):
-                    self._engine = self._load_engine()
-                _ENGINES[key] = self._engine
+                    return self._load_engine()
+
+            # One engine per process (run_resources.ONE_PER_PROCESS): a run's first stage stops the last run's
+            # before its own starts (vLLM holds its KV cache until closed, and closing an in-process vLLM engine
+            # tears down the process's distributed state, which a newer engine would be using).
+            self._engine = hold(self.run, "engine", key, load, _close_engine)
         return self._engine
 
     @property
@@ -214,17 +195,22 @@ class Session:
 
         c, r = self.cfg.cluster, self.cfg.rollout
         ray = connect(c.address)
-        key = (str(self.run.root.resolve()), r.engine, self.cfg.engine_dtype, self.cfg.device, r.batch_size, r.workers)
+        key = (r.engine, self.cfg.engine_dtype, self.cfg.device, r.batch_size, r.workers)
         key += (r.worker_gpus, r.tensor_parallel_size)
         key += (c.worker_cpus, c.shard_retries, c.weights, self.cfg.pool.size if self._lora_requests else None)
         longest = self.longest_prompt() if r.engine == "vllm" else None
-        return _ray_pool(
-            "rollout", key, lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers, longest_prompt=longest)
+        return hold(
+            self.run,
+            "ray_rollout",
+            key,
+            lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers, longest_prompt=longest),
+            _close,
         )
 
     @property
     def verifier(self) -> Verifier:
-        # One pool per process, shared by every stage and session (see shared_verifier).
+        # One per run, shared by its stages and sessions: starting a pool spawns interpreters that import
+        # math-verify and sympy (~0.6 s, seconds on a loaded machine), most of a stage's verification time.
         r = self.cfg.reward
         if self.cfg.cluster.kind == "ray":
             from thinking_seeds.data.ray_pool import RayVerifier, connect
@@ -232,8 +218,9 @@ class Session:
             ray = connect(self.cfg.cluster.address)
             c = self.cfg.cluster
             key = (r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers, c.worker_cpus, c.shard_retries)
-            return _ray_pool(
-                "verify",
+            return hold(
+                self.run,
+                "ray_verify",
                 key,
                 lambda: RayVerifier(
                     ray,
@@ -246,8 +233,9 @@ class Session:
                     c.worker_cpus,
                     c.start_timeout_s,
                 ),
+                _close,
             )
-        return shared_verifier(r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers)
+        return run_verifier(self.run, "verifier", r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers)
 
     def label(self):
         """The task's solution label for diversity metrics (None: chain_sum's strategy share)."""
@@ -276,21 +264,16 @@ class Session:
         """The run's experiment trackers (`logger`), one per run and process (None: console only)."""
         if self.cfg.logger == ["console"] or not self.cfg.logger:
             return None
-        global _TRACKERS_ATEXIT
         res = resources_for(self.run)
         if res.tracker is None:
             from thinking_seeds.store.tracking import Tracker
 
             res.tracker = Tracker(self.cfg.logger, self.run.root, self.run.run_id, self.cfg.model_dump(mode="json"))
-            if not _TRACKERS_ATEXIT:
-                import atexit
-
-                atexit.register(close_trackers)
-                _TRACKERS_ATEXIT = True
+            at_exit_last()  # the trackers are flushed at exit before the trackers' own libraries shut down
         return res.tracker
 
     def close(self) -> None:
-        self._engine = None  # the engine stays in the process cache for the next stage
+        self._engine = None  # the run holds the engine for its next stage
 
 
 def session_for(run: RunDir) -> Session:
@@ -299,3 +282,13 @@ def session_for(run: RunDir) -> Session:
     iteration on the tiny preset, bench/orchestration.py). A changed config.yaml builds a new one."""
     st = run.config_path.stat()
     return shared_session(run, (st.st_mtime_ns, st.st_size), lambda: Session(run))
+
+
+def run_verifier(
+    run: RunDir, kind: str, backend, partial_credit: bool, fn: str | None, timeout_s: float, workers: int
+) -> Verifier:
+    """The run's local Verifier with these settings (`kind`: "verifier" for rewards, "voter" for the
+    majority vote's answer equivalence), its worker pool started on first use and stopped with the run."""
+    key = (backend, partial_credit, fn, timeout_s, workers)
+    make = lambda: Verifier(backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s, workers=workers)  # noqa: E731
+    return hold(run, kind, key, make, lambda v, at_once: v.kill_pool())

@@ -29,14 +29,13 @@ A group across machines (update.num_machines > 1): this launch is machine rank 0
 machine runs `ts trainer-node` (`join_trainer_group`: the same launch from the run's config.yaml with
 its own --machine_rank, no socket), and the start's deadline covers their joining.
 
-One trainer per process and run (`trainer_for`): the Prefect flow's stage tasks build a Session
-per task, so the handle is cached at module level like the engines (session.py). `close_trainers`
-runs at the end of the loop and the flow, and atexit.
+The run holds its trainer (`trainer_for`; pipeline/run_resources.py), as it holds its engine: the
+Prefect flow's stage tasks build a Session per task, and all of them reach the same trainer. The run's
+close stops it (at once after a Ctrl-C), and so does the exit of the process.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import selectors
 import shutil
@@ -47,6 +46,7 @@ import time
 from pathlib import Path
 
 from thinking_seeds.config import RunConfig
+from thinking_seeds.pipeline.run_resources import drop_process, held_process, hold, stop_everywhere
 from thinking_seeds.pipeline.update_launcher import _die_with_parent, launch_prefix, without_launcher
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.transports import weights
@@ -101,7 +101,7 @@ class PersistentTrainer:
     """One launched trainer process group and its socket."""
 
     def __init__(self, run: RunDir, cfg: RunConfig):
-        self.key = _key(run, cfg)
+        self.key, self.run = _key(run, cfg), run
         self.held_id: str | None = None  # the policy the trainer holds (pipeline/policy_chain.py), once known
         self.machines, self.run_id = cfg.update.num_machines, run.run_id
         self.lock = threading.Lock()
@@ -296,25 +296,18 @@ def _key(run: RunDir, cfg: RunConfig) -> tuple:
     return (str(run.root.resolve()), *group, u.mixed_precision, cfg.device)
 
 
-_TRAINERS: dict[tuple, PersistentTrainer] = {}
-_LOCK = threading.Lock()
-_ATEXIT = False
+def _usable(t: PersistentTrainer) -> bool:
+    return t.alive()
+
+
+def _stop(t: PersistentTrainer, at_once: bool) -> None:
+    t.close(at_once=at_once)
 
 
 def trainer_for(run: RunDir, cfg: RunConfig) -> PersistentTrainer:
-    """This process's trainer for the run, launched if there is none (or the last one died)."""
-    global _ATEXIT
-    key = _key(run, cfg)
-    with _LOCK:
-        t = _TRAINERS.get(key)
-        if t is not None and t.alive():
-            return t
-        close_trainers()  # one at a time: a trainer of another run (or launch setting) holds memory
-        if not _ATEXIT:
-            atexit.register(close_trainers)
-            _ATEXIT = True
-        t = _TRAINERS[key] = PersistentTrainer(run, cfg)
-        return t
+    """The run's trainer, launched if it holds none (or the last one died, or the launch settings changed).
+    One at a time per process (run_resources.ONE_PER_PROCESS): a trainer of another run holds memory."""
+    return hold(run, "trainer", _key(run, cfg), lambda: PersistentTrainer(run, cfg), _stop, _usable)
 
 
 def prelaunch_trainer(run: RunDir, cfg: RunConfig) -> None:
@@ -327,16 +320,13 @@ def prelaunch_trainer(run: RunDir, cfg: RunConfig) -> None:
 
 def drop_trainer(t: PersistentTrainer, at_once: bool = True) -> None:
     """Forget a failed trainer (and stop what is left of it): the next update launches a fresh one."""
-    if _TRAINERS.get(t.key) is t:
-        del _TRAINERS[t.key]
+    drop_process(t.run, "trainer", t)
     t.close(at_once)
 
 
 def close_trainers(at_once: bool = False) -> None:
-    """Stop every trainer of this process (the end of a run, or exit; at_once: a Ctrl-C, terminate now)."""
-    for t in list(_TRAINERS.values()):
-        t.close(at_once=at_once)
-    _TRAINERS.clear()
+    """Stop every run's trainer in this process (at_once: terminate now). A run's own close stops its trainer."""
+    stop_everywhere("trainer", at_once)
 
 
 def persistent_job(run: RunDir, cfg: RunConfig, job: dict, what: str) -> dict:
@@ -354,5 +344,5 @@ def persistent_job(run: RunDir, cfg: RunConfig, job: dict, what: str) -> dict:
 
 def held_trainer(run: RunDir, cfg: RunConfig) -> PersistentTrainer | None:
     """The run's live persistent trainer in this process, if there is one (nothing is launched)."""
-    t = _TRAINERS.get(_key(run, cfg))
+    t = held_process(run, "trainer", _key(run, cfg))
     return t if t is not None and t.alive() else None

@@ -113,91 +113,101 @@ def build_tiny_model(
     if data_cfg is None:
         data_cfg = DataConfig(source=task, **({} if rl_train_size is None else {"train_size": rl_train_size}))
     work = Path(tempfile.mkdtemp(prefix="ts-warmup-"))
-    cand_root = Path(state_dir) / "candidates" if state_dir is not None else work
-    splits = spec.build_splits(work / "data", data_cfg)
-    val_prompts = load_dataset(splits["validation"])[:eval_prompts]
-    pairs = warmup_pairs(spec, splits, corpus_size, seed, data_cfg, keep_out_train=rl_train_size is not None)
+    try:  # the work folder goes on any end but a kill -9 (data splits, candidates without a state_dir)
+        cand_root = Path(state_dir) / "candidates" if state_dir is not None else work
+        splits = spec.build_splits(work / "data", data_cfg)
+        val_prompts = load_dataset(splits["validation"])[:eval_prompts]
+        pairs = warmup_pairs(spec, splits, corpus_size, seed, data_cfg, keep_out_train=rl_train_size is not None)
 
-    model, tok, init_report = _start_model(spec, init, seed, model_size)
-    ids, labels, _ = encode_corpus(tok, pairs)
-    total = steps if schedule == "cosine" else None
-    opt, sched = sft_optimizer(model, lr, warmup_steps, total, min_lr_factor)
-    # A continued warm-up draws other batches than its first phase did from the same corpus.
-    gen = torch.Generator().manual_seed(seed + (1 if init is not None else 0))
-    verifier = Verifier(backend=spec.reward, partial_credit=False)
-    engine = HFEngine(model, tok, batch_size=256)
+        model, tok, init_report = _start_model(spec, init, seed, model_size)
+        ids, labels, _ = encode_corpus(tok, pairs)
+        total = steps if schedule == "cosine" else None
+        opt, sched = sft_optimizer(model, lr, warmup_steps, total, min_lr_factor)
+        # A continued warm-up draws other batches than its first phase did from the same corpus.
+        gen = torch.Generator().manual_seed(seed + (1 if init is not None else 0))
+        verifier = Verifier(backend=spec.reward, partial_credit=False)
+        engine = HFEngine(model, tok, batch_size=256)
 
-    candidates: list[dict] = []
-    first = 0 if init is not None else 1
-    save_every = save_every or eval_every
-    settings = dict(
-        task=task, steps=steps, batch_size=batch_size, lr=lr, schedule=schedule, min_lr_factor=min_lr_factor,
-        corpus_size=corpus_size, eval_every=eval_every, eval_from=eval_from, eval_prompts=eval_prompts,
-        eval_samples=eval_samples, max_new_tokens=max_new_tokens, seed=seed, warmup_steps=warmup_steps,
-        init=str(init) if init is not None else None, until_plateau=until_plateau, model_size=model_size,
-    )  # fmt: skip
-    if rl_train_size is not None:  # only when set: an earlier build's settings (and its resume check) stay as they were
-        settings["rl_train_size"] = rl_train_size
-    digest = corpus_digest(ids, labels)
-    if resume:
-        state = load_state(Path(state_dir), settings=settings, digest=digest)
-        first = restore(state, model=model, opt=opt, sched=sched, gen=gen)
-        candidates = state["candidates"]
-        t0 = time.time() - state["elapsed"]
-    with Progress(
-        TextColumn("warm-up"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}")
-    ) as bar:
-        bar_task = bar.add_task("sft", total=steps, info="", completed=max(0, first - 1))
-        for step in range(first, steps + 1):
-            loss = sft_step(model, opt, sched, ids, labels, batch_size, gen, tok.pad_token_id) if step else float("nan")
-            info = f"loss {loss:.3f}"
-            if step == 0 or (step >= eval_from and (step % eval_every == 0 or step == steps)):
-                model.eval()
-                res = evaluate_prompts(
-                    engine,
-                    tok,
-                    val_prompts,
-                    verifier,
-                    n=eval_samples,
-                    max_new_tokens=max_new_tokens,
-                    seed=seed,
-                    label=None if task == "chain_sum" else spec.label,
+        candidates: list[dict] = []
+        first = 0 if init is not None else 1
+        save_every = save_every or eval_every
+        settings = dict(
+            task=task, steps=steps, batch_size=batch_size, lr=lr, schedule=schedule, min_lr_factor=min_lr_factor,
+            corpus_size=corpus_size, eval_every=eval_every, eval_from=eval_from, eval_prompts=eval_prompts,
+            eval_samples=eval_samples, max_new_tokens=max_new_tokens, seed=seed, warmup_steps=warmup_steps,
+            init=str(init) if init is not None else None, until_plateau=until_plateau, model_size=model_size,
+        )  # fmt: skip
+        # only when set: an earlier build's settings (and its resume check) stay as they were
+        if rl_train_size is not None:
+            settings["rl_train_size"] = rl_train_size
+        digest = corpus_digest(ids, labels)
+        if resume:
+            state = load_state(Path(state_dir), settings=settings, digest=digest)
+            first = restore(state, model=model, opt=opt, sched=sched, gen=gen)
+            candidates = state["candidates"]
+            t0 = time.time() - state["elapsed"]
+        with Progress(
+            TextColumn("warm-up"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[info]}"),
+        ) as bar:
+            bar_task = bar.add_task("sft", total=steps, info="", completed=max(0, first - 1))
+            for step in range(first, steps + 1):
+                loss = (
+                    sft_step(model, opt, sched, ids, labels, batch_size, gen, tok.pad_token_id)
+                    if step
+                    else float("nan")
                 )
-                cdir = cand_root / f"step_{step:06d}"
-                candidates.append(
-                    _candidate(model, res, cdir, step=step, loss=loss, n=eval_samples, sched=sched, t0=t0)
-                )
-                info += f" | pass@1 {res.pass_at_k[1]:.3f} pass@{eval_samples} {res.pass_at_k[eval_samples]:.3f}"
-                bar.console.log(f"step {step}: {info}")
-                last3 = [c["pass@1"] for c in candidates[-3:]]
-                if until_plateau is not None and len(last3) == 3 and max(last3) - min(last3) <= until_plateau:
-                    bar.console.log(f"plateau: the last three pass@1 {last3} lie within {until_plateau}")
-                    break
-            bar.update(bar_task, advance=1, info=info)
-            if state_dir is not None and step and (step % save_every == 0 or step == stop_after):
-                extra = {"candidates": candidates, "elapsed": time.time() - t0, "settings": settings}
-                save_state(Path(state_dir), step=step, model=model, opt=opt, sched=sched, gen=gen, extra={
-                    **extra, "corpus_digest": digest})  # fmt: skip
-                bar.console.log(f"step {step}: state saved to {state_dir}")
-            if step == stop_after:
-                verifier.close()
-                shutil.rmtree(work, ignore_errors=True)
-                return {"stopped_at": step}
-    verifier.close()
+                info = f"loss {loss:.3f}"
+                if step == 0 or (step >= eval_from and (step % eval_every == 0 or step == steps)):
+                    model.eval()
+                    res = evaluate_prompts(
+                        engine,
+                        tok,
+                        val_prompts,
+                        verifier,
+                        n=eval_samples,
+                        max_new_tokens=max_new_tokens,
+                        seed=seed,
+                        label=None if task == "chain_sum" else spec.label,
+                    )
+                    cdir = cand_root / f"step_{step:06d}"
+                    candidates.append(
+                        _candidate(model, res, cdir, step=step, loss=loss, n=eval_samples, sched=sched, t0=t0)
+                    )
+                    info += f" | pass@1 {res.pass_at_k[1]:.3f} pass@{eval_samples} {res.pass_at_k[eval_samples]:.3f}"
+                    bar.console.log(f"step {step}: {info}")
+                    last3 = [c["pass@1"] for c in candidates[-3:]]
+                    if until_plateau is not None and len(last3) == 3 and max(last3) - min(last3) <= until_plateau:
+                        bar.console.log(f"plateau: the last three pass@1 {last3} lie within {until_plateau}")
+                        break
+                bar.update(bar_task, advance=1, info=info)
+                if state_dir is not None and step and (step % save_every == 0 or step == stop_after):
+                    extra = {"candidates": candidates, "elapsed": time.time() - t0, "settings": settings}
+                    save_state(Path(state_dir), step=step, model=model, opt=opt, sched=sched, gen=gen, extra={
+                        **extra, "corpus_digest": digest})  # fmt: skip
+                    bar.console.log(f"step {step}: state saved to {state_dir}")
+                if step == stop_after:
+                    verifier.close()
+                    return {"stopped_at": step}
+        verifier.close()
 
-    best = choose(candidates, target, eval_samples)
-    out_dir = Path(out_dir)
-    tmp_out = stage_model(best["dir"], tok, out_dir)
-    report = warmup_report(
-        task=task, best=best, target=target, candidates=candidates, params=count_params(model), steps=steps,
-        batch_size=batch_size, lr=lr, schedule=schedule, final_lr=sched.get_last_lr()[0], corpus_size=corpus_size,
-        seed=seed, warmup_steps=warmup_steps, build_seconds=round(time.time() - t0, 1), until_plateau=until_plateau,
-        init=init, init_report=init_report, eval_prompts=len(val_prompts), eval_samples=eval_samples,
-        max_new_tokens=max_new_tokens, command=command,
-    )  # fmt: skip
-    publish(tmp_out, out_dir, report)
-    shutil.rmtree(work, ignore_errors=True)
-    return report
+        best = choose(candidates, target, eval_samples)
+        out_dir = Path(out_dir)
+        tmp_out = stage_model(best["dir"], tok, out_dir)
+        report = warmup_report(
+            task=task, best=best, target=target, candidates=candidates, params=count_params(model), steps=steps,
+            batch_size=batch_size, lr=lr, schedule=schedule, final_lr=sched.get_last_lr()[0], corpus_size=corpus_size,
+            seed=seed, warmup_steps=warmup_steps, build_seconds=round(time.time() - t0, 1), until_plateau=until_plateau,
+            init=init, init_report=init_report, eval_prompts=len(val_prompts), eval_samples=eval_samples,
+            max_new_tokens=max_new_tokens, command=command,
+        )  # fmt: skip
+        publish(tmp_out, out_dir, report)
+        return report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _check_resume(resume: bool, state_dir: Path | None) -> None:

@@ -1,0 +1,20 @@
+"""The warm-up's work folder (data splits, and the candidates when no state_dir keeps them) goes when
+the build ends in an error, not only when it finishes."""
+
+import tempfile
+
+import pytest
+
+from thinking_seeds.train import warmup
+
+
+def test_a_failed_build_leaves_no_work_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # mkdtemp's folder
+
+    def broken(*a, **k):
+        raise OSError("no such model")
+
+    monkeypatch.setattr(warmup, "_start_model", broken)  # after the splits are written into the work folder
+    with pytest.raises(OSError, match="no such model"):
+        warmup.build_tiny_model(tmp_path / "out", task="chain_sum", steps=1, corpus_size=10, eval_prompts=2)
+    assert list(tmp_path.iterdir()) == []
