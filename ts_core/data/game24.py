@@ -146,11 +146,6 @@ def _fmt(x: Fraction) -> str:
     return _fmt_q(x.numerator, x.denominator)
 
 
-def step_text(step: Step) -> str:
-    a, op, b, c = step
-    return f"{_operand_q(*_q(a))}{op}{_operand_q(*_q(b))}={_fmt(c)}"
-
-
 def _step_text_q(a: Q, op: str, b: Q, c: Q) -> str:
     return f"{_operand_q(*a)}{op}{_operand_q(*b)}={_fmt_q(*c)}"
 

@@ -233,11 +233,6 @@ class HFEngine:
                 f"missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
 
-    def set_model(self, model, tag: str | None = None) -> None:
-        """Generate with an in-memory model (e.g. the policy right after an update)."""
-        self.model = model.eval()
-        self.loaded_from = tag
-
     @torch.no_grad()
     def generate(
         self,
