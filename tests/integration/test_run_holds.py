@@ -9,7 +9,7 @@ import pytest
 from thinking_seeds.config import load_config
 from thinking_seeds.pipeline import session
 from thinking_seeds.pipeline.loop import train
-from thinking_seeds.pipeline.run_resources import held_process, held_resources
+from thinking_seeds.pipeline.run_resources import VERIFIER_KIND, held_process, held_resources
 from thinking_seeds.store.run_dir import RunDir
 
 
@@ -26,6 +26,11 @@ def overrides(tmp_path_factory, tiny_overrides):
     sys.modules.pop("holds_reward", None)
 
 
+def _verifier(run):
+    (held,) = [h.obj for k, h in held_resources(run).processes.items() if k.startswith(VERIFIER_KIND)]
+    return held
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -39,7 +44,7 @@ def test_the_runs_verifier_workers_and_engine_end_with_it(tmp_path, overrides):
     seen: dict = {}
 
     def look(_cfg):  # in the run's life
-        seen["pids"] = held_process(run, "verifier").worker_pids
+        seen["pids"] = _verifier(run).worker_pids
         seen["engine"] = held_process(run, "engine")
 
     train(run, load_config("tiny", overrides), then=look)
@@ -55,7 +60,7 @@ def test_a_failed_run_lets_go_of_its_processes_too(tmp_path, overrides, monkeypa
 
     def generate_then_fail(self, *a, **k):
         real(self, *a, **k)
-        seen["pids"] = held_process(run, "verifier").worker_pids  # iteration 0's seeds: θ_0 was evaluated
+        seen["pids"] = _verifier(run).worker_pids  # iteration 0's seeds: θ_0 was evaluated
         raise RuntimeError("the engine broke")
 
     monkeypatch.setattr(session.Session, "generate", generate_then_fail)
@@ -63,3 +68,16 @@ def test_a_failed_run_lets_go_of_its_processes_too(tmp_path, overrides, monkeypa
         train(run, load_config("tiny", overrides))
     assert seen["pids"] and held_resources(run) is None
     assert not any(_alive(p) for p in seen["pids"])
+
+
+def test_one_verifier_per_settings_the_rewards_and_the_vote_share_it(tmp_path):
+    from thinking_seeds.pipeline.run_resources import close_resources
+    from thinking_seeds.pipeline.session import run_verifier
+
+    run = RunDir.for_run("verifiers", tmp_path)
+    rewards = run_verifier(run, "math_verify", True, None, 5.0, 1)
+    assert run_verifier(run, "math_verify", True, None, 5.0, 1) is rewards  # ts eval --data's vote: same pool
+    other = run_verifier(run, "reasoning_gym", False, None, 5.0, 1)
+    assert other is not rewards and run_verifier(run, "math_verify", True, None, 5.0, 1) is rewards
+    close_resources(run)
+    assert held_resources(run) is None

@@ -143,7 +143,7 @@ def evaluate_checkpoint_on_data(
         for x in res.samples
     ]
     with t("majority_vote"):  # answer equivalence is math-verify's, whatever reward scored the samples
-        voter = run_verifier(run, "voter", "math_verify", True, None, cfg.reward.timeout_s, cfg.reward.workers)
+        voter = run_verifier(run, "math_verify", True, None, cfg.reward.timeout_s, cfg.reward.workers)
         scores = benchmark_metrics(scored, n, math_verify_pairs(voter))
     stage = data_stage(path)
     out: dict[str, Any] = {

@@ -34,6 +34,7 @@ from thinking_seeds.transports import live_weights
 
 # kinds a process holds for one run at a time (hold): their memory is the machine's (GPU, or the Ray CPUs)
 ONE_PER_PROCESS = frozenset({"engine", "trainer", "ray_rollout", "ray_verify"})
+VERIFIER_KIND = "verifier"  # + the settings: a local verifier pool, one per settings (session.run_verifier)
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RunResources:
     session: tuple[tuple[int, int], Any] | None = None  # (config.yaml's signature, the flow's shared Session)
     tracker: Any = None  # store.tracking.Tracker (the run's `logger`; Session.tracker)
     # "engine" (session.py), "trainer" (trainer_client.py), "ray_rollout" / "ray_verify" (session.py),
-    # "verifier" / "voter" (session.py, data_eval.py): each made by `hold`
+    # "verifier(<settings>)" (session.py run_verifier): each made by `hold`
     processes: dict[str, Held] = field(default_factory=dict)
 
     def forget_policies(self) -> None:
@@ -226,7 +227,7 @@ def stop_at_interrupt() -> None:
     item). The rest is the child guard's (store/child_guard.py)."""
     close_trackers()
     for res in all_resources():
-        for kind in ("verifier", "voter"):
+        for kind in [k for k in res.processes if k.startswith(VERIFIER_KIND)]:
             res.stop(kind, at_once=True)
 
 

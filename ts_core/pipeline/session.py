@@ -29,6 +29,7 @@ from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
 from thinking_seeds.engine.sharding import Call, LocalRollout, build_engine, generate_sharded, generate_sharded_many
 from thinking_seeds.pipeline.run_resources import (
+    VERIFIER_KIND,
     at_exit_last,
     hold,
     resources_for,
@@ -235,7 +236,7 @@ class Session:
                 ),
                 _close,
             )
-        return run_verifier(self.run, "verifier", r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers)
+        return run_verifier(self.run, r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers)
 
     def label(self):
         """The task's solution label for diversity metrics (None: chain_sum's strategy share)."""
@@ -285,10 +286,11 @@ def session_for(run: RunDir) -> Session:
 
 
 def run_verifier(
-    run: RunDir, kind: str, backend, partial_credit: bool, fn: str | None, timeout_s: float, workers: int
+    run: RunDir, backend, partial_credit: bool, fn: str | None, timeout_s: float, workers: int
 ) -> Verifier:
-    """The run's local Verifier with these settings (`kind`: "verifier" for rewards, "voter" for the
-    majority vote's answer equivalence), its worker pool started on first use and stopped with the run."""
+    """The run's local Verifier with these settings, its worker pool started on first use and stopped with
+    the run. One per settings: the rewards' and the majority vote's (math-verify's answer equivalence) are
+    one pool when the run's reward is math-verify's."""
     key = (backend, partial_credit, fn, timeout_s, workers)
     make = lambda: Verifier(backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s, workers=workers)  # noqa: E731
-    return hold(run, kind, key, make, lambda v, at_once: v.kill_pool())
+    return hold(run, f"{VERIFIER_KIND}{key}", key, make, lambda v, at_once: v.kill_pool())
