@@ -1,22 +1,15 @@
 """The comparison flow: methods x seeds (x sweeps) on one budget, the SFT control, the report.
 
 Its one parameter is the ComparisonSpec `ts compare` builds (thinking_seeds.experiments.spec; a
-pydantic model, so a deployment can pass it as JSON). The steps are thinking_seeds.experiments.compare's:
-
-    select        with spec.select: the grid for every method on validation; each gets its best value
-    prepare       plan the runs (budgets checked equal), restore archived runs, check --reference
-    protocol      register it in <out_dir>/<compare_id>/protocol.json before the first run
-    runs          run_all: one `python -m thinking_seeds.pipeline.loop` process per run, `parallel` at once
-    sft control   sft_control.run_controls: more warm-up for the mean RL training time, per seed
-    final test    run_final_tests: every final policy (and θ_0) on the whole test split
-    archive       with spec.archive: each finished run's small files into <out_dir>/<compare_id>/runs/
-    report        write_report -> <out_dir>/<compare_id>/report.md
+pydantic model, so a deployment can pass it as JSON). The steps are thinking_seeds.experiments.compare's
+(its module docstring says what each does), one task each: select, prepare, protocol, runs, SFT control,
+final test, archive, report.
 
 Every step is resumable: completed runs and controls are skipped (archived ones too), so re-running
 the same command finishes an interrupted comparison and rewrites the report. `ts compare` calls
 this flow (or, with --no-prefect, the same functions in order: `compare.run_comparison`).
 
-    python -m thinking_seeds.flows.compare --methods grpo,thinking_seeds --seeds 0,1 --id demo
+    ts compare --methods grpo,thinking_seeds --seeds 0,1 --id demo
 """
 
 from __future__ import annotations
@@ -35,22 +28,25 @@ from thinking_seeds.experiments.compare import (
     run_all,
     run_final_tests,
     run_selection,
+    run_spec_controls,
     write_report,
 )
 from thinking_seeds.experiments.compare_archive import archive_finished, archiver
 from thinking_seeds.experiments.jobs import JobResult, raise_on_failures
 from thinking_seeds.experiments.run_spec import RunSpec
-from thinking_seeds.experiments.sft_control import run_controls
 from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.store.run_dir import runs_root
 from thinking_seeds.tasks.artifacts import artifact_key
 
 
-def _rows(results: Sequence[JobResult]) -> list[dict[str, Any]]:
-    return [
+def _publish(results: Sequence[JobResult], spec: ComparisonSpec, name: str, description: str) -> None:
+    """The jobs' results as the flow run's table artifact `name`; then CompareError if any failed."""
+    rows = [
         {"run": r.run_id, "status": r.status, "exit": r.returncode, "seconds": round(r.seconds, 1), "log": r.log}
         for r in results
     ]
+    create_table_artifact(rows, key=artifact_key(spec.compare_id, name), description=description)
+    raise_on_failures(results)
 
 
 @task(name="compare-select", cache_policy=NO_CACHE)
@@ -67,49 +63,21 @@ def runs_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> list
         on_done=archiver(spec, specs, Path(runs_dir)),
         final_test=spec.final_test,
     )
-    create_table_artifact(
-        _rows(results), key=artifact_key(spec.compare_id, "runs"), description=f"runs of comparison {spec.compare_id}"
-    )
-    raise_on_failures(results)
+    _publish(results, spec, "runs", f"runs of comparison {spec.compare_id}")
     return results
 
 
 @task(name="sft-control", cache_policy=NO_CACHE)
 def control_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> float:
-    budget, results = run_controls(
-        specs,
-        Path(runs_dir),
-        parallel=spec.parallel,
-        budget_seconds=spec.control_seconds,
-        seeds=spec.control_seed_list(specs),
-        max_steps=spec.control_max_steps,
-        corpus_size=spec.control_corpus_size,
-        report_dir=spec.report_dir,  # the controls' archived and registered configs (recorded_defaults.py)
-    )
-    create_table_artifact(
-        _rows(results),
-        key=artifact_key(spec.compare_id, "sft-control"),
-        description=f"SFT controls of comparison {spec.compare_id} (budget {budget:.1f} s)",
-    )
-    raise_on_failures(results)
+    budget, results = run_spec_controls(spec, specs, Path(runs_dir))
+    _publish(results, spec, "sft-control", f"SFT controls of comparison {spec.compare_id} (budget {budget:.1f} s)")
     return budget
 
 
 @task(name="final-test", cache_policy=NO_CACHE)
 def final_test_task(spec: ComparisonSpec, specs: list[RunSpec], runs_dir: str) -> None:
-    results = run_final_tests(
-        specs,
-        Path(runs_dir),
-        spec.parallel,
-        spec.control_seed_list(specs) if spec.control else False,
-        on_done=archiver(spec, specs, Path(runs_dir)),
-    )
-    create_table_artifact(
-        _rows(results),
-        key=artifact_key(spec.compare_id, "final-test"),
-        description=f"final test evaluations of comparison {spec.compare_id}",
-    )
-    raise_on_failures(results)
+    results = run_final_tests(spec, specs, Path(runs_dir), on_done=archiver(spec, specs, Path(runs_dir)))
+    _publish(results, spec, "final-test", f"final test evaluations of comparison {spec.compare_id}")
 
 
 @task(name="compare-archive", cache_policy=NO_CACHE)
@@ -158,54 +126,3 @@ def compare_flow(spec: ComparisonSpec) -> str:
     path = report_task(spec, runs_dir)
     log.info("report: %s", path)
     return path
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import argparse
-    import shlex
-    import sys
-
-    ap = argparse.ArgumentParser(description="Run the comparison flow (`ts compare` calls it too).")
-    ap.add_argument("--preset", default="tiny")
-    ap.add_argument("--methods", default=",".join(ComparisonSpec().methods))
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2")
-    ap.add_argument("--id", dest="compare_id", default="compare")
-    ap.add_argument("--parallel", type=int, default=2)
-    ap.add_argument("--out", default="docs/results")
-    ap.add_argument("--no-control", action="store_true")
-    ap.add_argument("--one-at-a-time", action="store_true")
-    ap.add_argument("--reference", default=None)
-    ap.add_argument("--no-final-test", action="store_true")
-    ap.add_argument("--archive", action="store_true")
-    ap.add_argument("--primary", default=None)
-    ap.add_argument("--amend-protocol", action="store_true")
-    ap.add_argument("--select", default=None, metavar="KEY=V1,V2")
-    ap.add_argument("--select-seeds", default="0-2")
-    a = ap.parse_args()
-    cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "thinking_seeds.flows.compare", *sys.argv[1:]])
-    print(
-        compare_flow(
-            ComparisonSpec.of(
-                preset=a.preset,
-                methods=a.methods,
-                seeds=a.seeds,
-                overrides=a.overrides,
-                sweep=a.sweep,
-                compare_id=a.compare_id,
-                parallel=a.parallel,
-                out_dir=a.out,
-                control=not a.no_control,
-                one_at_a_time=a.one_at_a_time,
-                reference=a.reference,
-                final_test=not a.no_final_test,
-                archive=a.archive,
-                primary=a.primary,
-                amend_protocol=a.amend_protocol,
-                select=[a.select] if a.select else None,
-                select_seeds=a.select_seeds,
-                command=cmd,
-            )
-        )
-    )

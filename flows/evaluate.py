@@ -7,7 +7,7 @@ training (checkpoints appear atomically, so a half-written one is never picked).
 metrics; stage column `evaluate-<split>`; with `data`: `evaluate-data-<file stem>`, and the whole
 result to `evals/evaluate-data-<file stem>/step_<step>.json`), and a table artifact shows them in the UI.
 
-    python -m thinking_seeds.flows.evaluate --run-id demo [--step 4] [--split test] [--data my.parquet]
+    ts eval demo [--step 4] [--split test] [--data my.parquet]
 """
 
 from __future__ import annotations
@@ -79,16 +79,3 @@ def evaluate_flow(
 
 def _numbers(group: dict) -> dict:
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in group.items() if k != "status"}
-
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Evaluate a run's policy checkpoint (default: the latest).")
-    ap.add_argument("--run-id", required=True)
-    ap.add_argument("--step", type=int, default=None)
-    ap.add_argument("--split", default="validation", choices=["validation", "test"])
-    ap.add_argument("--data", default=None, help="a verl-schema Parquet file to evaluate on instead of a split")
-    ap.add_argument("--reward", default=None, help="with --data: package.module:function or a backend name")
-    a = ap.parse_args()
-    print(evaluate_flow(run_id=a.run_id, step=a.step, split=a.split, data=a.data, reward=a.reward))

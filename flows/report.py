@@ -30,9 +30,3 @@ def report_flow(run_id: str) -> str:
     for name, why in failures.items():
         print(f"named query {name} failed, its table says so: {why}")
     return str(path)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    report_flow(sys.argv[1])

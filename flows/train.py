@@ -15,7 +15,7 @@ Re-running with the same run id resumes: a stage whose manifest is on disk, with
 intact outputs and the same upstream digests, is skipped (its task run ends in state "Skipped");
 the run directory's manifests are the only record of what is done (see `tasks/stage_task.py`).
 
-    python -m thinking_seeds.flows.train --preset tiny --run-id demo --set iterations=2
+    ts train --preset tiny --run-id demo --set iterations=2
 """
 
 from __future__ import annotations
@@ -109,16 +109,9 @@ def iteration_table(k: int, manifests: list[dict]) -> list[dict]:
     """One row per metric of iteration k (stage, name, value), plus each stage's total seconds."""
     rows = []
     for m in manifests:
-        for name, value in sorted(m.get("metrics", {}).items()):
-            rows.append({"iteration": k, "stage": m["stage"], "name": name, "value": round(float(value), 6)})
-        rows.append(
-            {
-                "iteration": k,
-                "stage": m["stage"],
-                "name": "seconds",
-                "value": round(sum(m.get("seconds", {}).values()), 3),
-            }
-        )
+        named = [(n, round(float(v), 6)) for n, v in sorted(m.get("metrics", {}).items())]
+        named.append(("seconds", round(sum(m.get("seconds", {}).values()), 3)))
+        rows += [{"iteration": k, "stage": m["stage"], "name": n, "value": v} for n, v in named]
     return rows
 
 
@@ -182,16 +175,3 @@ def report_iteration(run: RunDir, k: int, manifests: list[dict]) -> None:
         create_table_artifact(
             rows, key=artifact_key(run.run_id, "metrics"), description=f"run {run.run_id}: metrics of {label}"
         )
-
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(
-        description="Run the Prefect training flow (the `ts train --prefect` CLI calls it too)."
-    )
-    ap.add_argument("--preset", default="tiny")
-    ap.add_argument("--run-id", default="demo")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    a = ap.parse_args()
-    print(train_flow(preset=a.preset, run_id=a.run_id, overrides=a.overrides))

@@ -33,15 +33,6 @@ Upstream = dict[str, dict]  # "stage@k" -> manifest dict of an input stage
 SKIPPED = "Skipped"  # the state name of a stage whose manifest vouched for its outputs
 
 
-def upstream_from(*manifests: dict) -> Upstream:
-    """{"stage@k": manifest} for the manifests a stage reads (the flow passes task results)."""
-    return {f"{m['stage']}@{m['iteration']}": m for m in manifests}
-
-
-def upstream_digests(upstream: Upstream) -> dict[str, str]:
-    return {name: Manifest(**m).digest for name, m in upstream.items()}
-
-
 def _outcome(stage: str, run_dir: str, k: int, config_hash: str, upstream: Upstream, config: dict | None) -> Outcome:
     run = RunDir(Path(run_dir))
     if stage == "prepare":  # writes config.yaml, so the config comes from the flow
@@ -52,7 +43,8 @@ def _outcome(stage: str, run_dir: str, k: int, config_hash: str, upstream: Upstr
             f"{run.config_path} has config hash {s.cfg.config_hash()}, the flow expected {config_hash}: "
             "the run directory was changed under the flow; re-run with the run's own preset and overrides"
         )
-    expected, on_disk = upstream_digests(upstream), run.upstream_digests(upstream_of(stage, k))
+    expected = {name: Manifest(**m).digest for name, m in upstream.items()}
+    on_disk = run.upstream_digests(upstream_of(stage, k))
     if expected != on_disk:
         raise RuntimeError(
             f"{stage} {k}: the upstream manifests passed by the flow {expected} differ from the ones in "
@@ -84,5 +76,6 @@ def stage_task(stage: str) -> Task:
 
 def call_stage(stage: Task, run: RunDir, k: int, config_hash: str, *inputs: dict, **extra) -> dict:
     """Run one stage task in the flow and return its manifest (a dict); `inputs` are the manifests it reads."""
-    state = stage(str(run.root), k, config_hash, upstream_from(*inputs), **extra, return_state=True)
+    upstream = {f"{m['stage']}@{m['iteration']}": m for m in inputs}
+    state = stage(str(run.root), k, config_hash, upstream, **extra, return_state=True)
     return state.result()

@@ -17,7 +17,6 @@ from typing import Any
 
 __all__ = [
     "EXTRAS",
-    "LOGGERS",
     "check_loggers",
     "check_task_names",
     "known_task_names",
@@ -25,7 +24,6 @@ __all__ = [
     "load_reward_fn",
 ]
 
-LOGGERS = ("console", "tensorboard", "mlflow", "wandb")
 # logger -> (module that must import, the pip extra that brings it)
 EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 

@@ -29,18 +29,9 @@ from pathlib import Path
 
 import typer
 
-from thinking_seeds.flows.cli.prefect_server import prefect_defaults
-
-prefect_defaults()  # before any command imports Prefect: no telemetry unless the user asked for it
-
-from thinking_seeds.flows.cli import compare, config, data, evaluate, plan, report, train  # noqa: E402
-from thinking_seeds.flows.cli.errors import (  # noqa: E402
-    EXIT_INTERRUPTED,
-    EXIT_USER_ERROR,
-    Group,
-    exit_interrupted,
-    is_user_error,
-)
+# thinking_seeds.flows (imported first) turns Prefect's telemetry off before any command imports Prefect
+from thinking_seeds.flows.cli import compare, config, data, evaluate, plan, report, train
+from thinking_seeds.flows.cli.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, Group, exit_interrupted, is_user_error
 
 __all__ = ["EXIT_USER_ERROR", "app", "main"]
 

@@ -8,9 +8,7 @@ import typer
 
 from thinking_seeds.flows.cli.output import command_line, console
 
-_DEFAULT_METHODS = (
-    "grpo,seq_mix,luffy,prefix_context,thinking_seeds"  # thinking_seeds.experiments.compare.DEFAULT_METHODS
-)
+_DEFAULT_METHODS = "grpo,seq_mix,luffy,prefix_context,thinking_seeds"  # thinking_seeds.experiments.spec.DEFAULT_METHODS
 
 
 def compare(

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import typer
@@ -117,15 +117,11 @@ def exit_interrupted() -> None:
     ):
         stop = getattr(sys.modules.get(module), name, None)
         if stop is not None:
-            try:
+            with suppress(Exception):  # leaving anyway; the guard stops what is left
                 stop()
-            except Exception:  # noqa: S110 - leaving anyway; the guard stops what is left
-                pass
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(EXIT_INTERRUPTED)
 
 

@@ -25,10 +25,11 @@ from thinking_seeds.flows.cli.output import OutputFormat, _jsonable, console, em
 __all__ = ["print_result", "split_result"]
 
 _COUNTS = {"prompts", "samples"}
+_AT_K = re.compile(r"(avg|pass|maj)@(\d+)")  # the metrics shown as the table's columns
 
 
 def _metric_order(name: str) -> tuple[int, int, str]:
-    m = re.fullmatch(r"(avg|pass|maj)@(\d+)", name)
+    m = _AT_K.fullmatch(name)
     if m:
         return (("avg", "pass", "maj").index(m.group(1)), int(m.group(2)), name)
     return (3, 0, name)
@@ -38,8 +39,7 @@ def _group(flat: dict[str, float], prefix: str) -> dict[str, Any]:
     """The `prefix/*` numbers of a split evaluation as a group: accuracy as avg@n, counts as ints."""
     out: dict[str, Any] = {}
     status: dict[str, int] = {}
-    ks = [int(k.split("@")[1]) for k in flat if k.startswith(f"{prefix}/pass@")]
-    n = max(ks) if ks else None
+    n = max((int(k.split("@")[1]) for k in flat if k.startswith(f"{prefix}/pass@")), default=None)
     for key, v in flat.items():
         if not key.startswith(prefix + "/"):
             continue
@@ -73,8 +73,7 @@ def split_result(res: dict[str, Any]) -> dict[str, Any]:
     flat = res["metrics"]
     out: dict[str, Any] = {"run_id": res["run_id"], "step": res["step"], "split": res["split"]}
     metrics = _group(flat, "eval")
-    ks = [int(k.split("@")[1]) for k in metrics if k.startswith("pass@")]
-    out["samples"] = max(ks) if ks else None
+    out["samples"] = max((int(k.split("@")[1]) for k in metrics if k.startswith("pass@")), default=None)
     out["metrics"] = metrics
     if any(k.startswith("eval_seeded/") for k in flat):
         seeded = _group(flat, "eval_seeded")
@@ -86,7 +85,7 @@ def split_result(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def _table_rows(groups: dict[str, dict[str, Any]]) -> tuple[list[str], list[tuple]]:
-    names = sorted({k for g in groups.values() for k in g if re.fullmatch(r"(avg|pass|maj)@\d+", k)}, key=_metric_order)
+    names = sorted({k for g in groups.values() for k in g if _AT_K.fullmatch(k)}, key=_metric_order)
     columns = ["source", "prompts", *names]
     rows = [(label, g.get("prompts"), *(g.get(k) for k in names)) for label, g in groups.items()]
     return columns, rows
@@ -114,11 +113,7 @@ def print_result(res: dict[str, Any], fmt: OutputFormat) -> None:
     if "seeded" in out:
         console().print(SEEDED_LEGEND.format(step=out["step"]), soft_wrap=True)  # one line, whatever the width
     m = out["metrics"]
-    other = [
-        (k, v)
-        for k, v in m.items()
-        if k not in _COUNTS and k != "status" and not re.fullmatch(r"(avg|pass|maj)@\d+", k)
-    ]
+    other = [(k, v) for k, v in m.items() if k not in _COUNTS and k != "status" and not _AT_K.fullmatch(k)]
     con = console()
     if m.get("status"):
         counts = ", ".join(f"{s} {c}" for s, c in m["status"].items())

@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from enum import Enum, StrEnum
 from typing import Any
 
@@ -25,9 +26,6 @@ class OutputFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
-
-
-FORMAT_OPTION_HELP = "Output format."
 
 
 def console() -> Console:
@@ -106,26 +104,45 @@ def emit(
         for r in rows:
             w.writerow([_csv_cell(v) for v in r])
         return
-    from decimal import Decimal
-
-    from rich.table import Table
-
-    if numeric is None:  # right-align columns whose values are all numbers
-        numeric = {
-            c
-            for i, c in enumerate(columns)
-            if rows and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows)
-        }
-    table = Table(title=title, header_style="bold cyan", show_lines=False)
-    for c in columns:
-        table.add_column(c, justify="right" if c in numeric else "left", overflow="fold")
-    for r in rows[:MAX_TABLE_ROWS]:
-        table.add_row(*(Text(cell(v)) for v in r))  # Text: no rich markup in data
-    con = console()
-    con.print(table)
     note = f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
     if len(rows) > MAX_TABLE_ROWS:
         note += f", first {MAX_TABLE_ROWS} shown (--format csv or json prints all)"
+    numeric = numeric_columns(columns, rows) if numeric is None else numeric  # over all rows, not only those shown
+    print_rich_table(columns, rows[:MAX_TABLE_ROWS], title, note, numeric)
+
+
+def numeric_columns(columns: list[str], rows: list[tuple]) -> set[str]:
+    """The columns whose values are all numbers (right-aligned in a table)."""
+    from decimal import Decimal
+
+    return {
+        c
+        for i, c in enumerate(columns)
+        if rows and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows)
+    }
+
+
+def print_rich_table(
+    columns: list[str],
+    rows: list[tuple],
+    title: str | None,
+    note: str,
+    numeric: set[str] | None = None,
+    clean: Callable[[str], str] = str,
+) -> None:
+    """A rich table of `rows`, then `note` under it: the `numeric` columns (default: numeric_columns)
+    right-aligned, `clean` applied to every header's and cell's text."""
+    from rich.table import Table
+
+    if numeric is None:
+        numeric = numeric_columns(columns, rows)
+    table = Table(title=title, header_style="bold cyan", show_lines=False)
+    for c in columns:
+        table.add_column(clean(c), justify="right" if c in numeric else "left", overflow="fold")
+    for r in rows:
+        table.add_row(*(Text(clean(cell(v))) for v in r))  # Text: no rich markup in data
+    con = console()
+    con.print(table)
     con.print(Text(note, style="dim"))
 
 

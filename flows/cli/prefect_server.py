@@ -1,4 +1,4 @@
-"""Prefect under `ts`: telemetry off, and the temporary server in its own session.
+"""Prefect under `ts`: the temporary server in its own session (telemetry is off: flows/__init__.py).
 
 Without a PREFECT_API_URL, Prefect starts a temporary local server (uvicorn) the first time a flow
 talks to its API. Started by Prefect, that server shares the terminal's process group, so one Ctrl-C
@@ -21,18 +21,7 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["prefect_defaults", "start_prefect", "stop_server"]
-
-# Set in the environment before Prefect is imported, unless the user set them: no anonymous usage
-# report from the temporary server (the Makefile used to be the only place that said so).
-PREFECT_DEFAULTS = {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-}
-
-
-def prefect_defaults() -> None:
-    for name, value in PREFECT_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+__all__ = ["start_prefect", "stop_server"]
 
 
 def start_prefect(verbose: bool = False) -> None:
@@ -45,7 +34,6 @@ def start_prefect(verbose: bool = False) -> None:
     from thinking_seeds.store.child_guard import guard_children
 
     guard_children()  # first: whatever starts next dies with this process, kill -9 included
-    prefect_defaults()
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE
 
     quiet_prefect_logs()
@@ -82,24 +70,11 @@ def _server_class() -> Any:
     class OwnSessionServer(SubprocessASGIServer):
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
             # Prefect 3.7's own command (prefect/server/api/server.py), plus the session and the death signal.
+            cmd = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory"]
+            cmd += ["prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port)]
+            cmd += ["--log-level", "error", "--lifespan", "on"]
             return subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--app-dir",
-                    str(prefect.__module_path__.parent),
-                    "--factory",
-                    "prefect.server.api.server:create_app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--log-level",
-                    "error",
-                    "--lifespan",
-                    "on",
-                ],
+                cmd,
                 env={
                     **os.environ,
                     "PREFECT_UI_ENABLED": "0",

@@ -13,9 +13,7 @@ import json
 import sys
 from typing import Any
 
-from rich.text import Text
-
-from thinking_seeds.flows.cli.output import MAX_TABLE_ROWS, OutputFormat, _csv_cell, _jsonable, cell, console
+from thinking_seeds.flows.cli.output import MAX_TABLE_ROWS, OutputFormat, _csv_cell, _jsonable, print_rich_table
 
 __all__ = ["OutputLimit", "escape_controls", "print_stream", "print_table"]
 
@@ -40,28 +38,12 @@ def escape_controls(text: str) -> str:
 
 def print_table(columns: list[str], rows: list[tuple], more: bool, title: str | None) -> None:
     """A rich table of `rows` (at most MAX_TABLE_ROWS), then a line saying how many, or that there are more."""
-    from decimal import Decimal
-
-    from rich.table import Table
-
     shown = rows[:MAX_TABLE_ROWS]
-    numeric = {
-        c
-        for i, c in enumerate(columns)
-        if shown and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in shown)
-    }
-    table = Table(title=title, header_style="bold cyan", show_lines=False)
-    for c in columns:
-        table.add_column(escape_controls(c), justify="right" if c in numeric else "left", overflow="fold")
-    for r in shown:
-        table.add_row(*(Text(escape_controls(cell(v))) for v in r))  # Text: no rich markup in data
-    con = console()
-    con.print(table)
     if more:
         note = f"first {len(shown)} rows shown; the query has more (--format csv or json prints them all)"
     else:
         note = f"{len(shown)} row{'s' if len(shown) != 1 else ''}"
-    con.print(Text(note, style="dim"))
+    print_rich_table(columns, shown, title, note, clean=escape_controls)
 
 
 def print_stream(

@@ -359,8 +359,7 @@ def compute_policy_loss(inp: LossInputs, s: LossSettings) -> LossOutput:
         stats.add("actor/kl", (kl.detach() * loss_mask).sum(), n_tok)
 
     # docs/algorithm.md §5: tokens that carry gradient = in the loss, advantage ≠ 0 (a group whose rewards are
-    # all equal carries none) and not clipped. Counting zero-advantage tokens made the effective
-    # entropy equal the plain entropy in every report before issue #9.
+    # all equal carries none) and not clipped.
     grad_mask = loss_mask & ~clipped & (adv != 0)
     population_stats(stats, inp, s.clip_ratio_high, adv.detach(), ratio, clipped, grad_mask)
     return LossOutput(loss=loss, stats=stats)

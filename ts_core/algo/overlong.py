@@ -1,8 +1,7 @@
 """Overlong responses (DAPO §3.4): what a response cut off by the token budget does to the update.
 
 A response is *truncated* when it hit `max_new_tokens` without ending (no EOS): its reward says
-nothing about the answer it would have given, so a wrong-looking reward there is noise. Modes,
-registered by name like the losses:
+nothing about the answer it would have given, so a wrong-looking reward there is noise. Modes, by name (`OVERLONG`):
 
     none   the reward stands as it is (today's behaviour)
     mask   truncated responses carry no gradient: their advantage is zeroed after the group
@@ -21,29 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-OverlongFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "OverlongSettings"], tuple[torch.Tensor, torch.Tensor]]
-OVERLONG: dict[str, OverlongFn] = {}
-
 
 @dataclass(frozen=True)
 class OverlongSettings:
     max_len: int  # rollout.max_new_tokens: the budget a truncated response hit
     buffer: int = 16  # reward.overlong_buffer (soft)
     penalty: float = 1.0  # reward.overlong_penalty (soft)
-
-
-def register_overlong(name: str):
-    def deco(fn: OverlongFn) -> OverlongFn:
-        OVERLONG[name] = fn
-        return fn
-
-    return deco
-
-
-def get_overlong(name: str) -> OverlongFn:
-    if name not in OVERLONG:
-        raise KeyError(f"unknown reward.overlong {name!r}; known: {', '.join(sorted(OVERLONG))}")
-    return OVERLONG[name]
 
 
 def is_truncated(n_tokens: int, finished: bool | None, last_token: int | None, eos_id: int, max_len: int) -> bool:
@@ -54,12 +36,10 @@ def is_truncated(n_tokens: int, finished: bool | None, last_token: int | None, e
     return n_tokens >= max_len and last_token != eos_id
 
 
-@register_overlong("none")
 def overlong_none(rewards, lengths, truncated, s: OverlongSettings):
     return rewards, torch.ones_like(truncated, dtype=torch.bool)
 
 
-@register_overlong("mask")
 def overlong_mask(rewards, lengths, truncated, s: OverlongSettings):
     # DAPO's overlong filtering: the sample stays (its reward in the baseline), its gradient goes.
     return rewards, ~truncated.bool()
@@ -72,6 +52,15 @@ def soft_penalty(lengths: torch.Tensor, s: OverlongSettings) -> torch.Tensor:
     return -s.penalty * over.clamp(0.0, 1.0)
 
 
-@register_overlong("soft")
 def overlong_soft(rewards, lengths, truncated, s: OverlongSettings):
     return rewards + soft_penalty(lengths, s).to(rewards.dtype), torch.ones_like(truncated, dtype=torch.bool)
+
+
+OverlongFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, OverlongSettings], tuple[torch.Tensor, torch.Tensor]]
+OVERLONG: dict[str, OverlongFn] = {"none": overlong_none, "mask": overlong_mask, "soft": overlong_soft}
+
+
+def get_overlong(name: str) -> OverlongFn:
+    if name not in OVERLONG:
+        raise KeyError(f"unknown reward.overlong {name!r}; known: {', '.join(sorted(OVERLONG))}")
+    return OVERLONG[name]

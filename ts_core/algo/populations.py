@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from thinking_seeds.algo.population_names import POPULATIONS, REPORTED_POPULATIONS
 from thinking_seeds.algo.stats import Stats
 
 if TYPE_CHECKING:
     from thinking_seeds.algo.losses import LossInputs
 
-__all__ = ["POPULATIONS", "REPORTED_POPULATIONS", "population_masks", "population_stats"]
+__all__ = ["population_masks", "population_stats"]
 
 
 def population_masks(inp: LossInputs) -> dict[str, torch.Tensor]:

@@ -27,29 +27,11 @@ import torch
 
 LOG_RATIO_BOUND = 20.0  # exp overflow guard only (verl bounds at the same e^±20)
 
-CorrectionFn = Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
-CORRECTIONS: dict[str, CorrectionFn] = {}
-
-
-def register_correction(name: str):
-    def deco(fn: CorrectionFn) -> CorrectionFn:
-        CORRECTIONS[name] = fn
-        return fn
-
-    return deco
-
-
-def get_correction(name: str) -> CorrectionFn:
-    if name not in CORRECTIONS:
-        raise KeyError(f"unknown loss.rollout_correction {name!r}; known: none, {', '.join(sorted(CORRECTIONS))}")
-    return CORRECTIONS[name]
-
 
 def _seq_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (log_ratio * mask).sum(-1).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
 
 
-@register_correction("token_tis")
 def token_tis(log_ratio: torch.Tensor, mask: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token truncated IS; returns (weights on mask, 1 elsewhere; per-token 'truncated' flags)."""
     raw = torch.exp(log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
@@ -57,7 +39,6 @@ def token_tis(log_ratio: torch.Tensor, mask: torch.Tensor, cap: float) -> tuple[
     return torch.where(mask, raw.clamp(max=cap), torch.ones_like(raw)), hit
 
 
-@register_correction("seq_tis")
 def seq_tis(log_ratio: torch.Tensor, mask: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence-level truncated IS: one weight per sequence (the product of its token ratios)."""
     raw = torch.exp(_seq_log_ratio(log_ratio, mask))
@@ -65,13 +46,16 @@ def seq_tis(log_ratio: torch.Tensor, mask: torch.Tensor, cap: float) -> tuple[to
     return torch.where(mask, w, torch.ones_like(w)), (raw > cap)
 
 
-@register_correction("seq_mask")
 def seq_mask(log_ratio: torch.Tensor, mask: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence-level rejection: a sequence whose ratio leaves [1/cap, cap] carries no gradient."""
     raw = torch.exp(_seq_log_ratio(log_ratio, mask))
     out = (raw > cap) | (raw < 1.0 / cap)
     w = (~out).to(log_ratio.dtype)[:, None].expand_as(log_ratio)
     return torch.where(mask, w, torch.ones_like(w)), out
+
+
+CorrectionFn = Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+CORRECTIONS: dict[str, CorrectionFn] = {"token_tis": token_tis, "seq_tis": seq_tis, "seq_mask": seq_mask}
 
 
 def mismatch_metrics(log_ratio: torch.Tensor, mask: torch.Tensor, prefix: str = "rollout_corr") -> dict[str, float]:
@@ -103,7 +87,9 @@ def rollout_correction(
     metrics = mismatch_metrics(log_ratio, mask)
     if mode == "none":
         return torch.ones_like(trainer_logprobs), metrics
-    w, hit = get_correction(mode)(log_ratio, mask, cap)
+    if mode not in CORRECTIONS:
+        raise KeyError(f"unknown loss.rollout_correction {mode!r}; known: none, {', '.join(sorted(CORRECTIONS))}")
+    w, hit = CORRECTIONS[mode](log_ratio, mask, cap)
     w = w.to(trainer_logprobs.dtype)
     if metrics:
         metrics["rollout_corr/weight_mean"] = float(w[mask].double().mean())

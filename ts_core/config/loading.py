@@ -52,10 +52,6 @@ for _cls in (_YamlLoader, _YamlDumper):
     )
 
 
-def _load_yaml(text: str) -> Any:
-    return load_bounded(text, _YamlLoader)  # a SafeLoader subclass, within size and alias limits
-
-
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = read_bounded(path, _YamlLoader) or {}
@@ -103,7 +99,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r} has an empty key")
         try:
-            value = _load_yaml(raw) if raw.strip() else None
+            value = load_bounded(raw, _YamlLoader) if raw.strip() else None
         except YamlLimitError as e:
             raise ConfigError(f"override {key}=...: the value {e}") from None
         except yaml.YAMLError as e:
@@ -216,13 +212,13 @@ EXTENSION_FILE = "extension.json"
 def load_saved_config(path: Path, check_outside: bool = True) -> RunConfig:
     """A run directory's config.yaml, with the run's extension (EXTENSION_FILE) applied when it has one."""
     data = _read_yaml(path)
-    if isinstance(data, dict):  # a key written before its field existed: the value it meant then
-        for (section, key), before in DEFAULTS_BEFORE.items():
-            part = data.get(section, {})
-            if isinstance(part, dict) and key not in part:
-                data = {**data, section: {**part, key: before}}
+    # A key written before its field existed: the value it meant then.
+    for (section, key), before in DEFAULTS_BEFORE.items():
+        part = data.get(section, {})
+        if isinstance(part, dict) and key not in part:
+            data = {**data, section: {**part, key: before}}
     ext = path.with_name(EXTENSION_FILE)
-    if isinstance(data, dict) and ext.is_file():
+    if ext.is_file():
         try:
             iterations = json.loads(ext.read_text())["iterations"]
         except (OSError, ValueError, KeyError, TypeError) as e:

@@ -244,8 +244,9 @@ class RunConfig(_Section):
         if u.recompute_old_logprobs is None:  # automatic: resolved here, so config.yaml records the choice
             u.recompute_old_logprobs = self.precision_differs or corrects
         elif not u.recompute_old_logprobs and self.precision_differs:
+            bf16 = "update.mixed_precision=bf16" if u.mixed_precision == "bf16" else f"model.dtype={self.model.dtype}"
             raise ValueError(
-                f"update.recompute_old_logprobs=false with {self._precision_text()}: the engine's bf16 "
+                f"update.recompute_old_logprobs=false with {bf16}: the engine's bf16 "
                 "log-probs are not the trainer's, so on-policy ratios would not be 1; leave it unset or true"
             )
         if self.pipeline.max_staleness > 0 and u.recompute_old_logprobs and not corrects:
@@ -282,13 +283,6 @@ class RunConfig(_Section):
         """Whether the engine's numerics differ from the trainer's (bf16 anywhere: rounding differs between a
         KV-cached decode and the trainer's full forward, or between bf16 weights and fp32 masters under autocast)."""
         return self.model.dtype == "bfloat16" or self.update.mixed_precision == "bf16"
-
-    def _precision_text(self) -> str:
-        return (
-            "update.mixed_precision=bf16"
-            if self.update.mixed_precision == "bf16"
-            else f"model.dtype={self.model.dtype}"
-        )
 
     @model_validator(mode="after")
     def _algorithm_consistent(self, info: ValidationInfo) -> RunConfig:

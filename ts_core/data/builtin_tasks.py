@@ -17,6 +17,10 @@ from pathlib import Path
 
 from thinking_seeds.config import DataConfig
 from thinking_seeds.data import chain_sum, countdown, game24
+from thinking_seeds.data.countdown_data import build_countdown_splits, countdown_keys_of, countdown_warmup_corpus
+from thinking_seeds.data.game24_data import build_game24_splits, game24_warmup_corpus
+from thinking_seeds.data.rg_data import build_reasoning_gym_splits
+from thinking_seeds.data.sources import build_chain_sum_splits, expressions_of, warmup_corpus
 from thinking_seeds.data.verdicts import last_boxed
 
 __all__ = ["BUILTIN_TASKS", "BuiltinTask", "build_splits", "get_task"]
@@ -36,22 +40,12 @@ class BuiltinTask:
 
 
 def _chain_sum_splits(out: Path, d: DataConfig) -> dict[str, Path]:
-    from thinking_seeds.data.sources import build_chain_sum_splits
-
     return build_chain_sum_splits(
         out, d.train_size, d.val_size, d.test_size, d.seed, d.min_terms, d.max_terms, d.min_digits, d.max_digits
     )
 
 
-def _chain_sum_keys(path: Path) -> set[str]:
-    from thinking_seeds.data.sources import expressions_of
-
-    return expressions_of(path)
-
-
 def _chain_sum_corpus(n: int, seed: int, exclude: set[str], d: DataConfig) -> list[tuple[str, str]]:
-    from thinking_seeds.data.sources import warmup_corpus
-
     return warmup_corpus(
         n,
         seed,
@@ -64,38 +58,8 @@ def _chain_sum_corpus(n: int, seed: int, exclude: set[str], d: DataConfig) -> li
     )
 
 
-def _countdown_splits(out: Path, d: DataConfig) -> dict[str, Path]:
-    from thinking_seeds.data.countdown_data import build_countdown_splits
-
-    return build_countdown_splits(out, d.train_size, d.val_size, d.test_size, d.seed)
-
-
-def _countdown_keys(path: Path) -> set[str]:
-    from thinking_seeds.data.countdown_data import countdown_keys_of
-
-    return countdown_keys_of(path)
-
-
-def _countdown_corpus(n: int, seed: int, exclude: set[str], d: DataConfig) -> list[tuple[str, str]]:
-    from thinking_seeds.data.countdown_data import countdown_warmup_corpus
-
-    return countdown_warmup_corpus(n, seed, exclude)
-
-
 def _countdown_label(text: str, reward: float) -> str | None:
     return countdown.signature(last_boxed(text)) if reward >= 1.0 else None
-
-
-def _game24_splits(out: Path, d: DataConfig) -> dict[str, Path]:
-    from thinking_seeds.data.game24_data import build_game24_splits
-
-    return build_game24_splits(out, d.train_size, d.val_size, d.test_size, d.seed)
-
-
-def _game24_corpus(n: int, seed: int, exclude: set[str], d: DataConfig) -> list[tuple[str, str]]:
-    from thinking_seeds.data.game24_data import game24_warmup_corpus
-
-    return game24_warmup_corpus(n, seed, exclude)
 
 
 def _game24_label(text: str, reward: float) -> str | None:
@@ -108,7 +72,7 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
         chain_sum.CHARSET,
         "math_verify",
         _chain_sum_splits,
-        _chain_sum_keys,
+        expressions_of,
         _chain_sum_corpus,
         lambda text, reward: chain_sum.strategy_of(text),
     ),
@@ -116,14 +80,20 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
         "countdown",
         countdown.CHARSET,
         "reasoning_gym",
-        _countdown_splits,
-        _countdown_keys,
-        _countdown_corpus,
+        lambda out, d: build_countdown_splits(out, d.train_size, d.val_size, d.test_size, d.seed),
+        countdown_keys_of,
+        lambda n, seed, exclude, d: countdown_warmup_corpus(n, seed, exclude),
         _countdown_label,
     ),
     # Same held-out keys and checker as countdown (the rows are reasoning-gym countdown entries).
     "game24": BuiltinTask(
-        "game24", game24.CHARSET, "reasoning_gym", _game24_splits, _countdown_keys, _game24_corpus, _game24_label
+        "game24",
+        game24.CHARSET,
+        "reasoning_gym",
+        lambda out, d: build_game24_splits(out, d.train_size, d.val_size, d.test_size, d.seed),
+        countdown_keys_of,
+        lambda n, seed, exclude, d: game24_warmup_corpus(n, seed, exclude),
+        _game24_label,
     ),
 }
 
@@ -131,8 +101,6 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
 def build_splits(out: Path, d: DataConfig) -> dict[str, Path]:
     """The train/validation/test files of a generated source: a built-in task or a reasoning-gym mixture."""
     if d.source == "reasoning_gym":
-        from thinking_seeds.data.rg_data import build_reasoning_gym_splits
-
         return build_reasoning_gym_splits(out, d.tasks, d.train_size, d.val_size, d.test_size, d.seed)
     return get_task(d.source).build_splits(out, d)
 

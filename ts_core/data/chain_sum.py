@@ -145,14 +145,10 @@ def strategy_of(response_text: str) -> Literal["a", "b", "other"]:
     return "other"
 
 
-def _charset() -> str:
-    # Everything question() and solution() can emit: the template's letters and punctuation,
-    # digits, operators and step separators, strategy tokens, and '\n' (the separator a trainer
-    # puts between a question and its solution).
-    chars = set(QUESTION_TEMPLATE.format(expr="")) | set("0123456789+-=,. ") | set(STRATEGIES)
-    chars |= set("\\{}\n")
-    return "".join(sorted(chars))
-
-
-CHARSET: str = _charset()
+# Everything question() and solution() can emit: the template's letters and punctuation, digits,
+# operators and step separators, strategy tokens, and '\n' (the separator a trainer puts between a
+# question and its solution).
+CHARSET: str = "".join(
+    sorted(set(QUESTION_TEMPLATE.format(expr="") + "0123456789+-=,. " + "".join(STRATEGIES) + "\\{}\n"))
+)
 """Sorted unique characters of every question and solution string (a character vocabulary)."""

@@ -111,16 +111,9 @@ def signature(expression: str | None) -> str | None:
     expr = "".join(expression.split())
     if not re.fullmatch(r"\d+([+-]\d+)*", expr):
         return None
-    terms = sorted(((-1 if s == "-" else 1), int(v)) for s, v in _TERM.findall(expr))
-    terms.sort(key=lambda t: (-t[0], t[1]))
-    return "".join(("+" if s == 1 else "-") + str(v) for s, v in terms)
+    terms = sorted((sign or "+", int(v)) for sign, v in _TERM.findall(expr))  # '+' sorts before '-'
+    return "".join(f"{sign}{v}" for sign, v in terms)
 
 
-def _charset() -> str:
-    chars = set(QUESTION_TEMPLATE.format(target="", numbers="")) | set("0123456789+-=,. ")
-    chars |= set("\\boxed{}\n")
-    return "".join(sorted(chars))
-
-
-CHARSET: str = _charset()
+CHARSET: str = "".join(sorted(set(QUESTION_TEMPLATE.format(target="", numbers="") + "0123456789+-=,. \\boxed{}\n")))
 """Sorted unique characters of every question and solution string (the character vocabulary)."""

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from thinking_seeds.data.countdown import GEN_CONFIG, numbers_target, question, random_solution
-from thinking_seeds.data.sources import _derived_seed, fill_splits, load_dataset
+from thinking_seeds.data.sources import _derived_seed, _rg_stream, fill_splits, load_dataset
 from thinking_seeds.store.parquet_io import DataError
 
 __all__ = ["DATA_SOURCE", "build_countdown_splits", "countdown_keys_of", "countdown_warmup_corpus", "problem_key"]
@@ -27,16 +26,6 @@ DATA_SOURCE = "countdown"  # reasoning-gym's name: the verifier scores with its 
 
 def problem_key(numbers: list[int], target: int) -> str:
     return f"{','.join(str(n) for n in sorted(numbers))}->{target}"
-
-
-def _entries(seed: int, stream: str, limit: int) -> Iterator[dict[str, Any]]:
-    import reasoning_gym  # heavy import: only the builders need it
-
-    ds = reasoning_gym.create_dataset(
-        DATA_SOURCE, size=limit, seed=_derived_seed(seed, f"countdown/{stream}"), **GEN_CONFIG
-    )
-    for i in range(limit):
-        yield ds[i]
 
 
 def _row(entry: dict[str, Any], split: str, index: int, rng: random.Random) -> dict[str, Any]:
@@ -64,7 +53,7 @@ def build_countdown_splits(
     return fill_splits(
         out_dir,
         sizes,
-        _entries(seed, "splits", limit),
+        _rg_stream(DATA_SOURCE, seed, "countdown/splits", limit, **GEN_CONFIG),
         key=lambda e: problem_key(*numbers_target(e)),
         row=lambda e, split, i: _row(e, split, i, rng),
         shortage=lambda found: (
@@ -90,7 +79,7 @@ def countdown_warmup_corpus(n: int, seed: int, exclude: set[str]) -> list[tuple[
     rng = random.Random(_derived_seed(seed, "countdown/warmup-solutions"))
     out: list[tuple[str, str]] = []
     limit = 2 * n + 1000
-    for entry in _entries(seed, "warmup", limit):
+    for entry in _rg_stream(DATA_SOURCE, seed, "countdown/warmup", limit, **GEN_CONFIG):
         if len(out) == n:
             break
         numbers, target = numbers_target(entry)

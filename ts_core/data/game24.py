@@ -57,19 +57,8 @@ __all__ = [
 
 TARGET = 24
 NUMBERS = range(1, 14)  # 1-13, four of them
-OPS = "+-*/"
 
 Step = tuple[Fraction, str, Fraction, Fraction]  # (a, op, b, a op b)
-
-
-def _apply(a: Fraction, op: str, b: Fraction) -> Fraction | None:
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    return None if b == 0 else a / b
 
 
 # The searches below (every multiset's solvability, every solution chain) use a rational as a pair
@@ -142,10 +131,6 @@ def _operand_q(n: int, d: int) -> str:
     return _fmt_q(n, d) if d == 1 and n >= 0 else f"({_fmt_q(n, d)})"
 
 
-def _fmt(x: Fraction) -> str:
-    return _fmt_q(x.numerator, x.denominator)
-
-
 def _step_text_q(a: Q, op: str, b: Q, c: Q) -> str:
     return f"{_operand_q(*a)}{op}{_operand_q(*b)}={_fmt_q(*c)}"
 
@@ -184,7 +169,7 @@ def _expression(numbers: Sequence[int], steps: Sequence[Step]) -> str:
             if value == v:
                 del pool[k]
                 return expr
-        raise ValueError(f"{_fmt(v)} is not available")
+        raise ValueError(f"{_fmt_q(*_q(v))} is not available")
 
     for a, op, b, c in steps:
         ea, eb = take(a), take(b)
@@ -242,7 +227,7 @@ def partial_state(numbers: Sequence[int], text: str, target: int = TARGET) -> Pa
             break
         a, op, b, c = _value(m[1]), m[2], _value(m[3]), _value(m[4])
         avail = list(pool)
-        if a not in avail or (avail.remove(a) or b not in avail) or _apply(a, op, b) != c:
+        if a not in avail or (avail.remove(a) or b not in avail) or _apply_q(_q(a), op, _q(b)) != _q(c):
             ok = False
             break
         avail.remove(b)
@@ -285,11 +270,5 @@ def canonical(expression: str | None) -> str | None:
         return None
 
 
-def _charset() -> str:
-    chars = set(QUESTION_TEMPLATE.format(target="", numbers="")) | set("0123456789+-*/=(),. \n")
-    chars |= set("\\boxed{}")
-    return "".join(sorted(chars))
-
-
-CHARSET: str = _charset()
+CHARSET: str = "".join(sorted(set(QUESTION_TEMPLATE.format(target="", numbers="") + "0123456789+-*/=(),. \n\\boxed{}")))
 """Sorted unique characters of every question and solution string (the character vocabulary)."""

@@ -27,12 +27,6 @@ __all__ = ["DATA_SOURCE", "build_game24_splits", "game24_warmup_corpus"]
 DATA_SOURCE = "countdown"
 
 
-def _shuffled_multisets(seed: int) -> list[tuple[int, ...]]:
-    ms = solvable_multisets()
-    random.Random(_derived_seed(seed, "game24/splits")).shuffle(ms)
-    return ms
-
-
 def _row(ms: tuple[int, ...], split: str, index: int, rng: random.Random) -> dict[str, Any]:
     numbers = list(ms)
     rng.shuffle(numbers)
@@ -62,8 +56,10 @@ def build_game24_splits(
             f"game24: data.test_size + val_size = {test_size + val_size} leaves no training multisets of the "
             f"{len(solvable_multisets())} solvable ones; lower data.val_size / test_size"
         )
+    multisets = solvable_multisets()
+    random.Random(_derived_seed(seed, "game24/splits")).shuffle(multisets)
     rng = random.Random(_derived_seed(seed, "game24/rows"))
-    stream = ({"ms": m} for m in _shuffled_multisets(seed))
+    stream = ({"ms": m} for m in multisets)
     return fill_splits(
         out_dir,
         {"test": test_size, "validation": val_size, "train": min(train_size, left)},

@@ -51,8 +51,6 @@ from thinking_seeds.plugins import load_reward_fn
 if TYPE_CHECKING:
     from thinking_seeds.data.sources import Prompt
 
-# Verdict, the statuses and last_boxed live in data/verdicts.py (light: no pool) and are
-# re-exported here, the verifier's public face.
 __all__ = [
     "BACKENDS",
     "STATUSES",
@@ -86,7 +84,6 @@ def check_reward_fn(path: str, prompt: Prompt) -> None:
         )
 
 
-# ----------------------------------------------------------------------------- caller side
 @dataclass
 class _Unit:
     """A chunk of item indices sent as one task; `last_chance` units are singletons being retried

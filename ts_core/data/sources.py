@@ -50,23 +50,13 @@ def _derived_seed(seed: int, stream: str) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def _entries(
-    seed: int, stream: str, min_terms: int, max_terms: int, min_digits: int, max_digits: int, limit: int
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(index, entry) for the first `limit` items of a deterministic reasoning-gym stream."""
+def _rg_stream(name: str, seed: int, stream: str, limit: int, **config: Any) -> Iterator[dict[str, Any]]:
+    """The first `limit` items of reasoning-gym data set `name`, a deterministic stream of (seed, stream)."""
     import reasoning_gym  # heavy import (~0.8 s): only the builders need it
 
-    ds = reasoning_gym.create_dataset(
-        DATA_SOURCE,
-        size=limit,
-        seed=_derived_seed(seed, stream),
-        min_terms=min_terms,
-        max_terms=max_terms,
-        min_digits=min_digits,
-        max_digits=max_digits,
-    )
+    ds = reasoning_gym.create_dataset(name, size=limit, seed=_derived_seed(seed, stream), **config)
     for i in range(limit):
-        yield i, ds[i]
+        yield ds[i]
 
 
 def _row(entry: dict[str, Any], split: str, index: int) -> dict[str, Any]:
@@ -106,11 +96,11 @@ def build_chain_sum_splits(
     # Collisions are rare for the default ranges (~3% of 10k draws); 4x + 1000 draws is ample,
     # and running out means the space itself is too small, which we report.
     limit = 4 * total + 1000
-    stream = (entry for _, entry in _entries(seed, "splits", min_terms, max_terms, min_digits, max_digits, limit))
+    terms = dict(min_terms=min_terms, max_terms=max_terms, min_digits=min_digits, max_digits=max_digits)
     return fill_splits(
         out_dir,
         sizes,
-        stream,
+        _rg_stream(DATA_SOURCE, seed, "splits", limit, **terms),
         key=lambda e: compact(e["metadata"]["expression"]),
         row=_row,
         shortage=lambda found: (
@@ -189,7 +179,8 @@ def warmup_corpus(
     b_positions = set(pick.sample(range(n), round(n * mix)))
     limit = 4 * n + 1000
     out: list[tuple[str, str]] = []
-    for _, entry in _entries(seed, "warmup", min_terms, max_terms, min_digits, max_digits, limit):
+    terms = dict(min_terms=min_terms, max_terms=max_terms, min_digits=min_digits, max_digits=max_digits)
+    for entry in _rg_stream(DATA_SOURCE, seed, "warmup", limit, **terms):
         if len(out) == n:
             break
         expr = compact(entry["metadata"]["expression"])

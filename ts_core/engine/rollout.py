@@ -22,14 +22,7 @@ from safetensors.torch import load_file
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from thinking_seeds.engine.lora import is_adapter, merged_state_dict
-from thinking_seeds.engine.prefill import (  # noqa: F401 - re-exported: the engine's prefill plan
-    PREFILL_ALIGN,
-    PREFILL_CALL_POSITIONS,
-    group_width,
-    prefill_groups,
-    prefill_width,
-    unique_contexts,
-)
+from thinking_seeds.engine.prefill import group_width, prefill_groups, prefill_width, unique_contexts
 from thinking_seeds.transports import live_weights
 
 

@@ -74,16 +74,20 @@ def score_responses(
             model, resp, temperature=temperature, chunk=chunk, entropy=with_entropy, entropy_grad=entropy_grad
         ):
             scores = model(**kw).logits
-        logprobs = scores[..., 0].masked_fill(~rmask, 0.0)
-        return ResponseScores(logprobs=logprobs, entropy=scores[..., 1] if with_entropy else None, mask=rmask)
-    out = model(**kw)
-    # Position j predicts token j+1: logits at columns Lc-1 .. Lc+T-2 score the T response tokens.
-    logits = out.logits[:, :T, :].float() / temperature
+        logprobs, entropy = scores[..., 0], scores[..., 1] if with_entropy else None
+    else:
+        # Position j predicts token j+1: logits at columns Lc-1 .. Lc+T-2 score the T response tokens.
+        logprobs, entropy = logit_scores(model(**kw).logits[:, :T, :], resp, temperature, with_entropy)
+    return ResponseScores(logprobs=logprobs.masked_fill(~rmask, 0.0), entropy=entropy, mask=rmask)
+
+
+def logit_scores(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-prob of each target, entropy or None) under softmax(logits / temperature), in float32: logits (..., V)."""
+    logits = logits.float() / temperature
     logz = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, resp[..., None]).squeeze(-1) - logz
-    entropy = None
-    if with_entropy:
-        p = torch.softmax(logits, dim=-1)
-        entropy = logz - (p * logits).sum(-1)
-    logprobs = logprobs.masked_fill(~rmask, 0.0)
-    return ResponseScores(logprobs=logprobs, entropy=entropy, mask=rmask)
+    logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - logz
+    if not with_entropy:
+        return logprobs, None
+    return logprobs, logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)

@@ -7,9 +7,7 @@ engine batch, so what a shard samples depends only on its own requests and seed,
 runs it or what else that worker runs. The results are gathered back in request order.
 
 Shard 0 keeps the call's seed: a call that fits in one batch (every preset's seeds and continuation
-stages) samples exactly what the single-process engine sampled before shards existed. A call larger than
-one batch used to draw its later batches from one generator running on; they now start from their own
-seeds (the bytes of such runs' later batches differ from runs written before).
+stages) samples exactly what one engine call with that seed samples.
 
 `LocalRollout` runs the shards in this process, one after the other: the 1-worker case of the same logic.
 `thinking_seeds.engine.ray_workers.RayRolloutPool` runs them on Ray actors.
@@ -29,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from thinking_seeds.engine.rollout import Generation, SamplingParams
+from thinking_seeds.engine.rollout import Generation, SamplingParams, token_limits
 
 TimerLike = Callable[[str], AbstractContextManager]
 
@@ -63,9 +61,7 @@ def make_shards(
     """Cut a call into shards of `shard_size` requests, in order; independent of the number of workers."""
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    limits = [params.max_new_tokens] * len(contexts) if max_new is None else list(max_new)
-    if len(limits) != len(contexts):
-        raise ValueError(f"max_new has {len(limits)} entries for {len(contexts)} contexts")
+    limits = token_limits(contexts, params, max_new)
     return [
         Shard(
             i,

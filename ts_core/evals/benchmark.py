@@ -14,6 +14,7 @@ all prompts; counts (prompts, samples, statuses) are integers.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,10 +45,7 @@ def ks_upto(n: int) -> list[int]:
 def _group(rows: list[list[ScoredSample]], classes: list[list[int | None]], n: int) -> dict:
     ks = ks_upto(n)
     correct = [[1.0 if s.status == "ok" else 0.0 for s in r] for r in rows]
-    statuses: dict[str, int] = {}
-    for r in rows:
-        for s in r:
-            statuses[s.status] = statuses.get(s.status, 0) + 1
+    statuses = Counter(s.status for r in rows for s in r)
     P = len(rows)
     out: dict = {
         "prompts": P,
@@ -74,9 +72,8 @@ def benchmark_metrics(samples: Sequence[ScoredSample], n: int, equal: PairCheck)
             ids = [s.prompt_id for s in r]
             raise ValueError(f"benchmark_metrics: samples {ids} mix prompts; keep each prompt's n samples together")
     classes = answer_classes([[s.answer for s in r] for r in rows], equal)
-    sources = sorted({r[0].data_source for r in rows})
     by_source = {}
-    for src in sources:
+    for src in sorted({r[0].data_source for r in rows}):
         idx = [i for i, r in enumerate(rows) if r[0].data_source == src]
         by_source[src] = _group([rows[i] for i in idx], [classes[i] for i in idx], n)
     return {"metrics": _group(rows, classes, n), "by_source": by_source}

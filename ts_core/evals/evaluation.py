@@ -21,6 +21,7 @@ from thinking_seeds.algo.metrics import pass_at_k_curve
 from thinking_seeds.data.chain_sum import strategy_of
 from thinking_seeds.engine.models import encode_prompt
 from thinking_seeds.engine.rollout import SamplingParams
+from thinking_seeds.evals.benchmark import ks_upto
 
 
 @dataclass
@@ -53,16 +54,6 @@ class EvalResult:
             out[f"{prefix}/pattern_entropy"] = float(self.label_entropy or 0.0)
         out.update({f"{prefix}/status_{s}": float(c) for s, c in self.status_counts.items()})
         return out
-
-
-def powers_of_two_upto(n: int) -> list[int]:
-    ks, k = [], 1
-    while k <= n:
-        ks.append(k)
-        k *= 2
-    if ks[-1] != n:
-        ks.append(n)
-    return ks
 
 
 class ProgressLines:
@@ -186,7 +177,7 @@ def evaluate_prompts(
     return EvalResult(
         n=n,
         accuracy=sum(v.reward for v in verdicts) / total,
-        pass_at_k=pass_at_k_curve(correct, n, powers_of_two_upto(n)),
+        pass_at_k=pass_at_k_curve(correct, n, ks_upto(n)),
         correct_counts=correct,
         status_counts=dict(Counter(v.status for v in verdicts)),
         strategy_share=strategy,
@@ -204,65 +195,3 @@ def label_entropy_of(labels: Sequence[str]) -> float:
     counts = Counter(labels)
     total = sum(counts.values())
     return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
-
-
-def main() -> None:
-    """pass@k of a model on the default task.
-
-    python -m thinking_seeds.evals.evaluation --model builtin:tiny --split test
-    """
-    import argparse
-    import tempfile
-    import time
-    from pathlib import Path
-
-    from thinking_seeds.config import DataConfig
-    from thinking_seeds.data.rewards import Verifier
-    from thinking_seeds.data.sources import build_chain_sum_splits, load_dataset
-    from thinking_seeds.engine.models import load_model
-    from thinking_seeds.engine.rollout import HFEngine
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--model", default="builtin:tiny")
-    ap.add_argument("--split", default="test", choices=["validation", "test"])
-    ap.add_argument("--samples", type=int, default=16)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    d = DataConfig()  # the default task's held-out splits, exactly as a run builds them
-    splits = build_chain_sum_splits(
-        Path(tempfile.mkdtemp()),
-        d.train_size,
-        d.val_size,
-        d.test_size,
-        d.seed,
-        d.min_terms,
-        d.max_terms,
-        d.min_digits,
-        d.max_digits,
-    )
-    model, tok = load_model(a.model)
-    prompts = load_dataset(splits[a.split])
-    t = time.time()
-    with Verifier() as v:
-        r = evaluate_prompts(
-            HFEngine(model, tok, batch_size=256),
-            tok,
-            prompts,
-            v,
-            n=a.samples,
-            temperature=a.temperature,
-            max_new_tokens=a.max_new_tokens,
-            seed=a.seed,
-        )
-    print(
-        f"{a.model} on {len(prompts)} {a.split} prompts x {a.samples} samples (T={a.temperature}), "
-        f"{time.time() - t:.1f} s"
-    )
-    print("pass@k:", {k: round(x, 4) for k, x in r.pass_at_k.items()})
-    print("strategy share:", {k: round(x, 3) for k, x in r.strategy_share.items()}, "statuses:", r.status_counts)
-
-
-if __name__ == "__main__":
-    main()

@@ -61,11 +61,6 @@ _HEADLINE_KEYS = (
 )
 
 
-# ---------------------------------------------------------------------------------------------
-# formatting
-# ---------------------------------------------------------------------------------------------
-
-
 def format_cell(v: Any) -> str:
     """One table cell: floats to 4 decimals, maps as `k: v`, times in ISO, None as an em dash."""
     if v is None:
@@ -82,9 +77,7 @@ def format_cell(v: Any) -> str:
         return v.astimezone(UTC).isoformat(timespec="seconds")
     if isinstance(v, date):
         return v.isoformat()
-    if isinstance(v, Decimal) or (
-        isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
-    ):  # numpy floats too
+    if isinstance(v, Decimal | numbers.Real) and not isinstance(v, numbers.Integral):  # numpy floats too
         return format_cell(float(v))
     return str(v)
 
@@ -103,10 +96,6 @@ def markdown_table(res: QueryResult, max_rows: int = MAX_TABLE_ROWS) -> str:
         out += f"\n_{len(res.rows) - max_rows} more rows: `ts sql --query ... --run-id ...` shows them all._\n"
     return out
 
-
-# ---------------------------------------------------------------------------------------------
-# what the method has
-# ---------------------------------------------------------------------------------------------
 
 UNSEEDED_POPULATIONS = ("on_policy", "all")
 
@@ -134,11 +123,6 @@ def _clip_rows(res: QueryResult, populations: tuple[str, ...]) -> tuple[QueryRes
     never = [p for p in present if all(not r[i_clip] for r in res.rows if r[i_pop] == p)]
     rows = [r for r in res.rows if r[i_pop] in populations and r[i_pop] not in never]
     return QueryResult(res.columns, rows), never
-
-
-# ---------------------------------------------------------------------------------------------
-# the report
-# ---------------------------------------------------------------------------------------------
 
 
 def _dotted(cfg: dict[str, Any], key: str) -> Any:
@@ -211,21 +195,17 @@ def write_report(
     con = connect(run_id, runs_dir, damaged=damaged)
     steps = {"connect": time.perf_counter() - t}
     failed: dict[str, str] = {}
+    runs = {name: lambda n=name: run_named(con, n, QUERY_TIMEOUT_S) for name in NAMED_QUERIES}
+    runs["seeds_by_source"] = lambda: query(con, SEEDS_BY_SOURCE, QUERY_TIMEOUT_S)
     try:
         results = {}
-        for name in NAMED_QUERIES:
+        for name, run_query in runs.items():
             t = time.perf_counter()
             try:
-                results[name] = run_named(con, name, QUERY_TIMEOUT_S)
+                results[name] = run_query()
             except QueryError as e:  # out of memory, timed out: the rest of the report is still worth writing
                 results[name], failed[name] = QueryResult([], []), str(e)
             steps[name] = time.perf_counter() - t
-        t = time.perf_counter()
-        try:
-            results["seeds_by_source"] = query(con, SEEDS_BY_SOURCE, QUERY_TIMEOUT_S)
-        except QueryError as e:
-            results["seeds_by_source"], failed["seeds_by_source"] = QueryResult([], []), str(e)
-        steps["seeds_by_source"] = time.perf_counter() - t
         cfg_rows = con.execute("SELECT config_json FROM configs").fetchall()
     finally:
         con.close()
@@ -249,13 +229,14 @@ def write_report(
 
     summary = results["runs"].to_dicts()
     s = summary[0] if summary else {}
-    md = [f"# Report: {run_id}", ""]
-    md.append(
+    md = [
+        f"# Report: {run_id}",
+        "",
         f"Generated {datetime.now(UTC).isoformat(timespec='seconds')} from `{run.root}`. "
         "Iteration k is policy step θ_k: update metrics of iteration k are measured on θ_k, "
-        "evaluation metrics are labelled with the step they evaluate."
-    )
-    md.append("")
+        "evaluation metrics are labelled with the step they evaluate.",
+        "",
+    ]
     if damaged:  # the tables below are without these files
         md += [f"**Left out, damaged ({len(damaged)}; `ts check {run_id}` says what to redo):**", ""]
         md += [f"- {line}" for line in damaged] + [""]
@@ -286,41 +267,30 @@ def write_report(
         if never_clipped
         else ""
     )
-    md.append("")
-    md.append("## Curves")
-    md.append("")
+    md += ["", "## Curves", ""]
     for stem, path in plots.items():
         title = PLOTS[stem][0]
-        md.append(f"### {title}")
-        md.append("")
+        md += [f"### {title}", ""]
         note = clip_note if stem == "clip_fraction" else ""
         if path is not None or not note:  # all populations left out: the note says why there is no plot
-            md.append(f"![{title}]({stem}.png)" if path is not None else "_no data yet_")
-            md.append("")
+            md += [f"![{title}]({stem}.png)" if path is not None else "_no data yet_", ""]
         if note:
-            md.append(note)
-            md.append("")
+            md += [note, ""]
         if stem == "seeds_by_source":
             md += _sources_lines(results, failed)
         if stem == "prefix_diversity" and path is not None:
-            md.append(
+            md += [
                 f"The numbers: `ts sql --query prefix_diversity_history --run-id {run_id}` (by iteration) and "
                 "the prefix_diversity table below (over the whole run). The ratio falls as a group grows (common "
-                "3-grams repeat), so compare groups of similar size: the marker size shows it."
-            )
-            md.append("")
-    md.append("## Tables")
-    md.append("")
+                "3-grams repeat), so compare groups of similar size: the marker size shows it.",
+                "",
+            ]
+    md += ["## Tables", ""]
     tables = ("entropy_accuracy", "clip_fraction", "prefix_diversity", "seeded_solve_rate", "runs")
     for name in [t for t in tables if seeded or t not in ("prefix_diversity", "seeded_solve_rate")]:
-        desc = NAMED_QUERIES[name][0]
-        md.append(f"### {name}")
-        md.append("")
-        md.append(f"{desc} (`ts sql --query {name} --run-id {run_id}`)")
-        md.append("")
+        md += [f"### {name}", "", f"{NAMED_QUERIES[name][0]} (`ts sql --query {name} --run-id {run_id}`)", ""]
         if name == "clip_fraction" and clip_note:
-            md.append(clip_note)
-            md.append("")
+            md += [clip_note, ""]
             if not results[name].rows and name not in failed:
                 continue
         md.append(f"_the query failed: {failed[name]}_\n" if name in failed else markdown_table(results[name]))

@@ -30,9 +30,15 @@ PLOTS = {
 SEEDED_PLOTS = ("seeds_by_source", "prefix_diversity")  # drawn only for a method that trains on prefixes
 
 
-# ---------------------------------------------------------------------------------------------
-# plots
-# ---------------------------------------------------------------------------------------------
+def _figure(width: float) -> tuple[Any, Any]:
+    """A figure on its own Agg canvas (no pyplot), and matplotlib's MaxNLocator for integer axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(width, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig, MaxNLocator
 
 
 def _series_plot(
@@ -49,12 +55,7 @@ def _series_plot(
     series = _merge_identical({k: sorted(v) for k, v in series.items() if v})
     if not series:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    fig = Figure(figsize=(7, 4), dpi=100)
-    FigureCanvasAgg(fig)
+    fig, MaxNLocator = _figure(7)
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in series.items():
         xs, ys = zip(*pts, strict=True)
@@ -108,12 +109,7 @@ def _diversity_plot(path: Path, history: QueryResult, diversity: QueryResult) ->
             ages.append((age, float(row["distinct_ratio"]), int(row["prefixes"])))
     if not its and not ages:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    fig = Figure(figsize=(11, 4), dpi=100)
-    FigureCanvasAgg(fig)
+    fig, MaxNLocator = _figure(11)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     if its:
         xs, ys, mean_age = zip(*sorted(its), strict=True)
@@ -149,12 +145,7 @@ def _sources_plot(path: Path, sources: QueryResult) -> Path | None:
     rows = [(int(r["iteration"]), int(r["source_step"]), int(r["seeds"])) for r in sources.to_dicts()]
     if not rows:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    fig = Figure(figsize=(7, 4), dpi=100)
-    FigureCanvasAgg(fig)
+    fig, MaxNLocator = _figure(7)
     ax = fig.add_subplot(1, 1, 1)
     its = sorted({it for it, _, _ in rows})
     bottom = dict.fromkeys(its, 0)
@@ -220,12 +211,12 @@ def _plots(
         path = reports / f"{stem}.png"
         if stem in SEEDED_PLOTS:
             drawn = None
-            if seeded and stem == "prefix_diversity":
-                drawn = _diversity_plot(path, results["prefix_diversity_history"], results["prefix_diversity"])
-            elif seeded:
-                drawn = _sources_plot(path, results.get("seeds_by_source") or QueryResult([], []))
             if seeded:
-                out[stem] = drawn
+                out[stem] = drawn = (
+                    _diversity_plot(path, results["prefix_diversity_history"], results["prefix_diversity"])
+                    if stem == "prefix_diversity"
+                    else _sources_plot(path, results.get("seeds_by_source") or QueryResult([], []))
+                )
         else:
             series, st = data[stem]
             title, ylabel = PLOTS[stem]

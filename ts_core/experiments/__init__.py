@@ -10,8 +10,8 @@ Modules, each importing only those listed before it (no cycles; tests/unit/test_
     archive          a comparison's committed archive: finished runs' small files, restored in a later session
     sft_budget       the SFT control's training: warm-up steps for a wall-time budget, cut where RL runs evaluate
     sft_control      the equal-compute SFT control: its config, process and jobs
-    claims           the paper's claims as paired differences (the report's first tables)
     compare_data     the report's numbers (DuckDB over the runs)
+    claims           the paper's claims as paired differences (the report's first tables)
     compare_plots    the report's plots
     compare_sections the report's tables after its introduction (final test, paired differences, ...)
     compare_report   report.md and results.parquet

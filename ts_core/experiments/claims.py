@@ -48,12 +48,14 @@ from thinking_seeds.experiments.claims_tables import (
     regime_lines,
     t_quantile_975,
 )
+from thinking_seeds.experiments.compare_data import largest_k
 from thinking_seeds.experiments.equal_reading import (
     COMPUTE_MATCHED,
     EQUAL_ITERATIONS,
     EqualReading,
     equal_pair,
     iterations_of,
+    per_seed,
 )
 from thinking_seeds.experiments.hard_subset import HARD_THRESHOLD, add_hard_subset, base_per_prompt, hard_subset_stats
 from thinking_seeds.experiments.matched import candidate_matches, matched_differences
@@ -86,21 +88,11 @@ def verdict(ci: tuple[float, float, float] | None, better: str = "higher") -> st
     return "inconclusive"
 
 
-def _per_seed(data: dict[str, Any], variants: dict[str, list[str]], variant: str, name: str) -> dict[int, float]:
-    seed_of = {m["run_id"]: m.get("seed") for m in data["members"]}
-    out = {}
-    for r in variants.get(variant, []):
-        v = data["per_run"].get(r, {}).get(name)
-        if v is not None and not math.isnan(v):
-            out[int(seed_of[r])] = float(v)
-    return out
-
-
-def paired(data, variants, a: str, b: str, name: str, name_b: str | None = None) -> tuple[list[tuple[int, float]], Any]:
-    """[(seed, a − b)] at equal seeds and the 95% interval of the mean difference."""
-    va, vb = _per_seed(data, variants, a, name), _per_seed(data, variants, b, name_b or name)
-    diffs = [(s, va[s] - vb[s]) for s in sorted(va) if s in vb]
-    return diffs, mean_ci([d for _, d in diffs])
+def paired(data: dict[str, Any], variants: dict[str, list[str]], a: str, b: str, name: str) -> list[tuple[int, float]]:
+    """[(seed, a − b)] of `name` at equal seeds. Runs of one seed share the training prompts of every iteration
+    and the evaluation prompts and sampling seed (pipeline.graph.stage_seed): the difference cancels that noise."""
+    va, vb = per_seed(data, variants.get(a, []), name), per_seed(data, variants.get(b, []), name)
+    return [(s, va[s] - vb[s]) for s in sorted(va) if s in vb]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,10 +164,7 @@ def _matched_rows(data, variants, ts: str, grpo: str) -> list[dict[str, Any]]:
     cands = candidate_matches(data, variants, ts, grpo) if data.get("curves") else []
     if not cands:
         return []
-    vk = max(
-        (int(n.rsplit("@", 1)[1]) for c in data["curves"].values() for n in c if n.startswith("eval/pass@")),
-        default=None,
-    )
+    vk = largest_k(data["curves"], "eval/pass@")
     pairs = f"{len(cands)} pair(s) of {ts} θ vs {grpo} θ within one SE: " + "; ".join(
         f"θ_{m.step_a} vs θ_{m.step_b} {m.pass1_a:.4f} vs {m.pass1_b:.4f} (SE {m.se:.4f})" for m in cands
     )
@@ -214,12 +203,11 @@ def claims_rows(
     A row against θ_0 adds θ_0's own sampling sd (data['base_sd'], base_noise.py) to its standard
     error; without it θ_0 is taken as exact and the measurement says so."""
     base = data["base_test"]
-    ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
-    kmax = ks[-1] if ks else None
+    kmax = largest_k(data["per_run"], "test/pass@")
     rows: list[dict[str, Any]] = []
 
     def vs(claim: str, measure: str, a: str, b: str, name: str, better: str = "higher") -> None:
-        r = _with_equal(_row(claim, measure, paired(data, variants, a, b, name)[0], better), data, variants, a, b, name)
+        r = _with_equal(_row(claim, measure, paired(data, variants, a, b, name), better), data, variants, a, b, name)
         rows.append(_registered_equal(r) if reading == EQUAL_ITERATIONS else r)
 
     vs("1. beats GRPO on pass@1", f"test accuracy, {ts} − {grpo}", ts, grpo, "test/accuracy")
@@ -247,7 +235,7 @@ def claims_rows(
         name = f"test/pass@{kmax}"
         b = base.get(name)
         if b is not None:
-            diffs = sorted((s, v - b) for s, v in _per_seed(data, variants, ts, name).items())
+            diffs = sorted((s, v - b) for s, v in per_seed(data, variants.get(ts, []), name).items())
             sd0 = data.get("base_sd", {}).get(name)
             noise = f"± {sd0:.4f} sampling sd" if sd0 is not None else "taken as exact: no per-prompt file"
             r = _row(explore, f"test pass@{kmax}, {ts} − θ_0 ({b:.4f} {noise})", diffs)
@@ -263,7 +251,7 @@ def claims_rows(
                 grpo,
                 "hard/ever_solved",
             )
-        if paired(data, variants, ts, grpo, "test/distinct_patterns")[0]:
+        if paired(data, variants, ts, grpo, "test/distinct_patterns"):
             vs(
                 explore,
                 f"distinct correct solution patterns per test prompt, {ts} − {grpo}",
@@ -341,7 +329,6 @@ def claims_markdown(
         if (sd := base_sampling_sd(base_rows, n) if n.startswith("test/") else None) is not None
     }
     rows = claims_rows(data, variants, hard, ts, grpo, seq, reading)
-    ks = sorted({int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith("test/pass@")})
     md = [f"## {title}", "", *claims_intro(len(rows), reading == EQUAL_ITERATIONS), ""]
     md += _table(
         ["claim", "measurement", "difference [95% CI]", "per seed", "p", "p (Holm)", "verdict (Holm)"]
@@ -361,7 +348,7 @@ def claims_markdown(
         md += primary_bound_lines(rows[0], primary)
     if not extras:
         return "\n".join(md)
-    md += regime_lines(data, variants, grpo, ks[-1] if ks else None)
+    md += regime_lines(data, variants, grpo, largest_k(data["per_run"], "test/pass@"))
     if hard:
         md += hard_table(data, variants, hard)
     md += age_table(data, variants)

@@ -109,36 +109,14 @@ def regime_lines(data, variants, grpo: str, kmax: int | None) -> list[str]:
     """Is this the paper's regime? GRPO raises pass@1 and narrows pass@k_max below θ_0; the SFT
     control gains little; on-policy tokens are clipped (several optimizer steps per batch)."""
     md = ["### The regime", ""]
-    rows = [
-        [
-            "θ_0 test pass@1 → GRPO",
-            _base_cell(data, "test/accuracy"),
-            _mean_of(data, variants[grpo], "test/accuracy"),
-        ]
-    ]
+    checks = [("θ_0 test pass@1 → GRPO", "test/accuracy", grpo)]
     if kmax:
-        rows.append(
-            [
-                f"θ_0 test pass@{kmax} → GRPO",
-                _base_cell(data, f"test/pass@{kmax}"),
-                _mean_of(data, variants[grpo], f"test/pass@{kmax}"),
-            ]
-        )
+        checks.append((f"θ_0 test pass@{kmax} → GRPO", f"test/pass@{kmax}", grpo))
     if CONTROL_METHOD in variants:
-        rows.append(
-            [
-                "θ_0 test pass@1 → SFT control (same compute)",
-                _base_cell(data, "test/accuracy"),
-                _mean_of(data, variants[CONTROL_METHOD], "test/accuracy"),
-            ]
-        )
-    rows.append(
-        [
-            "on-policy clip fraction (GRPO, last iterations)",
-            "—",
-            _mean_of(data, variants[grpo], "actor/pg_clipfrac/on_policy"),
-        ]
-    )
+        checks.append(("θ_0 test pass@1 → SFT control (same compute)", "test/accuracy", CONTROL_METHOD))
+    rows = [[label, _base_cell(data, name), _mean_of(data, variants[v], name)] for label, name, v in checks]
+    clip = _mean_of(data, variants[grpo], "actor/pg_clipfrac/on_policy")
+    rows.append(["on-policy clip fraction (GRPO, last iterations)", "—", clip])
     md += _table(["check", "θ_0", "after training (mean [95% CI] over seeds)"], rows)
     return md
 

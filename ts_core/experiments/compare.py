@@ -34,14 +34,13 @@ from typing import Any
 
 from thinking_seeds.config import ConfigError
 from thinking_seeds.experiments.compare_archive import archive_finished, archiver, restore_archived
-from thinking_seeds.experiments.comparison_args import parse_list, parse_sweep
 from thinking_seeds.experiments.equal_iterations import equal_iterations_plan
-from thinking_seeds.experiments.jobs import CompareError, Job, JobResult, raise_on_failures, run_jobs
+from thinking_seeds.experiments.jobs import Job, JobResult, checkpoint_eval_cmd, raise_on_failures, run_jobs
 from thinking_seeds.experiments.members import archive_record, is_complete, reference_members, write_marker
 from thinking_seeds.experiments.protocol import load as load_protocol
 from thinking_seeds.experiments.protocol import register
 from thinking_seeds.experiments.recorded_defaults import with_recorded_defaults
-from thinking_seeds.experiments.run_spec import CONTROL_METHOD, RunSpec, plan
+from thinking_seeds.experiments.run_spec import RunSpec
 from thinking_seeds.experiments.selection import (
     choose,
     resolve_key,
@@ -52,27 +51,19 @@ from thinking_seeds.experiments.selection import (
     with_selection,
 )
 from thinking_seeds.experiments.sft_control import control_run_id, run_controls
-from thinking_seeds.experiments.spec import DEFAULT_METHODS, ComparisonSpec
+from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
 __all__ = [
-    "CONTROL_METHOD",
-    "DEFAULT_METHODS",
-    "FINAL_TEST_STAGE",
-    "CompareError",
     "ComparisonSpec",
-    "RunSpec",
     "final_test_jobs",
-    "parse_list",
-    "parse_sweep",
-    "plan",
     "prepare",
-    "raise_on_failures",
     "register",
     "run_all",
     "run_comparison",
     "run_final_tests",
     "run_selection",
+    "run_spec_controls",
     "train_jobs",
     "write_report",
 ]
@@ -171,22 +162,7 @@ def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None 
         cfg = load_saved_config(run.config_path)
         restored = archive_record(run.root) is not None  # no checkpoints: its final test came with it
         step = (cfg.iterations if restored else latest_policy_step(run)) if step is None else step
-        cmd = [
-            sys.executable,
-            "-m",
-            "thinking_seeds.pipeline.checkpoint_eval",
-            str(run.root),
-            "--step",
-            str(step),
-            "--split",
-            "test",
-            "--all-prompts",
-            "--no-seeded",
-            "--stage",
-            FINAL_TEST_STAGE,
-            "--samples",
-            str(cfg.eval.test_samples),
-        ]
+        cmd = checkpoint_eval_cmd(run.root, step, "test", FINAL_TEST_STAGE, cfg.eval.test_samples)
         jobs.append(
             Job(
                 f"{rid} θ_{step}",
@@ -199,27 +175,36 @@ def final_test_jobs(run_ids: Sequence[str], runs_dir: Path, base_of: str | None 
     return jobs
 
 
-def _controls(spec: ComparisonSpec, specs: Sequence[RunSpec]) -> bool | list[int]:
-    """run_final_tests' `control`: the SFT controls' seeds, or False without a control."""
-    return spec.control_seed_list(specs) if spec.control else False
+def run_spec_controls(
+    spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: Path, console: Any = None
+) -> tuple[float, list[JobResult]]:
+    """The comparison's SFT controls (sft_control.run_controls with spec's settings): the budget, the results."""
+    return run_controls(
+        specs,
+        runs_dir,
+        parallel=spec.parallel,
+        budget_seconds=spec.control_seconds,
+        seeds=spec.control_seed_list(specs),
+        max_steps=spec.control_max_steps,
+        corpus_size=spec.control_corpus_size,
+        console=console,
+        report_dir=spec.report_dir,  # the controls' archived and registered configs (recorded_defaults.py)
+    )
 
 
 def run_final_tests(
+    spec: ComparisonSpec,
     specs: Sequence[RunSpec],
     runs_dir: Path,
-    parallel: int = 2,
-    control: bool | Sequence[int] = True,
     console: Any = None,
     on_done: Callable[[Job], None] | None = None,
 ) -> list[JobResult]:
-    """The final test evaluation of every run of `specs` (and their SFT controls: True for one per
-    seed of `specs`, or the controls' seeds), plus θ_0 once."""
-    ids = [s.run_id for s in specs]
-    if control is not False:
-        seeds = sorted({s.seed for s in specs}) if control is True else list(control)
-        ids += [control_run_id(specs[0].compare_id, seed) for seed in seeds]
+    """The final test evaluation of every run of `specs` and of the comparison's SFT controls, plus θ_0 once."""
+    seeds = spec.control_seed_list(specs) if spec.control else []
+    ids = [s.run_id for s in specs] + [control_run_id(specs[0].compare_id, seed) for seed in seeds]
     jobs = final_test_jobs(ids, Path(runs_dir), base_of=specs[0].run_id)
-    return run_jobs(jobs, Path(runs_dir), parallel, title="final test evaluations", console=console, on_done=on_done)
+    title = "final test evaluations"
+    return run_jobs(jobs, Path(runs_dir), spec.parallel, title=title, console=console, on_done=on_done)
 
 
 def write_report(spec: ComparisonSpec, runs_dir: Path) -> Path:
@@ -296,22 +281,9 @@ def run_comparison(spec: ComparisonSpec, console: Any = None) -> str:
         run_all(specs, runs_dir, parallel=spec.parallel, console=console, on_done=hook, final_test=spec.final_test)
     )
     if spec.control:
-        _, results = run_controls(
-            specs,
-            runs_dir,
-            parallel=spec.parallel,
-            budget_seconds=spec.control_seconds,
-            seeds=spec.control_seed_list(specs),
-            max_steps=spec.control_max_steps,
-            corpus_size=spec.control_corpus_size,
-            console=console,
-            report_dir=spec.report_dir,
-        )
-        raise_on_failures(results)
+        raise_on_failures(run_spec_controls(spec, specs, runs_dir, console)[1])
     if spec.final_test:
-        raise_on_failures(
-            run_final_tests(specs, runs_dir, spec.parallel, _controls(spec, specs), console=console, on_done=hook)
-        )
+        raise_on_failures(run_final_tests(spec, specs, runs_dir, console=console, on_done=hook))
     if spec.archive:
         archive_finished(spec, specs, runs_dir)
     return str(write_report(spec, runs_dir))

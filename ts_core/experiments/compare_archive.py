@@ -27,12 +27,7 @@ from thinking_seeds.experiments.sft_control import control_complete, control_con
 from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.pipeline.checkpoint_eval import FINAL_TEST_STAGE
 
-__all__ = ["archive_finished", "archiver", "report_dir", "restore_archived"]
-
-
-def report_dir(out_dir: str | Path, compare_id: str) -> Path:
-    """Where a comparison's report goes: <out_dir>/<compare_id>/ (its archive: runs/ inside)."""
-    return Path(out_dir) / compare_id
+__all__ = ["archive_finished", "archiver", "restore_archived"]
 
 
 _Planned = dict[str, tuple[RunConfig, Callable[[Path], bool], list[int]]]
@@ -63,7 +58,7 @@ def restore_archived(spec: ComparisonSpec, specs: Sequence[RunSpec], runs_dir: P
     expected = {rid: cfg.config_hash() for rid, (cfg, _, _) in _planned(spec, specs, runs_dir).items()}
     out = restore(spec.report_dir / "runs", runs_dir, expected, spec.final_test)
     if spec.reference:
-        ref_dir = report_dir(spec.out_dir, spec.reference)
+        ref_dir = Path(spec.out_dir) / spec.reference  # the reference's report folder (its archive: runs/)
         ref_root, records = ref_dir / "runs", RunRecords(runs_dir, ref_dir)  # the reference's own records
         methods, seeds = {s.method for s in specs}, {s.seed for s in specs}
         ref = {

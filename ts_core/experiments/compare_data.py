@@ -43,8 +43,9 @@ __all__ = [
     "PASS_KS",
     "POPULATIONS",
     "collect",
+    "ks_of",
+    "largest_k",
     "mean_std",
-    "paired_differences",
     "pass_ks",
     "result_columns",
     "results_table",
@@ -206,48 +207,23 @@ def mean_std(values: list[float]) -> tuple[float, float, int] | None:
     return statistics.fmean(vs), (statistics.stdev(vs) if len(vs) > 1 else 0.0), len(vs)
 
 
-def paired_differences(
-    data: dict[str, Any], variants: dict[str, list[str]], baseline: str, names: Sequence[str]
-) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """Per variant and metric: [(seed, value - baseline's value at the same seed)], seeds both ran.
+def ks_of(by_run: dict[str, dict[str, Any]], prefix: str | tuple[str, ...]) -> list[int]:
+    """The k of every `<prefix>k` metric (e.g. "test/pass@") of any run (per_run or curves), sorted."""
+    return sorted({int(n.rsplit("@", 1)[1]) for v in by_run.values() for n in v if n.startswith(prefix)})
 
-    Runs of one seed share the training prompts of every iteration and the evaluation prompts and
-    sampling seed (thinking_seeds.pipeline.graph.stage_seed), so differences at equal seeds cancel that part of
-    the noise; their spread is the honest error bar for "method X beats the baseline".
-    """
-    seed_of = {m["run_id"]: m.get("seed") for m in data["members"]}
-    per_run = data["per_run"]
-    base = {seed_of[r]: per_run.get(r, {}) for r in variants[baseline]}
-    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
-    for v, runs in variants.items():
-        if v == baseline:
-            continue
-        out[v] = {}
-        for name in names:
-            diffs = []
-            for r in runs:
-                a, b = per_run.get(r, {}).get(name), base.get(seed_of[r], {}).get(name)
-                if _finite(a) and _finite(b):
-                    diffs.append((seed_of[r], a - b))
-            out[v][name] = sorted(diffs)
-    return out
+
+def largest_k(by_run: dict[str, dict[str, Any]], prefix: str) -> int | None:
+    return max(ks_of(by_run, prefix), default=None)
 
 
 def pass_ks(per_run: dict[str, dict[str, float]]) -> list[int]:
     """The k of every eval/pass@k present (PASS_KS when there is none yet)."""
-    ks = {
-        int(n.rsplit("@", 1)[1])
-        for v in per_run.values()
-        for n in v
-        if n.startswith(("eval/pass@", "eval_seeded/pass@"))
-    }
-    return sorted(ks) or list(PASS_KS)
+    return ks_of(per_run, ("eval/pass@", "eval_seeded/pass@")) or list(PASS_KS)
 
 
 def test_ks(per_run: dict[str, dict[str, float]], ks: Sequence[int]) -> list[int]:
     """The k of the final test's pass@k (it may sample more than the in-training evaluation)."""
-    found = {int(n.rsplit("@", 1)[1]) for v in per_run.values() for n in v if n.startswith("test/pass@")}
-    return sorted(found) or list(ks)
+    return ks_of(per_run, "test/pass@") or list(ks)
 
 
 # Columns that only a task with solution labels (countdown) and a θ_0 per-prompt file produce.

@@ -222,12 +222,11 @@ def write_compare_report(
         data["curves"].pop(r, None)
 
     protocol = load_protocol(out)
-    ts, grpo = ((protocol or {}).get("protocol", {}).get("primary_endpoint") or {}).get(
-        "pair", ["thinking_seeds", "grpo"]
-    )
-    registered = ((protocol or {}).get("protocol") or {}).get("primary_endpoint")
-    label = "Primary endpoint" if registered else "First row (no primary endpoint was registered)"
-    reading = ((protocol or {}).get("protocol") or {}).get("reading", COMPUTE_MATCHED)
+    registered = (protocol or {}).get("protocol") or {}
+    primary = registered.get("primary_endpoint") or {}
+    ts, grpo = primary.get("pair", ["thinking_seeds", "grpo"])
+    label = "Primary endpoint" if primary else "First row (no primary endpoint was registered)"
+    reading = registered.get("reading", COMPUTE_MATCHED)
     claims = claims_markdown(data, variants, runs_dir, ts=ts, grpo=grpo, primary=label, reading=reading)  # + hard/*
     if ts != "thinking_seeds" and "thinking_seeds" in variants:
         # The paper's default arm beside the primary one: the same rows, but not the registered family.
@@ -269,9 +268,7 @@ def write_compare_report(
         md += [line, ""]
     md += protocol_lines(protocol)
     if claims:  # the fixes are to the claims table and what comes with it; a sweep without one is as it was
-        md += post_hoc_lines(protocol)
-    if claims:
-        md += [claims, ""]
+        md += [*post_hoc_lines(protocol), claims, ""]
     if ref_cfg:
         own = _own_iterations(rl, data["configs"])
         shared = _shared({**ref_cfg, "iterations": "its own number of"} if own else ref_cfg)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.evals.report import format_cell
-from thinking_seeds.experiments.claims import mean_ci
-from thinking_seeds.experiments.compare_data import ACTOR, POPULATIONS, mean_std, paired_differences, test_ks
+from thinking_seeds.experiments.claims import mean_ci, paired
+from thinking_seeds.experiments.claims_tables import _table
+from thinking_seeds.experiments.compare_data import ACTOR, POPULATIONS, mean_std, test_ks
 from thinking_seeds.experiments.compare_plots import PLOTS
 from thinking_seeds.experiments.members import base_point_variant
 
@@ -54,15 +55,8 @@ def cell(values: list[float], digits: int = 4, count: bool = False) -> str:
 
 
 def md_table(columns: list[str], rows: list[list[str]]) -> str:
-    if not rows:
-        return "_no data yet_\n"
-
-    def esc(s: Any) -> str:
-        return str(s).replace("|", "\\|")
-
-    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
-    return "\n".join(out) + "\n"
+    """claims_tables' Markdown table as one text; a table without rows says so."""
+    return "\n".join(_table(columns, rows)) if rows else "_no data yet_\n"
 
 
 @dataclass
@@ -92,6 +86,17 @@ class Results:
             return v.get("final_step") == cfg["iterations"] if "iterations" in cfg else "final_step" in v
 
         return sum(1 for r in runs if finished(r))
+
+
+def _metric_table(res: Results, columns: Sequence[tuple[str, str, int, bool]], seeds: bool = False) -> str:
+    """One row per variant: each column (header, metric, digits, count) a `cell` over the variant's runs;
+    `seeds`: a column of how many of them finished, after the variant's name."""
+    head = ["variant", *(["seeds"] if seeds else []), *(h for h, *_ in columns)]
+    rows = [
+        [v, *([str(res.n_done(runs))] if seeds else []), *(cell(res.vals(runs, n), d, c) for _, n, d, c in columns)]
+        for v, runs in res.variants.items()
+    ]
+    return md_table(head, rows)
 
 
 def final_test_section(res: Results, ks: Sequence[int]) -> list[str]:
@@ -179,7 +184,11 @@ def paired_section(res: Results, ks: Sequence[int], against: str | None = None) 
         )
         if any(n in per_run.get(r, {}) for r in res.variants[base_variant])
     ]
-    diffs = paired_differences(res.data, res.variants, base_variant, names)
+    diffs = {
+        v: {n: paired(res.data, res.variants, v, base_variant, n) for n in names}
+        for v in res.variants
+        if v != base_variant
+    }
     md = [
         f"## Paired differences against `{base_variant}` (same seed)",
         "",
@@ -204,20 +213,14 @@ def paired_section(res: Results, ks: Sequence[int], against: str | None = None) 
 
 def validation_section(res: Results) -> list[str]:
     """The last in-training evaluation of each run (validation split)."""
-    cols = ["variant", "seeds", "final step", "accuracy", "strategy b", "seeded accuracy", "distinct correct / prompt"]
-    rows = [
-        [
-            v,
-            str(res.n_done(runs)),
-            cell(res.vals(runs, "final_step"), 0, count=True),
-            cell(res.vals(runs, "eval/accuracy")),
-            cell(res.vals(runs, "eval/strategy_b")),
-            cell(res.vals(runs, "eval_seeded/accuracy")),
-            cell(res.vals(runs, "eval/distinct_correct_solutions"), 2),
-        ]
-        for v, runs in res.variants.items()
+    columns = [
+        ("final step", "final_step", 0, True),
+        ("accuracy", "eval/accuracy", 4, False),
+        ("strategy b", "eval/strategy_b", 4, False),
+        ("seeded accuracy", "eval_seeded/accuracy", 4, False),
+        ("distinct correct / prompt", "eval/distinct_correct_solutions", 2, False),
     ]
-    return ["## Final in-training evaluation (validation)", "", md_table(cols, rows)]
+    return ["## Final in-training evaluation (validation)", "", _metric_table(res, columns, seeds=True)]
 
 
 def pass_at_k_sections(res: Results, ks: Sequence[int]) -> list[str]:
@@ -230,9 +233,7 @@ def pass_at_k_sections(res: Results, ks: Sequence[int]) -> list[str]:
             "pass@k, seeded sampling (historical prefix + current continuation): the explorable solution space",
         ),
     ):
-        md += [f"## {title}", ""]
-        rows = [[v] + [cell(res.vals(runs, f"{prefix}/pass@{k}")) for k in ks] for v, runs in res.variants.items()]
-        md.append(md_table(["variant"] + [f"pass@{k}" for k in ks], rows))
+        md += [f"## {title}", "", _metric_table(res, [(f"pass@{k}", f"{prefix}/pass@{k}", 4, False) for k in ks])]
     return md
 
 
@@ -277,29 +278,15 @@ def budget_section(res: Results) -> list[str]:
         "beside the update not counted twice); the SFT control trains for their mean.",
         "",
     ]
-    rows = [
-        [
-            v,
-            cell(res.vals(runs, "budget/iterations_done"), 0, count=True),
-            cell(res.vals(runs, "budget/train_seconds"), 1),
-            cell(res.vals(runs, "budget/generated_tokens"), 0),
-            cell(res.vals(runs, "budget/seed_draft_tokens"), 0),
-            cell(res.vals(runs, "budget/total_generated_tokens"), 0),
-            cell(res.vals(runs, "budget/sft_tokens"), 0),
-        ]
-        for v, runs in res.variants.items()
-    ]
     columns = [
-        "variant",
-        "iterations",
-        "train seconds",
-        "generated tokens (continuation)",
-        "seed draft tokens",
-        "total generated",
-        "SFT tokens",
+        ("iterations", "budget/iterations_done", 0, True),
+        ("train seconds", "budget/train_seconds", 1, False),
+        ("generated tokens (continuation)", "budget/generated_tokens", 0, False),
+        ("seed draft tokens", "budget/seed_draft_tokens", 0, False),
+        ("total generated", "budget/total_generated_tokens", 0, False),
+        ("SFT tokens", "budget/sft_tokens", 0, False),
     ]
-    md.append(md_table(columns, rows))
-    return md
+    return [*md, _metric_table(res, columns)]
 
 
 def curves_section(plot_paths: dict[str, Path | None]) -> list[str]:

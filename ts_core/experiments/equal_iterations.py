@@ -38,8 +38,9 @@ from typing import Any
 from thinking_seeds.config import ConfigError, load_saved_config
 from thinking_seeds.experiments.archive import ARCHIVED_METRICS, archive_run
 from thinking_seeds.experiments.claims import _fmt_ci, _fmt_p, _seeds, _table, mean_ci, paired
+from thinking_seeds.experiments.compare_data import largest_k
 from thinking_seeds.experiments.equal_reading import equal_pair
-from thinking_seeds.experiments.jobs import CompareError, Job, raise_on_failures, run_jobs
+from thinking_seeds.experiments.jobs import CompareError, Job, checkpoint_eval_cmd, raise_on_failures, run_jobs
 from thinking_seeds.experiments.members import archive_record, compare_members
 from thinking_seeds.experiments.power import paired_t_p
 from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE
@@ -109,9 +110,7 @@ def equal_iterations_jobs(
                 f"{run.run_id} has no checkpoint of step {step} (checkpoint.every={cfg.checkpoint.every}); "
                 "choose a step it wrote"
             )
-        cmd = [sys.executable, "-m", "thinking_seeds.pipeline.checkpoint_eval", str(run.root), "--step", str(step)]
-        cmd += ["--split", "test", "--all-prompts", "--no-seeded", "--stage", EQUAL_ITERATIONS_STAGE]
-        cmd += ["--samples", str(cfg.eval.test_samples)]
+        cmd = checkpoint_eval_cmd(run.root, step, "test", EQUAL_ITERATIONS_STAGE, cfg.eval.test_samples)
         jobs.append(Job(f"{run.run_id} θ_{step}", cmd, run.root / "equal_iterations.log", done=done, run_root=run.root))
     return jobs
 
@@ -191,9 +190,10 @@ ENDPOINTS = (
 )
 
 
-def _largest_k(data: dict[str, Any], prefix: str) -> int | None:
-    ks = [int(n.rsplit("@", 1)[1]) for v in data["per_run"].values() for n in v if n.startswith(prefix)]
-    return max(ks, default=None)
+def _reading(diffs: list[tuple[int, float]]) -> str:
+    """mean [95% t-interval] (paired p, n) of per-seed differences."""
+    xs = [d for _, d in diffs]
+    return f"{_fmt_ci(mean_ci(xs))} (p {_fmt_p(paired_t_p(xs))}, n {len(xs)})" if xs else "— (not evaluated)"
 
 
 def equal_iterations_lines(
@@ -202,30 +202,19 @@ def equal_iterations_lines(
     """Markdown: every endpoint of each of `others` against `longer`, read at the runs' ends (compute
     matched) and at equal iterations, mean [95% t-interval] and paired p over seeds; empty when
     `longer` has no θ_step value at all."""
-    k, vk = _largest_k(data, "test/pass@"), _largest_k(data, "eval/pass@")
+    k, vk = largest_k(data["per_run"], "test/pass@"), largest_k(data["per_run"], "eval/pass@")
     rows, step = [], None
     for other in others:
         for name, label in ENDPOINTS:
             if ("{k}" in name and k is None) or ("{vk}" in name and vk is None):
                 continue
             name, label = name.format(k=k, vk=vk), label.format(k=k, vk=vk)
-            ends, _ = paired(data, variants, other, longer, name)
+            ends = paired(data, variants, other, longer, name)
             eq = equal_pair(data, variants, other, longer, name)
             if not ends or eq is None:
                 continue
             step = eq.step
-            xs, ys = [d for _, d in ends], [d for _, d in eq.diffs]
-            at_equal = (
-                f"{_fmt_ci(mean_ci(ys))} (p {_fmt_p(paired_t_p(ys))}, n {len(ys)})" if ys else "— (not evaluated)"
-            )
-            rows.append(
-                [
-                    f"{other} − {longer}",
-                    label,
-                    f"{_fmt_ci(mean_ci(xs))} (p {_fmt_p(paired_t_p(xs))}, n {len(xs)})",
-                    at_equal,
-                ]
-            )
+            rows.append([f"{other} − {longer}", label, _reading(ends), _reading(eq.diffs)])
     if step is None or all(r[3].startswith("—") for r in rows):
         return []
     head = [

@@ -23,7 +23,7 @@ from typing import Any
 from thinking_seeds.experiments.compare_data import EQUAL
 from thinking_seeds.experiments.planning import COMPUTE_MATCHED, EQUAL_ITERATIONS, READINGS
 
-__all__ = ["COMPUTE_MATCHED", "EQUAL_ITERATIONS", "READINGS", "EqualReading", "equal_pair", "iterations_of"]
+__all__ = ["COMPUTE_MATCHED", "EQUAL_ITERATIONS", "READINGS", "EqualReading", "equal_pair", "iterations_of", "per_seed"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,9 @@ def iterations_of(data: dict[str, Any], variants: dict[str, list[str]], variant:
     return None
 
 
-def _values(data: dict[str, Any], runs: list[str], name: str, step: int | None) -> dict[int, float]:
-    """{seed: value} of `name`; with `step`, the run's value at θ_step (the equal/ one, only where its
-    equal-iterations step is `step`)."""
+def per_seed(data: dict[str, Any], runs: list[str], name: str, step: int | None = None) -> dict[int, float]:
+    """{seed: value} of `name` (finite values only); with `step`, the run's value at θ_step (the equal/
+    one, only where its equal-iterations step is `step`)."""
     seed_of = {m["run_id"]: m.get("seed") for m in data["members"]}
     out = {}
     for r in runs:
@@ -70,6 +70,6 @@ def equal_pair(data: dict[str, Any], variants: dict[str, list[str]], a: str, b: 
     if na is None or nb is None or na == nb:
         return None
     step, longer = min(na, nb), (a if na > nb else b)
-    va = _values(data, variants[a], name, step if longer == a else None)
-    vb = _values(data, variants[b], name, step if longer == b else None)
+    va = per_seed(data, variants[a], name, step if longer == a else None)
+    vb = per_seed(data, variants[b], name, step if longer == b else None)
     return EqualReading(step, longer, [(s, va[s] - vb[s]) for s in sorted(va) if s in vb])

@@ -27,26 +27,23 @@ __all__ = ["HARD_THRESHOLD", "add_hard_subset", "base_per_prompt", "hard_prompts
 HARD_THRESHOLD = 0.25
 
 
-def per_prompt(run_root: Path, stage: str = "final-test") -> dict[str, dict[str, Any]] | None:
-    """{prompt_id: row} of the run's latest per-prompt evaluation file of `stage` (plain sampling)."""
+def _plain_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """{prompt_id: row} of a per-prompt evaluation file, plain sampling only."""
     import pyarrow.parquet as pq
 
+    return {r["prompt_id"]: r for r in pq.read_table(path).to_pylist() if r["mode"] == "plain"}
+
+
+def per_prompt(run_root: Path, stage: str = "final-test") -> dict[str, dict[str, Any]] | None:
+    """{prompt_id: row} of the run's latest per-prompt evaluation file of `stage` (plain sampling)."""
     files = sorted((run_root / "evals" / stage).glob("step_*.parquet"))
-    if not files:
-        return None
-    rows = pq.read_table(files[-1]).to_pylist()
-    return {r["prompt_id"]: r for r in rows if r["mode"] == "plain"}
+    return _plain_rows(files[-1]) if files else None
 
 
 def base_per_prompt(runs_dir: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]] | None:
     """θ_0's per-prompt final-test rows (the first run that has them: every run starts from θ_0)."""
-    import pyarrow.parquet as pq
-
-    for rid in run_ids:
-        f = runs_dir / rid / "evals" / "final-test" / "step_000000.parquet"
-        if f.exists():
-            return {r["prompt_id"]: r for r in pq.read_table(f).to_pylist() if r["mode"] == "plain"}
-    return None
+    files = [runs_dir / rid / "evals" / "final-test" / "step_000000.parquet" for rid in run_ids]
+    return next((_plain_rows(f) for f in files if f.exists()), None)
 
 
 def hard_prompts(base: dict[str, dict[str, Any]], threshold: float = HARD_THRESHOLD) -> list[str]:

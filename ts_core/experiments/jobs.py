@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,16 @@ from typing import Any
 from thinking_seeds.config import ConfigError
 from thinking_seeds.config.placement import job_gpu_slots, visible_gpu_ids
 
-__all__ = ["CompareError", "Job", "JobResult", "child_env", "raise_on_failures", "run_jobs", "visible_gpus"]
+__all__ = [
+    "CompareError",
+    "Job",
+    "JobResult",
+    "checkpoint_eval_cmd",
+    "child_env",
+    "raise_on_failures",
+    "run_jobs",
+    "visible_gpus",
+]
 
 
 class CompareError(RuntimeError):
@@ -42,6 +52,13 @@ class Job:
     log: Path
     done: bool = False  # already complete: not started
     run_root: Path | None = None  # the run directory it writes (an on_done hook looks there)
+
+
+def checkpoint_eval_cmd(run_root: Path, step: int, split: str, stage: str, samples: int) -> list[str]:
+    """`python -m thinking_seeds.pipeline.checkpoint_eval`: θ_step of the run on every prompt of `split`
+    (plain sampling, `samples` per prompt), its metrics filed under `stage`."""
+    cmd = [sys.executable, "-m", "thinking_seeds.pipeline.checkpoint_eval", str(run_root), "--step", str(step)]
+    return cmd + ["--split", split, "--all-prompts", "--no-seeded", "--stage", stage, "--samples", str(samples)]
 
 
 @dataclass
@@ -86,11 +103,6 @@ def _tail(path: Path, lines: int = 20) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-def _last_line(path: Path) -> str:
-    t = _tail(path, 1).strip()
-    return t[-90:]
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -177,7 +189,7 @@ def run_jobs(
                 for run_id, (job, proc, t0, fh, tid) in list(running.items()):
                     rc = proc.poll()
                     if rc is None:
-                        progress.update(tid, description=f"  {run_id}: {_last_line(job.log)}")
+                        progress.update(tid, description=f"  {run_id}: {_tail(job.log, 1).strip()[-90:]}")
                         continue
                     fh.close()
                     progress.remove_task(tid)

@@ -41,6 +41,7 @@ __all__ = [
     "compare_members",
     "discard_restored",
     "is_complete",
+    "read_json",
     "reference_members",
     "train_seconds",
     "write_marker",
@@ -49,12 +50,17 @@ __all__ = [
 ARCHIVE_FILE = "archive.json"  # in an archived run (and its restored copy): what was archived, from which config
 
 
-def archive_record(run_root: Path) -> dict[str, Any] | None:
-    """The `archive.json` of an archived run or of its restored copy; None for a run trained here."""
+def read_json(path: Path) -> Any:
+    """The JSON at `path`, or None when it is missing or unreadable."""
     try:
-        return json.loads((Path(run_root) / ARCHIVE_FILE).read_text())
+        return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def archive_record(run_root: Path) -> dict[str, Any] | None:
+    """The `archive.json` of an archived run or of its restored copy; None for a run trained here."""
+    return read_json(Path(run_root) / ARCHIVE_FILE)
 
 
 def discard_restored(run_root: Path) -> None:
@@ -70,18 +76,14 @@ def write_marker(run_root: Path, marker: dict[str, Any]) -> Path:
     run_root.mkdir(parents=True, exist_ok=True)
     path = run_root / MARKER
     text = json.dumps(marker, indent=2, sort_keys=True)
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            old = None
-        if old is not None and old.get("compare_id") != marker.get("compare_id"):
-            raise ConfigError(
-                f"{run_root} belongs to comparison {old.get('compare_id')!r}, "
-                f"not {marker.get('compare_id')!r}; choose another --id"
-            )
-        if old == json.loads(text):
-            return path
+    old = read_json(path)
+    if old is not None and old.get("compare_id") != marker.get("compare_id"):
+        raise ConfigError(
+            f"{run_root} belongs to comparison {old.get('compare_id')!r}, "
+            f"not {marker.get('compare_id')!r}; choose another --id"
+        )
+    if old == json.loads(text):
+        return path
     return atomic_write(path, text)  # the marker follows the umask like every run file
 
 
@@ -95,11 +97,8 @@ def compare_members(compare_id: str, runs_dir: Path) -> list[dict[str, Any]]:
         path = d / MARKER
         if d.name.startswith(".") or not path.is_file():  # a run id never starts with "." (temp folders do)
             continue
-        try:
-            m = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if m.get("compare_id") == compare_id:
+        m = read_json(path)
+        if m is not None and m.get("compare_id") == compare_id:
             m["run_id"] = d.name
             out.append(m)
     return out

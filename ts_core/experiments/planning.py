@@ -28,7 +28,6 @@ __all__ = [
     "EQUAL_ITERATIONS",
     "PRIMARY_METRIC",
     "READINGS",
-    "default_primary",
     "pilot_sd",
     "plan_text",
     "primary_pair",
@@ -44,21 +43,15 @@ READINGS = (COMPUTE_MATCHED, EQUAL_ITERATIONS)
 PLAN_SEEDS = (3, 5, 10, 20)  # shown beside the planned number of seeds
 
 
-def default_primary(methods: Sequence[str]) -> str:
-    """Thinking Seeds' adaptive arm against GRPO when the comparison has it, else thinking_seeds − grpo."""
-    names = [str(m).split(":", 1)[0] for m in methods]
-    ts = "thinking_seeds_adaptive" if "thinking_seeds_adaptive" in names else "thinking_seeds"
-    return f"{ts}-grpo"
-
-
 def primary_pair(text: str | None, methods: Sequence[str] | None = None) -> tuple[str, str]:
-    """ "a-b" -> (a, b); each must be one of `methods` when they are given (method names have no '-')."""
-    text = text or default_primary(methods or [])
+    """ "a-b" -> (a, b); each must be one of `methods` when they are given (method names have no '-').
+    Without `text`: Thinking Seeds' adaptive arm against GRPO when compared, else thinking_seeds − grpo."""
+    names = [str(m).split(":", 1)[0] for m in methods or []]
+    text = text or ("thinking_seeds_adaptive" if "thinking_seeds_adaptive" in names else "thinking_seeds") + "-grpo"
     a, sep, b = text.partition("-")
     if not sep or not a or not b or "-" in b:
         raise ConfigError(f"--primary {text!r} must name two methods as A-B, e.g. thinking_seeds-grpo")
     if methods is not None:
-        names = [str(m).split(":", 1)[0] for m in methods]
         missing = [m for m in (a, b) if m not in names]
         if missing:
             raise ConfigError(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import ConfigError
+from thinking_seeds.experiments.claims_tables import _table
 from thinking_seeds.experiments.members import archive_record
 from thinking_seeds.experiments.planning import COMPUTE_MATCHED, EQUAL_ITERATIONS, PRIMARY_METRIC
 from thinking_seeds.experiments.run_spec import PROTOCOL_FILE
@@ -248,10 +249,9 @@ def selection_score_lines(sel: dict[str, Any]) -> list[str]:
     grid, scores = list(sel["grid"]), sel.get("scores") or {}
     if not scores:
         return []
-    key = sel["key"]
-    md = [f"| method | {' | '.join(f'{key}={v}' for v in grid)} |", "|---|" + "---|" * len(grid)]
+    rows = []
     for m, by_value in scores.items():
-        cells = []
+        cells = [m]
         for v in grid:
             per_seed = by_value.get(v) or {}
             if not per_seed:
@@ -260,9 +260,9 @@ def selection_score_lines(sel: dict[str, Any]) -> list[str]:
             vals = [per_seed[s] for s in sorted(per_seed, key=int)]
             cell = f"{statistics.fmean(vals):.3f} ({' / '.join(f'{x:.3f}' for x in vals)})"
             cells.append(f"**{cell}**" if sel["chosen"].get(m) == v else cell)
-        md.append(f"| {m} | {' | '.join(cells)} |")
+        rows.append(cells)
+    md = _table(["method", *(f"{sel['key']}={v}" for v in grid)], rows)
     md += [
-        "",
         "Validation pass@1 of each final policy: mean over the seeds (each seed in parentheses); bold is the choice.",
         "",
     ]

@@ -26,24 +26,21 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import ConfigError
-from thinking_seeds.experiments.comparison_args import ALIASES, check_selection, resolve_key
-from thinking_seeds.experiments.jobs import Job
+from thinking_seeds.experiments.comparison_args import resolve_key
+from thinking_seeds.experiments.jobs import Job, checkpoint_eval_cmd
 from thinking_seeds.experiments.run_spec import RunSpec, plan
 from thinking_seeds.experiments.spec import ComparisonSpec
 from thinking_seeds.store.run_dir import RunDir
 
 __all__ = [
-    "ALIASES",
     "MIN_PROMPTS",
     "MIN_SAMPLES",
     "SELECT_STAGE",
-    "check_selection",
     "choose",
     "resolve_key",
     "selection_id",
@@ -62,16 +59,20 @@ def selection_id(compare_id: str) -> str:
     return f"{compare_id}-select"
 
 
+def _own_overrides(spec: ComparisonSpec) -> dict[str, list[str]]:
+    """The methods' own settings (--method-set) that the selection runs keep: all but an earlier choice of
+    the selected key."""
+    key = resolve_key(next(iter(spec.select)))
+    return {m: [o for o in os if o.split("=", 1)[0].strip() != key] for m, os in spec.method_overrides.items()}
+
+
 def selection_specs(spec: ComparisonSpec) -> list[RunSpec]:
     """The grid's runs: every method of `spec` (its own seed ranges ignored) x value x select seed."""
     ((key, grid),) = spec.select.items()
     methods = spec.select_methods or [m.split(":", 1)[0] for m in spec.methods]
     grid_sweep = {resolve_key(key): grid}
-    # The methods' own settings (--method-set) apply, except an earlier choice of the selected key.
-    own = {
-        m: [o for o in os if o.split("=", 1)[0].strip() != resolve_key(key)] for m, os in spec.method_overrides.items()
-    }
     overrides = [*spec.overrides, *spec.select_overrides]
+    own = _own_overrides(spec)
     specs = plan(
         spec.preset, methods, spec.select_seeds, overrides, grid_sweep, selection_id(spec.compare_id), False, own
     )
@@ -95,9 +96,7 @@ def validation_jobs(specs: Sequence[RunSpec], runs_dir: Path) -> list[Job]:
     for s in specs:
         cfg = s.config()
         run = RunDir.for_run(s.run_id, Path(runs_dir))
-        cmd = [sys.executable, "-m", "thinking_seeds.pipeline.checkpoint_eval", str(run.root)]
-        cmd += ["--step", str(cfg.iterations), "--split", "validation", "--all-prompts", "--no-seeded"]
-        cmd += ["--stage", SELECT_STAGE, "--samples", str(_samples(cfg))]
+        cmd = checkpoint_eval_cmd(run.root, cfg.iterations, "validation", SELECT_STAGE, _samples(cfg))
         done = run.metrics(cfg.iterations, SELECT_STAGE).exists()
         jobs.append(Job(f"{s.run_id} validation", cmd, run.root / "select_eval.log", done=done, run_root=run.root))
     return jobs
@@ -150,10 +149,7 @@ def selection_record(
         "samples": _samples(cfg),
         "select_overrides": list(spec.select_overrides),
         "follow": dict(spec.select_follow),
-        "method_overrides": {
-            m: [o for o in os if o.split("=", 1)[0].strip() != resolve_key(key)]
-            for m, os in spec.method_overrides.items()
-        },
+        "method_overrides": _own_overrides(spec),
         "rule": "highest mean validation pass@1 over the seeds; an exact tie goes to the value listed first",
         "scores": {m: {v: {str(s): a for s, a in sorted(p.items())} for v, p in vs.items()} for m, vs in table.items()},
         "chosen": dict(chosen),

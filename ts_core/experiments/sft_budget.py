@@ -15,13 +15,13 @@ saves, and knows nothing of the comparison around it.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from thinking_seeds.config import ConfigError, RunConfig
+from thinking_seeds.experiments.members import read_json
 from thinking_seeds.experiments.run_spec import CONTROL_METHOD
 from thinking_seeds.store.run_dir import RunDir
 
@@ -29,14 +29,6 @@ __all__ = ["control_corpus", "control_hyper", "eval_steps", "read_json", "train_
 
 DEFAULT_LR = 2e-3  # the warm-up's (thinking_seeds.train.warmup), used when the base model has no warmup_report.json
 DEFAULT_BATCH = 64
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object at `path`, or None when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def eval_steps(cfg: RunConfig) -> list[int]:

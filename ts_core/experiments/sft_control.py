@@ -11,12 +11,9 @@ config (the comparison's shared settings with the on-policy overlay), the same d
 `metrics/iteration=K/evaluate.parquet` labelled with the policy step: the same due steps, prompts,
 samples, temperature, sampling seeds and seeded (explorable-space) evaluation.
 
-The time axis is matched too: the budget is cut into `iterations` equal slices; after slice k the
-model is saved as policy step k (where the RL runs evaluate: `eval_due`) and, on the RL runs'
-snapshot schedule, into the historical pool, so the seeded (explorable-space) evaluation continues
-the control's own earlier checkpoints just as an RL run's continues its own. Per slice it writes
-`sft/*` metrics and `time/sft/train` (stage `sft`), so SQL and the comparison report treat the
-control like any method.
+The time axis is matched too (sft_budget.py: `iterations` equal slices of the budget, each saved as a
+policy step, pool snapshot and `sft` stage metrics), so the seeded evaluation continues the control's
+own earlier checkpoints as an RL run's continues its own, and SQL and the report treat it like any method.
 
     python -m thinking_seeds.experiments.sft_control --compare-id C --seed 0 --budget-seconds 120 --runs-dir runs \
         [--set k=v ...] [--keep k=v ...]
@@ -55,7 +52,6 @@ __all__ = [
     "CONTROL_FILE",
     "control_config",
     "control_run_id",
-    "control_spec",
     "recorded_controls",
     "run_controls",
     "run_sft_control",
@@ -92,16 +88,10 @@ def recorded_controls(
     return {k: records.kept(control_run_id(compare_id, k), preset, control_overrides(base_overrides, k)) for k in seeds}
 
 
-def control_spec(compare_id: str, preset: str, base_overrides: Sequence[str], seed: int) -> RunSpec:
-    """The control as a RunSpec-like record (for its compare.json marker)."""
-    return RunSpec(control_run_id(compare_id, seed), compare_id, CONTROL_METHOD, seed, preset, tuple(base_overrides))
-
-
 def control_marker(compare_id: str, preset: str, base_overrides: Sequence[str], seed: int) -> dict[str, Any]:
     """compare.json of a control: its method is sft_control, its config the on-policy overlay's."""
-    return control_spec(compare_id, preset, base_overrides, seed).marker() | {
-        "overrides": control_overrides(base_overrides, seed)
-    }
+    spec = RunSpec(control_run_id(compare_id, seed), compare_id, CONTROL_METHOD, seed, preset, tuple(base_overrides))
+    return spec.marker() | {"overrides": control_overrides(base_overrides, seed)}
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -133,8 +123,7 @@ def run_sft_control(
     if not (budget_seconds >= 0 and math.isfinite(budget_seconds)):
         raise ConfigError(f"budget_seconds must be a finite number >= 0, got {budget_seconds}")
     cfg = control_config(preset, base_overrides, seed, kept)
-    spec = control_spec(compare_id, preset, base_overrides, seed)
-    run = RunDir.for_run(spec.run_id, Path(runs_dir).resolve() if runs_dir else None)
+    run = RunDir.for_run(control_run_id(compare_id, seed), Path(runs_dir).resolve() if runs_dir else None)
     write_marker(run.root, control_marker(compare_id, preset, base_overrides, seed))
     run.acquire_lock()
     try:

@@ -30,15 +30,7 @@ from thinking_seeds.experiments.comparison_args import (
 from thinking_seeds.experiments.planning import COMPUTE_MATCHED, READINGS, primary_pair
 from thinking_seeds.experiments.run_spec import BUDGET_KEYS, COMPUTE_MATCH_KEYS, RunSpec, plan
 
-__all__ = [
-    "DEFAULT_METHODS",
-    "ComparisonSpec",
-    "check_request",
-    "method_seeds",
-    "parse_list",
-    "parse_sweep",
-    "value_text",
-]
+__all__ = ["DEFAULT_METHODS", "ComparisonSpec", "parse_list", "parse_sweep"]
 
 # The five methods of the headline comparison (docs/algorithm.md §4; dr_grpo is available too).
 DEFAULT_METHODS = ("grpo", "seq_mix", "luffy", "prefix_context", "thinking_seeds")
@@ -139,7 +131,7 @@ class ComparisonSpec(BaseModel):
     def _split_methods(cls, v: Any) -> Any:
         return parse_list(v, "methods")
 
-    @field_validator("overrides", mode="before")
+    @field_validator("overrides", "select_overrides", mode="before")
     @classmethod
     def _no_overrides(cls, v: Any) -> Any:
         return [] if v is None else v
@@ -195,11 +187,6 @@ class ComparisonSpec(BaseModel):
         if any(len(p) != 2 for p in pairs):
             raise ValueError(f"--select-follow {v!r} must look like METHOD=TUNED_METHOD (e.g. seq_mix=thinking_seeds)")
         return {a.strip(): b.strip() for a, b in pairs}
-
-    @field_validator("select_overrides", mode="before")
-    @classmethod
-    def _no_select_overrides(cls, v: Any) -> Any:
-        return [] if v is None else v
 
     @model_validator(mode="after")
     def _request(self) -> ComparisonSpec:

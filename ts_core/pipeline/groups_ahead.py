@@ -62,9 +62,7 @@ def put_groups(s: Session, k: int, ahead: GroupsAhead) -> None:
 def take_groups(s: Session, k: int, prefixes: list[PrefixRow]) -> GroupsAhead | None:
     """Groups k sampled ahead, if by the policy the stage would use and from exactly these seeds (once)."""
     ahead = resources_for(s.run).groups_ahead.take(s, k)
-    if ahead is None:
-        return None
-    if ahead.policy != policy_id(s.run, rollout_step(s.cfg, k)) or ahead.prefixes != prefixes:
+    if ahead is not None and (ahead.policy != policy_id(s.run, rollout_step(s.cfg, k)) or ahead.prefixes != prefixes):
         log.warning("continuation %d: its policy or seeds changed since it was sampled ahead; sampling again", k)
         return None
     return ahead

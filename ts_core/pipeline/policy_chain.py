@@ -51,15 +51,11 @@ def memory_handoff(cfg: RunConfig) -> bool:
     )
 
 
-def live_keep(cfg: RunConfig) -> int:
-    """How many policies this process holds in memory (live_weights.keep_for)."""
-    return live_weights.keep_for(cfg.pipeline.max_staleness)
-
-
 def publish_policy(run: RunDir, cfg: RunConfig, step: int, state: dict) -> None:
     """Hold θ_step's tensors for the engine; in process they are the trainer's own (borrowed)."""
     borrowed = cfg.update.launcher == "in_process"
-    live_weights.publish(run.policy(step), policy_id(run, step), state, borrowed=borrowed, keep=live_keep(cfg))
+    keep = live_weights.keep_for(cfg.pipeline.max_staleness)  # how many policies this process holds in memory
+    live_weights.publish(run.policy(step), policy_id(run, step), state, borrowed=borrowed, keep=keep)
 
 
 def policy_at_hand(run: RunDir, cfg: RunConfig, step: int) -> bool:

@@ -137,7 +137,7 @@ def resume_line(run: RunDir, cfg: RunConfig) -> str | None:
     iteration 6 (continuation)"); None for a new run. Counts manifests of this config (reads no output)."""
     order = [(0, "prepare"), (-1, "evaluate")] + [(k, s) for k in range(cfg.iterations) for s in STAGES]
     h = cfg.config_hash()
-    done = [(k, s) for k, s in order if _manifest_hash(run, k, s) == h]
+    done = [(k, s) for k, s in order if (m := run.read_manifest(k, s)) is not None and m.config_hash == h]
     if not done:
         return None
     before = saved_config(run).iterations if run.config_path.is_file() else 0
@@ -153,8 +153,3 @@ def resume_line(run: RunDir, cfg: RunConfig) -> str | None:
     k, s = todo[0]
     at = f"iteration {k} ({s})" if k >= 0 else "the evaluation of θ_0"
     return f"{head}: {len(done)} stage{'s' if len(done) != 1 else ''} done, continuing at {at}"
-
-
-def _manifest_hash(run: RunDir, k: int, stage: str) -> str | None:
-    m = run.read_manifest(k, stage)
-    return m.config_hash if m is not None else None

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,8 @@ class RunResources:
         """Stop every process the run holds (but `keep`'s kinds), the trainer first (it writes θ_T's
         checkpoint while the rest stops). Each is stopped even if one before it failed; the first error
         is raised after."""
-        error: BaseException | None = None
-        for kind in sorted(self.processes, key=lambda k: k != "trainer"):
-            if kind in keep:
-                continue
-            try:
-                self.stop(kind, at_once)
-            except Exception as e:  # noqa: PERF203 - one failed stop must not leave the others running
-                error = error or e
-        if error is not None:
-            raise error
+        kinds = [kind for kind in sorted(self.processes, key=lambda k: k != "trainer") if kind not in keep]
+        _every(partial(self.stop, kind, at_once) for kind in kinds)
 
     def close(self, at_once: bool = False) -> None:
         """The teardown, in the order the run's close always took: work held ahead, in-memory policies
@@ -235,11 +228,17 @@ def _close_at_exit() -> None:
     """At exit: every run's trackers and processes, the engines aside (they die with the process, and
     closing an in-process vLLM engine at exit tears down state other exit handlers still use)."""
     close_trackers()
+    _every(partial(res.stop_processes, keep=frozenset({"engine"})) for res in all_resources())
+
+
+def _every(calls: Iterable[Callable[[], None]]) -> None:
+    """Make every call even if one before it failed (a failed stop must not leave the others running);
+    the first error is raised after."""
     error: BaseException | None = None
-    for res in all_resources():
+    for call in calls:
         try:
-            res.stop_processes(keep=frozenset({"engine"}))
-        except Exception as e:  # noqa: PERF203 - every run's processes are stopped; the first error shows
+            call()
+        except Exception as e:  # noqa: PERF203
             error = error or e
     if error is not None:
         raise error

@@ -54,9 +54,7 @@ def overlap_on(cfg: RunConfig) -> bool:
 
 def overlap_due(cfg: RunConfig, k: int) -> bool:
     """Whether to sample iteration k+1's seeds while update k runs (the pool's check comes later)."""
-    if not (cfg.seeded and cfg.prefix.source == "historical" and 0 <= k < cfg.iterations - 1):
-        return False
-    return overlap_on(cfg)
+    return cfg.seeded and cfg.prefix.source == "historical" and 0 <= k < cfg.iterations - 1 and overlap_on(cfg)
 
 
 def fingerprint(members: list[CheckpointInfo]) -> Fingerprint:

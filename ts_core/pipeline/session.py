@@ -69,12 +69,8 @@ def close_ray_pools() -> None:
 
 
 def _close(obj, at_once: bool) -> None:
-    obj.close()
-
-
-def _close_engine(engine, at_once: bool) -> None:
-    if hasattr(engine, "close"):  # vLLM frees its KV cache (HFEngine: garbage, with the run's references)
-        engine.close()
+    if hasattr(obj, "close"):  # vLLM frees its KV cache (HFEngine: garbage, with the run's references)
+        obj.close()
 
 
 class Session:
@@ -113,12 +109,13 @@ class Session:
 
             def load():
                 with (timer or Timer())("model_load"):
-                    return self._load_engine()
+                    longest = self.longest_prompt() if self.cfg.rollout.engine == "vllm" else None  # max_model_len
+                    return build_engine(self.run.policy(0), self.cfg, longest_prompt=longest)
 
             # One engine per process (run_resources.ONE_PER_PROCESS): a run's first stage stops the last run's
             # before its own starts (vLLM holds its KV cache until closed, and closing an in-process vLLM engine
             # tears down the process's distributed state, which a newer engine would be using).
-            self._engine = hold(self.run, "engine", key, load, _close_engine)
+            self._engine = hold(self.run, "engine", key, load, _close)
         return self._engine
 
     @property
@@ -126,10 +123,6 @@ class Session:
         """Whether the engine serves LoRA steps as adapters per request (vLLM; rollout.lora_requests)."""
         c = self.cfg
         return c.model.lora is not None and c.rollout.engine == "vllm" and c.rollout.lora_requests
-
-    def _load_engine(self):
-        longest = self.longest_prompt() if self.cfg.rollout.engine == "vllm" else None  # vLLM's max_model_len
-        return build_engine(self.run.policy(0), self.cfg, longest_prompt=longest)
 
     def longest_prompt(self) -> int | None:
         """Tokens in the longest prompt of the run's splits (chat template applied, as the stages encode
@@ -200,43 +193,23 @@ class Session:
         key += (r.worker_gpus, r.tensor_parallel_size)
         key += (c.worker_cpus, c.shard_retries, c.weights, self.cfg.pool.size if self._lora_requests else None)
         longest = self.longest_prompt() if r.engine == "vllm" else None
-        return hold(
-            self.run,
-            "ray_rollout",
-            key,
-            lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers, longest_prompt=longest),
-            _close,
-        )
+        make = lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers, longest_prompt=longest)  # noqa: E731
+        return hold(self.run, "ray_rollout", key, make, _close)
 
     @property
     def verifier(self) -> Verifier:
         # One per run, shared by its stages and sessions: starting a pool spawns interpreters that import
         # math-verify and sympy (~0.6 s, seconds on a loaded machine), most of a stage's verification time.
         r = self.cfg.reward
-        if self.cfg.cluster.kind == "ray":
-            from thinking_seeds.data.ray_pool import RayVerifier, connect
+        settings = (r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers)
+        if self.cfg.cluster.kind != "ray":
+            return run_verifier(self.run, *settings)
+        from thinking_seeds.data.ray_pool import RayVerifier, connect
 
-            ray = connect(self.cfg.cluster.address)
-            c = self.cfg.cluster
-            key = (r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers, c.worker_cpus, c.shard_retries)
-            return hold(
-                self.run,
-                "ray_verify",
-                key,
-                lambda: RayVerifier(
-                    ray,
-                    r.backend,
-                    r.partial_credit,
-                    r.fn,
-                    r.timeout_s,
-                    r.workers,
-                    c.shard_retries,
-                    c.worker_cpus,
-                    c.start_timeout_s,
-                ),
-                _close,
-            )
-        return run_verifier(self.run, r.backend, r.partial_credit, r.fn, r.timeout_s, r.workers)
+        c = self.cfg.cluster
+        ray = connect(c.address)
+        make = lambda: RayVerifier(ray, *settings, c.shard_retries, c.worker_cpus, c.start_timeout_s)  # noqa: E731
+        return hold(self.run, "ray_verify", (*settings, c.worker_cpus, c.shard_retries), make, _close)
 
     def label(self):
         """The task's solution label for diversity metrics (None: chain_sum's strategy share)."""

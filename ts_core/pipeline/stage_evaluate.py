@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from thinking_seeds.data.sources import Prompt
-from thinking_seeds.evals.evaluation import evaluate_prompts
+from thinking_seeds.evals.evaluation import EvalResult, evaluate_prompts
 from thinking_seeds.pipeline.graph import eval_due, stage_seed
 from thinking_seeds.pipeline.seed_plan import draft_calls, draw_seeds, seed_tokens
 from thinking_seeds.pipeline.session import Session, Timer
@@ -53,19 +53,7 @@ def evaluate_policy(
     t = t or Timer()
     s.use_weights(s.policy(step), t)
     prompts = s.prompts(cfg.eval.split)[: cfg.eval.prompts]
-    res = evaluate_prompts(
-        s.engine(t),
-        s.tokenizer,
-        prompts,
-        s.verifier,
-        n=cfg.eval.samples,
-        temperature=cfg.eval.temperature,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        seed=stage_seed(cfg, step, "evaluate"),
-        label=s.label(),
-        timer=t,
-        progress=f"evaluate θ_{step} ({cfg.eval.split})",
-    )
+    res = _sampled(s, step, prompts, t, "evaluate", progress=f"evaluate θ_{step} ({cfg.eval.split})")
     metrics = res.flat("eval")
     rows = [dict(r, mode="plain") for r in res.per_prompt]
     if seeded:
@@ -106,19 +94,27 @@ def _seeded_eval(s: Session, step: int, prompts: list[Prompt], t: Timer) -> tupl
             for j, g in zip(c.draws, gens, strict=True):
                 drafts[j] = g.token_ids[: seed_tokens(cfg, s.tokenizer, g, plan[j].ratio)]
     s.use_weights(s.policy(step), t)
-    res = evaluate_prompts(
+    prefixes = [drafts[j] for j in range(len(plan))]
+    res = _sampled(
+        s, step, prompts, t, "evaluate/cont", prefixes=prefixes, part="seeded_", progress=f"evaluate θ_{step} seeded"
+    )
+    return res.flat("eval_seeded"), res.per_prompt
+
+
+def _sampled(s: Session, step: int, prompts: list[Prompt], t: Timer, seed_name: str, **options) -> EvalResult:
+    """θ_step's eval.samples samples per prompt (in the engine, its weights loaded), scored: `evaluate_prompts`
+    with the run's eval settings and the sampling seed of (step, `seed_name`)."""
+    cfg = s.cfg
+    return evaluate_prompts(
         s.engine(t),
         s.tokenizer,
         prompts,
         s.verifier,
-        n=n,
+        n=cfg.eval.samples,
         temperature=cfg.eval.temperature,
         max_new_tokens=cfg.rollout.max_new_tokens,
-        seed=stage_seed(cfg, step, "evaluate/cont"),
-        prefixes=[drafts[j] for j in range(len(plan))],
+        seed=stage_seed(cfg, step, seed_name),
         label=s.label(),
         timer=t,
-        part="seeded_",
-        progress=f"evaluate θ_{step} seeded",
+        **options,
     )
-    return res.flat("eval_seeded"), res.per_prompt

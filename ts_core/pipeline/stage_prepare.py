@@ -120,7 +120,7 @@ def _generated_splits(run: RunDir, cfg: RunConfig, recorded: dict[str, str]) -> 
 
     Built into a temp folder of the run first: a split whose rebuild does not hash as recorded (the
     generator changed since the run started) is refused, and nothing is replaced."""
-    names = [s for s in ("train", "validation", "test")]
+    names = ["train", "validation", "test"]
     paths = {s: run.data_dir / SPLITS[s] for s in names}
     if all(_vouched(run, paths[s], recorded, s) for s in names):
         return names
@@ -169,7 +169,7 @@ def _initial_policy(run: RunDir, cfg: RunConfig, old: Manifest | None, recorded:
     of prepare vouches for it), else copied again from the base model."""
     p0 = run.policy(0)
     if (p0 / "manifest.json").exists():
-        keep = _vouched_checkpoint(run, p0, recorded) if "policy" in recorded else _chained(run, old, splits)
+        keep = run.file_hash(p0) == recorded["policy"] if "policy" in recorded else _chained(run, old, splits)
         if not keep:
             aside = p0.with_name(f".old_{p0.name}_unverified")
             shutil.rmtree(aside, ignore_errors=True)
@@ -179,10 +179,6 @@ def _initial_policy(run: RunDir, cfg: RunConfig, old: Manifest | None, recorded:
         model, tok = load_model(resolve_model_path(cfg.model.path), cfg.model.dtype)
         save_checkpoint(model, tok, run.policy_root, 0, extra={"source": cfg.model.path})
     verify_checkpoint(p0)
-
-
-def _vouched_checkpoint(run: RunDir, p0: Path, recorded: dict[str, str]) -> bool:
-    return run.file_hash(p0) == recorded["policy"]
 
 
 def _chained(run: RunDir, old: Manifest | None, splits: list[str]) -> bool:

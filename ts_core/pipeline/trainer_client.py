@@ -36,7 +36,7 @@ close stops it (at once after a Ctrl-C), and so does the exit of the process.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import selectors
 import shutil
 import socket
@@ -47,7 +47,8 @@ from pathlib import Path
 
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.run_resources import drop_process, held_process, hold, stop_everywhere
-from thinking_seeds.pipeline.update_launcher import _die_with_parent, launch_prefix, without_launcher
+from thinking_seeds.pipeline.update_launcher import launch_env, launch_prefix, without_launcher
+from thinking_seeds.store.child_guard import die_with_parent
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.transports import weights
 from thinking_seeds.transports.trainer_socket import (
@@ -117,10 +118,7 @@ class PersistentTrainer:
             cmd = trainer_command(run, cfg, self.sock_path)  # a device this machine lacks: ValueError
             self.listener.bind(str(self.sock_path))
             self.listener.listen(1)
-            env = dict(os.environ)
-            env.setdefault("OMP_NUM_THREADS", "1")
-            env.setdefault("ACCELERATE_DISABLE_RICH", "1")
-            self.cmd, env = without_launcher(cmd, env)  # one process: no launcher interpreter in between
+            self.cmd, env = without_launcher(cmd, launch_env())  # one process: no launcher interpreter in between
             with self.log_path.open("wb") as log:
                 # Its own session: the terminal's Ctrl-C reaches only the pipeline, which stops it (close).
                 self.proc = subprocess.Popen(
@@ -128,7 +126,7 @@ class PersistentTrainer:
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                     start_new_session=True,
                 )
         except BaseException:
@@ -232,11 +230,9 @@ class PersistentTrainer:
         """
         at_once = at_once or self.file is None
         if not at_once:
-            try:
+            with contextlib.suppress(OSError):
                 self.file.write(encode(STOP))
                 self.file.flush()
-            except OSError:
-                pass
         if at_once and self.proc.poll() is None:
             self.proc.terminate()  # accelerate's launcher stops its workers on SIGTERM
         try:
@@ -250,10 +246,8 @@ class PersistentTrainer:
                 self.proc.wait()
         for f in (self.file, self.conn, self.listener):
             if f is not None:
-                try:
+                with contextlib.suppress(OSError):
                     f.close()
-                except OSError:
-                    pass
         self.file = self.conn = self.listener = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -277,10 +271,7 @@ def join_trainer_group(run: RunDir, machine_rank: int, wait_s: float = 600.0, po
     # nothing the config names is imported: a trainer never calls a reward fn or a tracker
     cmd = node_command(run, load_saved_config(run.config_path, check_outside=False), machine_rank)
     print("trainer node: " + " ".join(cmd), flush=True)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("ACCELERATE_DISABLE_RICH", "1")
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(cmd, env=launch_env(), preexec_fn=die_with_parent)
     try:
         return proc.wait()
     except BaseException:
@@ -296,18 +287,11 @@ def _key(run: RunDir, cfg: RunConfig) -> tuple:
     return (str(run.root.resolve()), *group, u.mixed_precision, cfg.device)
 
 
-def _usable(t: PersistentTrainer) -> bool:
-    return t.alive()
-
-
-def _stop(t: PersistentTrainer, at_once: bool) -> None:
-    t.close(at_once=at_once)
-
-
 def trainer_for(run: RunDir, cfg: RunConfig) -> PersistentTrainer:
     """The run's trainer, launched if it holds none (or the last one died, or the launch settings changed).
     One at a time per process (run_resources.ONE_PER_PROCESS): a trainer of another run holds memory."""
-    return hold(run, "trainer", _key(run, cfg), lambda: PersistentTrainer(run, cfg), _stop, _usable)
+    make = lambda: PersistentTrainer(run, cfg)  # noqa: E731
+    return hold(run, "trainer", _key(run, cfg), make, PersistentTrainer.close, PersistentTrainer.alive)
 
 
 def prelaunch_trainer(run: RunDir, cfg: RunConfig) -> None:

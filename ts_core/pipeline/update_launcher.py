@@ -20,8 +20,10 @@ import torch
 from thinking_seeds.config import RunConfig
 from thinking_seeds.config.placement import placement
 from thinking_seeds.engine.models import resolve_device
+from thinking_seeds.store.child_guard import die_with_parent
 from thinking_seeds.store.run_dir import RunDir
 
+LAUNCH_MODULE = "accelerate.commands.launch"
 LOOPBACK_LAUNCH_MODULE = "thinking_seeds.pipeline.loopback_launch"
 
 
@@ -40,19 +42,8 @@ def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], boo
     n, machines = u.num_processes, u.num_machines
     total = n * machines  # accelerate's --num_processes counts the whole group
     precision = u.mixed_precision  # accelerate's own words: no | bf16
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_processes",
-        str(total),
-        "--num_machines",
-        str(machines),
-        "--mixed_precision",
-        precision,
-        "--dynamo_backend",
-        "no",
-    ]
+    cmd = [sys.executable, "-m", LAUNCH_MODULE, "--num_processes", str(total), "--num_machines", str(machines)]
+    cmd += ["--mixed_precision", precision, "--dynamo_backend", "no"]
     device = resolve_device(cfg.device)  # a device this machine lacks fails here, in one line
     # The trainer processes' GPUs on this machine (update.gpu_ids, or as config/placement.py derives them):
     # accelerate hands rank r the r-th of them as its cuda:0, so no rank lands on the engine's GPU by accident.
@@ -77,30 +68,14 @@ def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], boo
 
 def accelerate_command(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> list[str]:
     cmd, cpu = launch_prefix(cfg)
-    cmd += [
-        "-m",
-        "thinking_seeds.train.trainer",
-        "--policy",
-        str(run.policy(k)),
-        "--rollouts",
-        str(run.rollouts(k)),
-        "--out-root",
-        str(run.policy_root),
-        "--step",
-        str(k + 1),
-        "--config",
-        str(run.config_path),
-        "--metrics-out",
-        str(metrics_path),
-    ]
+    cmd += ["-m", "thinking_seeds.train.trainer", "--policy", str(run.policy(k)), "--rollouts", str(run.rollouts(k))]
+    cmd += ["--out-root", str(run.policy_root), "--step", str(k + 1), "--config", str(run.config_path)]
+    cmd += ["--metrics-out", str(metrics_path)]
     if ref is not None:
         cmd += ["--ref", str(ref)]
     if cpu:
         cmd += ["--cpu"]
     return cmd
-
-
-LAUNCH_MODULE = "accelerate.commands.launch"
 
 
 def without_launcher(cmd: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -127,28 +102,18 @@ def without_launcher(cmd: list[str], env: dict[str, str]) -> tuple[list[str], di
     return direct, child_env
 
 
-def _die_with_parent() -> None:
-    """In the launcher child: get SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG).
-
-    Without it a `kill -9` of a run leaves `accelerate launch` and its workers training on, racing
-    the resumed run for the same θ_{k+1}; on SIGTERM the launcher stops its workers too.
-    """
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: no such guard
+def launch_env() -> dict[str, str]:
+    """This process's environment for a trainer launch: one OpenMP thread and plain accelerate output,
+    unless the user set them."""
+    return {"OMP_NUM_THREADS": "1", "ACCELERATE_DISABLE_RICH": "1", **os.environ}
 
 
 def launch_update(run: RunDir, cfg: RunConfig, k: int, metrics_path: Path, ref: Path | None) -> dict:
     """Run the update of iteration k under accelerate; its metrics, or RuntimeError with the output's tail."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("ACCELERATE_DISABLE_RICH", "1")
-    cmd, env = without_launcher(accelerate_command(run, cfg, k, metrics_path, ref), env)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent)
+    cmd, env = without_launcher(accelerate_command(run, cfg, k, metrics_path, ref), launch_env())
+    # Without the death signal a `kill -9` of a run leaves `accelerate launch` and its workers training on,
+    # racing the resumed run for the same θ_{k+1}; on SIGTERM the launcher stops its workers too.
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=die_with_parent)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
         raise RuntimeError(

@@ -1,10 +1,5 @@
 """Policy checkpoints (docs/algorithm.md §2.1): writing, verifying and loading them.
 
-A checkpoint is a Hugging Face directory `root/step_{step:06d}/` holding safetensors weights, the
-config, the tokenizer, optionally `optimizer.safetensors`, and `manifest.json`:
-
-    {"step", "created_at", "param_count", "sha256": {file: hex digest, every file}, "extra"}
-
 Why so strict:
 - weights are only ever safetensors: unpickling a .bin/.pt file can run arbitrary code, and a
   checkpoint directory is exactly the kind of thing that gets copied between machines;
@@ -13,7 +8,7 @@ Why so strict:
 - every file is hashed, so a truncated copy is caught at load time instead of as a silent
   "historical policy" of garbage.
 
-This module writes, verifies and loads checkpoints. What a checkpoint directory is (names, the
+This module writes, verifies and loads checkpoints. What a checkpoint directory is (its files, the
 manifest, CheckpointError) lives in `store.checkpoint_format` and is re-exported here, as the one
 place to import checkpoint I/O from; the optimizer state is `store.optimizer_state`, the pool that
 picks seed writers `store.historical_pool`. transformers is imported lazily.
@@ -28,6 +23,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,16 +105,11 @@ def save_checkpoint(
         raise TypeError(
             f"save_checkpoint: `extra` must be JSON-serialisable ({e}); convert values to str/number"
         ) from e
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(root, step)
     if final.exists() and not overwrite:
         raise FileExistsError(f"checkpoint {final} already exists; load it, or pass overwrite=True to replace it")
 
-    # The temp dir lives in root so the final rename stays on one file system (atomic).
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
-    try:
-        shareable(tmp)  # mkdtemp makes 0700; the published step_* must follow the umask
+    def fill(tmp: Path) -> tuple[int, dict[str, str]]:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         if optimizer is not None:
@@ -129,26 +120,40 @@ def save_checkpoint(
             raise CheckpointError(
                 f"save_pretrained wrote no .safetensors weights into {tmp}; files: {[p.name for p in files]}"
             )
+        for p in files:
+            shareable(p)  # safetensors writes 0600 whatever the umask
+            _fsync(p)
+        count = model.param_count if isinstance(model, FrozenModel) else sum(p.numel() for p in model.parameters())
+        return count, {p.relative_to(tmp).as_posix(): _sha256(p) for p in files}
+
+    return _make_checkpoint(root, step, extra, fill)
+
+
+def _make_checkpoint(root: Path, step: int, extra: dict, fill: Callable[[Path], tuple[int, dict[str, str]]]) -> Path:
+    """Make root/step_{step:06d} atomically: `fill(tmp)` writes the files into a temp dir inside root (so
+    the final rename stays on one file system) and returns (param_count, {file: sha256}); the manifest
+    is written last. Any failure removes the temp dir."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
+    try:
+        shareable(tmp)  # mkdtemp makes 0700; the published step_* must follow the umask
+        param_count, sha256 = fill(tmp)
         manifest = {
             "step": step,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "param_count": model.param_count
-            if isinstance(model, FrozenModel)
-            else sum(p.numel() for p in model.parameters()),
-            "sha256": {p.relative_to(tmp).as_posix(): _sha256(p) for p in files},
+            "param_count": param_count,
+            "sha256": sha256,
             "extra": extra,
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                shareable(p)  # safetensors writes 0600 whatever the umask
-                _fsync(p)
-        _publish(tmp, final)
+        _fsync(tmp / MANIFEST_NAME)
+        _publish(tmp, checkpoint_dir(root, step))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync(root)
-    return final
+    return checkpoint_dir(root, step)
 
 
 def cpu_state_dict(model) -> dict[str, torch.Tensor]:
@@ -201,11 +206,8 @@ def snapshot_checkpoint(src: Path, root: Path, step: int, extra: dict | None = N
     files and renames), so sharing inodes is safe. Atomic like save_checkpoint.
     """
     src_info = verify_checkpoint(Path(src))
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
-    try:
-        shareable(tmp)  # mkdtemp makes 0700; the published step_* must follow the umask
+
+    def fill(tmp: Path) -> tuple[int, dict[str, str]]:
         for rel in src_info.sha256:
             if rel in (OPTIMIZER_NAME, MANIFEST_NAME):
                 continue
@@ -215,22 +217,10 @@ def snapshot_checkpoint(src: Path, root: Path, step: int, extra: dict | None = N
                 os.link(Path(src) / rel, dst)
             except OSError:
                 shutil.copy2(Path(src) / rel, dst)
-        files = sorted(p for p in tmp.rglob("*") if p.is_file())
-        manifest = {
-            "step": step,
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "param_count": src_info.param_count,
-            "sha256": {p.relative_to(tmp).as_posix(): src_info.sha256[p.relative_to(tmp).as_posix()] for p in files},
-            "extra": dict(extra or {}),
-        }
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        _fsync(tmp / MANIFEST_NAME)
-        _publish(tmp, checkpoint_dir(root, step))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync(root)
-    return checkpoint_dir(root, step)
+        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        return src_info.param_count, {rel: src_info.sha256[rel] for rel in files}
+
+    return _make_checkpoint(root, step, dict(extra or {}), fill)
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -245,11 +235,8 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _fsync(path: Path) -> None:

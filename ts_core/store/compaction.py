@@ -1,6 +1,6 @@
 """Compaction of a run's many small Parquet files into a few large parts, for `ts sql`.
 
-Two kinds of part (PATTERNS), each made from the files of a finished block of BLOCK iterations:
+Four kinds of part (PATTERNS), each made from the files of a finished block of BLOCK iterations:
 
 - metrics: every iteration writes one small metrics file per stage (`metrics/iteration=K/<stage>.parquet`),
   so a run of 2,442 iterations has ~10,000 of them, and opening each one (its footer when the view
@@ -11,7 +11,6 @@ Two kinds of part (PATTERNS), each made from the files of a finished block of BL
   part holds each distinct (iteration, source age, length bucket, 3-gram) of the block's prefix
   files once, with its count (schemas.NGRAM_COUNTS_SCHEMA): 4.7x fewer rows, and every breakdown
   the queries make (by age, by length, by iteration, all) is still exact.
-
 - prefix_groups: the prefix corpus's counts per (iteration, source age, length bucket) (the seeds
   stage's aggregates' summary rows, prefix_aggregates.PREFIX_GROUPS_SCHEMA): what the diversity
   queries count prefixes and lengths with. A run of small iterations (64 prefixes each: the tiny
@@ -23,12 +22,7 @@ Two kinds of part (PATTERNS), each made from the files of a finished block of BL
   file is most of what `seeded_solve_rate` costs; a run of large files keeps one file per iteration
   (its per-file cost is a few percent of a query, and a copy would double it on disk).
 
-`compact(run_dir)` writes them as
-
-    runs/<id>/compacted/metrics/iterations=000000-000099.parquet
-    runs/<id>/compacted/ngram_counts/iterations=000000-000099.parquet
-    runs/<id>/compacted/prefix_groups/iterations=000000-000099.parquet
-
+`compact(run_dir)` writes them as `runs/<id>/compacted/<kind>/iterations=000000-000099.parquet`,
 and a run writes each block's parts itself, as it goes: `compact_behind` (called when iteration k
 starts, from pipeline/loop.py) compacts the block that has just finished in a background thread
 (one core's worth of DuckDB, one thread, seconds per block), so a live run is never more than one
@@ -57,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,12 +59,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thinking_seeds.store.parquet_io import write_table_atomic
-from thinking_seeds.store.schemas import (
-    NGRAM_COUNTS_SCHEMA,
-    PREFIX_SCHEMA,
-    ngram_counts_sql,
-    with_derived_prefix_columns,
-)
+from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql, prefix_rows, run_sql
+from thinking_seeds.store.schemas import NGRAM_COUNTS_SCHEMA, ngram_counts_sql
 
 __all__ = [
     "BLOCK",
@@ -86,13 +77,7 @@ __all__ = [
 
 BLOCK = 100  # iterations per part
 COMPACTED = "compacted"  # the folder under the run directory
-# What is compacted: {kind: the files of one iteration it is made from (as in store/sql_views.py)}.
-#   metrics       the files themselves, copied into one table
-#   ngram_counts  the prefix corpus's distinct (iteration, source age, length bucket, 3-gram) with the
-#                 number of prefixes holding each (schemas.NGRAM_COUNTS_SCHEMA): what the diversity
-#                 queries count, 4.7x fewer rows than the corpus's 3-grams
-#   prefix_groups the prefix corpus's counts and length sums per (iteration, source age, length bucket)
-#   rollouts      the rollout files themselves, copied into one table (blocks of small files only)
+# What is compacted (module docstring): {kind: the files of one iteration a part is made from}.
 PATTERNS = {
     "metrics": "metrics/iteration={k}/*.parquet",
     "ngram_counts": "corpus/prefixes/iteration={k}/prefixes.parquet",
@@ -169,65 +154,29 @@ def last_started(run_dir: Path) -> int:
     return done
 
 
-def _finished_blocks(run_dir: Path) -> list[int]:
-    """First iterations of the blocks whose every iteration is over (the next one has started)."""
-    done = last_started(run_dir)
+def finished_blocks(run_dir: Path) -> list[int]:
+    """First iterations of the run's finished blocks of BLOCK iterations (the next iteration has
+    started): what `compact` works on."""
+    done = last_started(Path(run_dir))
     # iteration `done` has started, so every iteration before it is over
     return [first for first in range(0, done - BLOCK + 1, BLOCK)]
-
-
-def finished_blocks(run_dir: Path) -> list[int]:
-    """First iterations of the run's finished blocks of BLOCK iterations: what `compact` works on."""
-    return _finished_blocks(Path(run_dir))
 
 
 def _copied(files: list[Path]) -> pa.Table:
     return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
 
 
-def _ngram_counts(files: list[Path]) -> pa.Table:
-    """NGRAM_COUNTS_SCHEMA's rows of these prefix files (old files get their 3-gram codes computed)."""
-    import duckdb
-
-    tables = []
-    for f in files:
-        t = pq.read_table(f)
-        if "prefix_ngrams" not in t.column_names:  # written before the derived columns existed
-            t = with_derived_prefix_columns(t.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
-        tables.append(t.select(["run_id", "iteration", "source_age", "prefix_len", "prefix_ngrams"]))
-    con = duckdb.connect(":memory:")
-    try:
-        con.execute("SET threads = 1")  # beside a training run: one core, like the stages
-        con.register("src", pa.concat_tables(tables))
-        return (
-            con.sql(f"{ngram_counts_sql('src', dedupe=True)} ORDER BY ALL").to_arrow_table().cast(NGRAM_COUNTS_SCHEMA)
-        )
-    finally:
-        con.close()
+def _from_prefixes(sql_of: Callable[[str], str], schema: pa.Schema) -> Callable[[list[Path]], pa.Table]:
+    """A part's builder: `schema`'s rows of a block's prefix files, by the SQL `sql_of(relation)`."""
+    return lambda files: run_sql(prefix_rows(files), f"{sql_of('src')} ORDER BY ALL")[0].cast(schema)
 
 
-def _prefix_groups(files: list[Path]) -> pa.Table:
-    """PREFIX_GROUPS_SCHEMA's rows of these prefix files (the aggregates' summary rows, with run_id)."""
-    import duckdb
-
-    from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql
-
-    tables = []
-    for f in files:
-        t = pq.read_table(f)
-        if "prefix_ngrams" not in t.column_names:  # written before the derived columns existed
-            t = with_derived_prefix_columns(t.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
-        tables.append(t.select(["run_id", "iteration", "source_age", "prefix_len", "prefix_ngram_count"]))
-    con = duckdb.connect(":memory:")
-    try:
-        con.execute("SET threads = 1")
-        con.register("src", pa.concat_tables(tables))
-        return con.sql(f"{prefix_groups_sql('src')} ORDER BY ALL").to_arrow_table().cast(PREFIX_GROUPS_SCHEMA)
-    finally:
-        con.close()
-
-
-_BUILD = {"metrics": _copied, "ngram_counts": _ngram_counts, "prefix_groups": _prefix_groups, "rollouts": _copied}
+_BUILD = {
+    "metrics": _copied,
+    "ngram_counts": _from_prefixes(lambda src: ngram_counts_sql(src, dedupe=True), NGRAM_COUNTS_SCHEMA),
+    "prefix_groups": _from_prefixes(prefix_groups_sql, PREFIX_GROUPS_SCHEMA),
+    "rollouts": _copied,
+}
 
 
 def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: list[int] | None = None) -> list[Path]:
@@ -236,7 +185,7 @@ def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: lis
     everything is up to date)."""
     run_dir = Path(run_dir)
     written = []
-    finished = _finished_blocks(run_dir)
+    finished = finished_blocks(run_dir)
     for view in views:
         pattern = PATTERNS[view]
         have = {p.first: p for p in parts(run_dir, view)}

@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from thinking_seeds.store.atomic import atomic_write, current_umask, shareable  # the last two: re-exported
+from thinking_seeds.store.atomic import atomic_write, shareable  # shareable: re-exported
 
-__all__ = ["DataError", "content_hash", "current_umask", "read_table", "shareable", "write_table_atomic"]
+__all__ = ["DataError", "content_hash", "read_table", "shareable", "write_table_atomic"]
 
 
 class DataError(ValueError):
@@ -153,8 +153,5 @@ def content_hash(path: str | os.PathLike[str]) -> str:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"cannot hash {path}: file not found; {_fix_hint(path, missing=True)}")
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()

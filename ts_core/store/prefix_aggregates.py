@@ -52,7 +52,9 @@ __all__ = [
     "SUMMARY_ROW_GROUP",
     "fresh_aggregates",
     "prefix_groups_sql",
+    "prefix_rows",
     "run_id_of",
+    "run_sql",
     "write_prefix_aggregates",
 ]
 
@@ -88,25 +90,45 @@ def prefix_groups_sql(src: str) -> str:
     )
 
 
+def prefix_rows(files: list[Path]) -> pa.Table:
+    """The columns of these prefix files that the aggregates are made from, in one table (the derived
+    ones computed for a file written before they existed)."""
+    tables = []
+    for f in files:
+        t = pq.read_table(f)
+        if "prefix_ngrams" not in t.column_names:  # written before the derived columns existed
+            t = with_derived_prefix_columns(t.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
+        tables.append(
+            t.select(["run_id", "iteration", "source_age", "prefix_len", "prefix_ngram_count", "prefix_ngrams"])
+        )
+    return pa.concat_tables(tables)
+
+
+def run_sql(src: pa.Table, *queries: str) -> list[pa.Table]:
+    """Each query's rows over the table `src` (named `src` in them), by one DuckDB thread: deterministic,
+    and one core beside a run's stages."""
+    import duckdb  # here: only the seeds stage, compaction and the views need it
+
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET threads = 1")
+        con.register("src", src)
+        return [con.sql(q).to_arrow_table() for q in queries]
+    finally:
+        con.close()
+
+
 def write_prefix_aggregates(prefixes: Path) -> Path:
     """Write the aggregates of the prefix file `prefixes` beside it, atomically; returns their path
     (for the seeds stage's manifest). A file written before the derived columns existed works too."""
-    import duckdb  # here: only the seeds stage and the views need it
-
     prefixes = Path(prefixes)
-    cols = ["run_id", "iteration", "source_age", "prefix_len", "prefix_ngram_count", "prefix_ngrams"]
-    con = duckdb.connect(":memory:")
-    try:
-        con.execute("SET threads = 1")  # deterministic, and one core beside the stage's engine
-        src = _with_derived(pq.read_table(prefixes)).select(cols)
-        run_id = src.column("run_id")[0].as_py() if src.num_rows else prefixes.parents[3].name
-        con.register("src", src)
-        summary = con.sql(f"SELECT * EXCLUDE (run_id) FROM ({prefix_groups_sql('src')}) ORDER BY ALL").to_arrow_table()
-        grams = con.sql(
-            f"SELECT * EXCLUDE (run_id) FROM ({ngram_counts_sql('src', dedupe=True)}) ORDER BY ALL"
-        ).to_arrow_table()
-    finally:
-        con.close()
+    src = prefix_rows([prefixes])
+    run_id = src.column("run_id")[0].as_py() if src.num_rows else prefixes.parents[3].name
+    summary, grams = run_sql(
+        src,
+        f"SELECT * EXCLUDE (run_id) FROM ({prefix_groups_sql('src')}) ORDER BY ALL",
+        f"SELECT * EXCLUDE (run_id) FROM ({ngram_counts_sql('src', dedupe=True)}) ORDER BY ALL",
+    )
     nulls = pa.nulls(summary.num_rows, pa.int64())
     summary = summary.append_column("ngram", nulls).select(AGGREGATES_SCHEMA.names)
     n = grams.num_rows
@@ -123,13 +145,6 @@ def write_prefix_aggregates(prefixes: Path) -> Path:
                 w.write_table(grams.select(schema.names).cast(schema), row_group_size=n)
 
     return atomic_write(prefixes.with_name(AGGREGATES_NAME), write)
-
-
-def _with_derived(table: pa.Table) -> pa.Table:
-    """A prefix file's table with the derived columns (computed for a file written before them)."""
-    if "prefix_ngrams" in table.column_names:
-        return table
-    return with_derived_prefix_columns(table.select(PREFIX_SCHEMA.names).cast(PREFIX_SCHEMA))
 
 
 def run_id_of(schema: pa.Schema, agg: Path) -> str:

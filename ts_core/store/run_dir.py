@@ -244,9 +244,7 @@ class RunDir:
                 "value": pa.array([float(metrics[n]) for n in names], pa.float64()),
             }
         )
-        path = self.metrics(k, stage)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return write_table_atomic(table, path)
+        return write_table_atomic(table, self.metrics(k, stage))
 
     # -- lock (thinking_seeds.store.run_lock) -----------------------------------------------------
     def acquire_lock(self) -> None:

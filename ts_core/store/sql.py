@@ -30,13 +30,10 @@ Read-only, enforced twice, by structure rather than by keywords:
    directories, `enable_external_access=false` (no file system access at all from SQL: COPY ... TO,
    ATTACH, EXPORT, read_text/read_csv of any path, extension installs all fail), capped memory and
    threads, and `lock_configuration=true` (no SET can reopen any of it).
-2. By `query()` (store/sql_guard.py): every statement is classified by DuckDB's own parser
-   (`extract_statements`, `tokenize`) and only plain queries run: SELECT (which covers FROM-first, VALUES, DESCRIBE,
-   SHOW, SUMMARIZE, static PIVOT), a dynamic PIVOT / UNPIVOT statement (which DuckDB plans as
-   several statements), and EXPLAIN of one of those. Anything else -- including a CREATE or COPY
-   wrapped around a dynamic PIVOT -- is refused with a QueryError before anything executes, so a
-   script mixing a SELECT with a DROP runs nothing. Every query has a timeout (`con.interrupt()`),
-   and Ctrl-C interrupts it.
+2. By `query()`: every statement is classified by DuckDB's own parser and only plain queries run
+   (store/sql_guard.py says which); anything else is refused with a QueryError before anything
+   executes, so a script mixing a SELECT with a DROP runs nothing. Every query has a timeout
+   (`con.interrupt()`), and Ctrl-C interrupts it.
 
 Files a run cannot be read from (truncated, a column of the wrong type) are left out of the views
 with a warning naming the file, so one damaged run never takes `ts runs` or `ts sql` over all runs
@@ -69,12 +66,11 @@ import duckdb
 
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import check_run_id, runs_root
-from thinking_seeds.store.sql_guard import QueryError, check_read_only
+from thinking_seeds.store.sql_guard import QueryError, check_read_only, keywords
 from thinking_seeds.store.sql_queries import NAMED_QUERIES
-from thinking_seeds.store.sql_views import METRICS_SCHEMA, VIEWS, list_runs, register_views, view_columns
+from thinking_seeds.store.sql_views import VIEWS, list_runs, register_views, view_columns
 
 __all__ = [
-    "METRICS_SCHEMA",  # re-exported from sql_views
     "NAMED_QUERIES",  # re-exported from sql_queries
     "DamagedFileWarning",
     "QueryError",
@@ -207,13 +203,9 @@ def views_in(sql: str) -> set[str]:
     if named:
         return named
     try:
-        tokens = duckdb.tokenize(sql)
+        words = {word.strip("\"'`") for word, _ in keywords(sql, comments=True)}
     except duckdb.Error:
         return set(VIEWS)
-    words = set()
-    for i, (start, _kind) in enumerate(tokens):
-        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
-        words.add(sql[start:end].strip().strip("\"'`").lower())
     named = {v for v in VIEWS if v in words}
     if named:
         return named

@@ -22,6 +22,7 @@ runs read the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -33,7 +34,9 @@ import pyarrow.parquet as pq
 from thinking_seeds.store.prefix_aggregates import (
     AGGREGATES_NAME,
     AGGREGATES_SCHEMA,
+    NGRAM_ROW_GROUP,
     PREFIX_GROUPS_SCHEMA,
+    SUMMARY_ROW_GROUP,
     fresh_aggregates,
     prefix_groups_sql,
     run_id_of,
@@ -78,19 +81,12 @@ def register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa
     columns = list(PREFIX_FILE_SCHEMA.names)
     for _, ds in parts:
         columns += [n for n in ds.schema.names if n not in columns]
-    computed = DERIVED_PREFIX_SQL
     selects = []
     for name, ds in parts:
         con.register(name, ds)
         have = set(ds.schema.names)
-        cols = []
-        for c in columns:
-            if c in have:
-                cols.append(quoted(c))
-            elif c in computed:
-                cols.append(f"{computed[c]} AS {quoted(c)}")
-            else:
-                cols.append(f"NULL AS {quoted(c)}")
+        # a column the file lacks: computed from the others (a derived one), else null
+        cols = [quoted(c) if c in have else f"{DERIVED_PREFIX_SQL.get(c, 'NULL')} AS {quoted(c)}" for c in columns]
         selects.append(f"SELECT {', '.join(cols)} FROM {name}")
     con.execute(f"CREATE VIEW {view} AS {' UNION ALL '.join(selects)}")
 
@@ -159,42 +155,26 @@ def register_corpus_views(
     # each view's fresh compacted parts, and the prefix files none of them stands for
     covered: dict[str, tuple[list[Path], list[Path]]] = {}
     for view in wanted:
-        parts_: list[Path] = []
-        rest: list[Path] = []
-        for run in runs:
-            p, r = fresh_parts(run, view, pattern, per_run[run])
-            parts_ += p
-            rest += r
-        covered[view] = (parts_, sorted(rest, key=file_order))
+        found = [fresh_parts(run, view, pattern, per_run[run]) for run in runs]
+        covered[view] = ([p for ps, _ in found for p in ps], sorted((f for _, fs in found for f in fs), key=file_order))
     # the aggregates' footers of only the files a part does not stand for (one per file: the cost)
     aggs = _aggregates(sorted({f for _, files in covered.values() for f in files}, key=file_order))
 
-    def raw_view(name: str, files: list[Path]) -> str:
-        register_prefixes(con, readable_files(files, PREFIX_FILE_SCHEMA, damaged), name)
-        return name
-
-    if "prefix_groups" in wanted:
-        parts_, uncovered = covered["prefix_groups"]
-        cols = PREFIX_GROUPS_SCHEMA.names
-        con.register(
-            "_ts_groups_parts", dataset(readable_files(parts_, PREFIX_GROUPS_SCHEMA, damaged), PREFIX_GROUPS_SCHEMA)
-        )
-        stored = _row_group_views(con, "_ts_groups_aggs", [aggs[f] for f in uncovered if f in aggs], 0, cols)
-        raw = raw_view("_ts_groups_src", [f for f in uncovered if f not in aggs])
+    # each view: the tag of its internal relations, its schema, the aggregates' row group, its SQL over prefix rows
+    for view, tag, schema, row_group, rows_sql in (
+        ("prefix_groups", "groups", PREFIX_GROUPS_SCHEMA, SUMMARY_ROW_GROUP, prefix_groups_sql),
+        ("ngram_counts", "ngram", NGRAM_COUNTS_SCHEMA, NGRAM_ROW_GROUP, partial(ngram_counts_sql, dedupe=False)),
+    ):
+        if view not in wanted:
+            continue
+        parts_, uncovered = covered[view]
+        cols = schema.names
+        con.register(f"_ts_{tag}_parts", dataset(readable_files(parts_, schema, damaged), schema))
+        stored = _row_group_views(con, f"_ts_{tag}_aggs", [aggs[f] for f in uncovered if f in aggs], row_group, cols)
+        raw = [f for f in uncovered if f not in aggs]
+        register_prefixes(con, readable_files(raw, PREFIX_FILE_SCHEMA, damaged), f"_ts_{tag}_src")
         sel = ", ".join(cols)
         con.execute(
-            f"CREATE VIEW prefix_groups AS SELECT {sel} FROM _ts_groups_parts UNION ALL SELECT {sel} FROM {stored} "
-            f"UNION ALL {prefix_groups_sql(raw)}"
-        )
-    if "ngram_counts" in wanted:
-        parts_, uncovered = covered["ngram_counts"]
-        cols = NGRAM_COUNTS_SCHEMA.names
-        stored_parts = readable_files(parts_, NGRAM_COUNTS_SCHEMA, damaged)
-        con.register("_ts_ngram_parts", dataset(stored_parts, NGRAM_COUNTS_SCHEMA))
-        stored = _row_group_views(con, "_ts_ngram_aggs", [aggs[f] for f in uncovered if f in aggs], 1, cols)
-        raw = raw_view("_ts_ngram_src", [f for f in uncovered if f not in aggs])
-        sel = ", ".join(cols)
-        con.execute(
-            f"CREATE VIEW ngram_counts AS SELECT {sel} FROM _ts_ngram_parts UNION ALL SELECT {sel} FROM {stored} "
-            f"UNION ALL SELECT {sel} FROM ({ngram_counts_sql(raw, dedupe=False)})"
+            f"CREATE VIEW {view} AS SELECT {sel} FROM _ts_{tag}_parts UNION ALL SELECT {sel} FROM {stored} "
+            f"UNION ALL SELECT {sel} FROM ({rows_sql(f'_ts_{tag}_src')})"
         )

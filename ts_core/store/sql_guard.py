@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-__all__ = ["QueryError", "check_read_only"]
+__all__ = ["QueryError", "check_read_only", "keywords"]
 
 
 class QueryError(ValueError):
@@ -25,13 +25,14 @@ def _kind(stmt: Any) -> str:
     return str(stmt.type).rsplit(".", 1)[-1].upper()
 
 
-def _keywords(sql: str) -> list[tuple[str, int]]:
-    """(lower-cased word, end offset) of each token of `sql`, by DuckDB's tokenizer; comments dropped."""
+def keywords(sql: str, comments: bool = False) -> list[tuple[str, int]]:
+    """(lower-cased word, end offset) of each token of `sql`, by DuckDB's tokenizer (duckdb.Error if it
+    cannot); comments dropped unless `comments`."""
     tokens = duckdb.tokenize(sql)
     out = []
     for i, (start, kind) in enumerate(tokens):
         end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
-        if kind != duckdb.token_type.comment:
+        if comments or kind != duckdb.token_type.comment:
             out.append((sql[start:end].strip().lower(), end))
     return out
 
@@ -43,7 +44,7 @@ def _is_query(con: duckdb.DuckDBPyConnection, stmt: Any) -> bool:
     kind = _kind(stmt)
     if kind == "SELECT":
         return True
-    words = _keywords(stmt.query or "")
+    words = keywords(stmt.query or "")
     if kind == "MULTI":
         return bool(words) and words[0][0] in ("pivot", "unpivot", "pivot_wider", "pivot_longer")
     if kind == "EXPLAIN" and words and words[0][0] == "explain":

@@ -119,7 +119,7 @@ def checkpoints(runs: list[Path]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CHECKPOINTS_SCHEMA)
 
 
-def configs(runs: list[Path], damaged: list[str] | None = None) -> pa.Table:
+def configs(runs: list[Path], damaged: list[str]) -> pa.Table:
     """The configs view: one row per run, from its config.yaml (nulls where it has none, or where it
     is damaged: named in `damaged`; a YAML bomb is refused unexpanded, thinking_seeds.yaml_limits)."""
     rows = []
@@ -136,10 +136,7 @@ def configs(runs: list[Path], damaged: list[str] | None = None) -> pa.Table:
                 cfg = read_bounded(path) or {}
             except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: over the limits (YamlLimitError)
                 why = f"it {e}" if isinstance(e, ValueError) else " ".join(str(e).split())[:200]
-                if damaged is not None:
-                    damaged.append(
-                        f"{path} is damaged ({why}); left out of the configs view; see `ts check {run.name}`"
-                    )
+                damaged.append(f"{path} is damaged ({why}); left out of the configs view; see `ts check {run.name}`")
                 cfg = {}
             created = datetime.fromtimestamp(int(path.stat().st_mtime), tz=UTC)
         if not isinstance(cfg, dict):

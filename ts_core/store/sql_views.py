@@ -33,7 +33,6 @@ from thinking_seeds.store.schemas import NGRAM_COUNTS_SCHEMA, PREFIX_FILE_SCHEMA
 from thinking_seeds.store.sql_catalog import VIEWS
 from thinking_seeds.store.sql_corpus import register_corpus_views, register_prefixes
 from thinking_seeds.store.sql_files import (
-    METRICS_SCHEMA,
     PARQUET_VIEWS,
     dataset,
     file_order,
@@ -49,16 +48,7 @@ from thinking_seeds.store.sql_tables import (
     corpus_files,
 )
 
-__all__ = [
-    "CHECKPOINTS_SCHEMA",  # re-exported from sql_tables
-    "CONFIGS_SCHEMA",  # re-exported from sql_tables
-    "CORPUS_FILES_SCHEMA",  # re-exported from sql_tables
-    "METRICS_SCHEMA",  # re-exported from sql_files
-    "VIEWS",  # re-exported from sql_catalog
-    "list_runs",
-    "register_views",
-    "view_columns",
-]
+__all__ = ["VIEWS", "list_runs", "register_views", "view_columns"]  # VIEWS: re-exported from sql_catalog
 
 _RUN_MARKERS = ("config.yaml", "corpus", "rollouts", "metrics", "checkpoints")
 
@@ -106,11 +96,12 @@ def register_views(
 
 def view_columns() -> dict[str, list[str]]:
     """{view: [column, ...]} of the public views, as `connect()` creates them (files may add columns)."""
-    out = {view: list(schema.names) for view, (_, schema) in PARQUET_VIEWS.items()}
-    out["prefixes"] = list(PREFIX_FILE_SCHEMA.names)
-    out["checkpoints"] = list(CHECKPOINTS_SCHEMA.names)
-    out["configs"] = list(CONFIGS_SCHEMA.names)
-    out["corpus_files"] = list(CORPUS_FILES_SCHEMA.names)
-    out["ngram_counts"] = list(NGRAM_COUNTS_SCHEMA.names)
-    out["prefix_groups"] = list(PREFIX_GROUPS_SCHEMA.names)
-    return {v: out[v] for v in VIEWS}  # in the catalogue's order
+    schemas = {view: schema for view, (_, schema) in PARQUET_VIEWS.items()} | {
+        "prefixes": PREFIX_FILE_SCHEMA,
+        "checkpoints": CHECKPOINTS_SCHEMA,
+        "configs": CONFIGS_SCHEMA,
+        "corpus_files": CORPUS_FILES_SCHEMA,
+        "ngram_counts": NGRAM_COUNTS_SCHEMA,
+        "prefix_groups": PREFIX_GROUPS_SCHEMA,
+    }
+    return {v: list(schemas[v].names) for v in VIEWS}  # in the catalogue's order

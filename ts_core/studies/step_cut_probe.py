@@ -38,12 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.algo.seeding import after_steps
+from thinking_seeds.experiments.seed_decides import _fmt, _mean
 
 __all__ = ["main", "step_cut_probe", "summarize"]
-
-
-def _mean(xs: Sequence[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
 
 
 def summarize(records: Sequence[dict[str, Any]], draft_rewards: dict[str, list[float]]) -> dict[str, Any]:
@@ -164,10 +161,6 @@ def step_cut_probe(
                 records, draft_rewards
             )
     return out
-
-
-def _fmt(x: Any) -> str:
-    return "n/a" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 
 
 def print_table(res: dict[str, Any]) -> None:

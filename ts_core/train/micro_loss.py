@@ -17,19 +17,9 @@ from thinking_seeds.config import RunConfig
 from thinking_seeds.engine.scoring import ResponseScores, score_responses
 from thinking_seeds.train.batch import Batch
 from thinking_seeds.train.packed_scoring import score_packed
-from thinking_seeds.train.rollout_weights import weights_tensor
+from thinking_seeds.train.rollout_weights import padded, weights_tensor
 
-
-def loss_settings(cfg: RunConfig, **global_counts) -> LossSettings:
-    return LossSettings.from_config(cfg, **global_counts)
-
-
-def _padded(rows: list[list[float]], T: int, device) -> torch.Tensor:
-    out = torch.zeros((len(rows), T), dtype=torch.float32)
-    for i, r in enumerate(rows):
-        n = min(len(r), T)
-        out[i, :n] = torch.tensor(r[:n], dtype=torch.float32)
-    return out.to(device)
+loss_settings = LossSettings.from_config  # (cfg, **global counts): the run's LossSettings
 
 
 def autocast(cfg: RunConfig, model):
@@ -56,9 +46,9 @@ def score(model, mb: Batch, cfg: RunConfig, pad_id: int, with_entropy: bool) -> 
 
 def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSettings, ref_model=None):
     """Forward one micro-batch and return the LossOutput (loss with grad)."""
-    need_entropy = True  # entropy statistics are cheap at these sizes and drive the analysis
     with autocast(cfg, model):  # the forward only: the loss itself is computed on float32 log-probs
-        sc = score(model, mb, cfg, pad_id, with_entropy=need_entropy)
+        # with entropy: its statistics are cheap at these sizes and drive the analysis
+        sc = score(model, mb, cfg, pad_id, with_entropy=True)
     dev = sc.logprobs.device
     T = sc.logprobs.shape[1]
     prefix_mask = torch.arange(T, device=dev)[None, :] < torch.tensor(mb.prefix_len, device=dev)[:, None]
@@ -68,8 +58,8 @@ def micro_loss(model, mb: Batch, cfg: RunConfig, pad_id: int, settings: LossSett
             ref = score(ref_model, mb, cfg, pad_id, with_entropy=False).logprobs
     inp = LossInputs(
         logprobs=sc.logprobs,
-        old_logprobs=_padded(mb.old_logprobs, T, dev),
-        behaviour_logprobs=_padded(mb.behaviour_logprobs, T, dev),
+        old_logprobs=padded(mb.old_logprobs, T).to(dev),
+        behaviour_logprobs=padded(mb.behaviour_logprobs, T).to(dev),
         advantages=torch.tensor(mb.advantages, dtype=torch.float32, device=dev),
         response_mask=sc.mask,
         prefix_mask=prefix_mask & sc.mask,

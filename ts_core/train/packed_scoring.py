@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from thinking_seeds.engine.scoring import ResponseScores
+from thinking_seeds.engine.scoring import ResponseScores, logit_scores
 from thinking_seeds.engine.token_scores import chunk_tokens, head_scores, supports_head_scores
 
 
@@ -70,15 +70,10 @@ def score_packed(
             model, targets[None], temperature=temperature, chunk=chunk, entropy=with_entropy, entropy_grad=entropy_grad
         ):
             scores = model(**kw).logits[0]  # (K, 2)
-        logprobs = logprobs.index_put((rows, cols), scores[:, 0])
-        if with_entropy:
-            entropy = entropy.index_put((rows, cols), scores[:, 1])
-        return ResponseScores(logprobs=logprobs, entropy=entropy, mask=mask)
-    out = model(**kw)
-    logits = out.logits[0].float() / temperature  # (K, V)
-    logz = torch.logsumexp(logits, dim=-1)
-    logprobs = logprobs.index_put((rows, cols), logits.gather(-1, targets[:, None]).squeeze(-1) - logz)
+        kept_logprobs, kept_entropy = scores[:, 0], scores[:, 1]
+    else:  # (K, V) logits
+        kept_logprobs, kept_entropy = logit_scores(model(**kw).logits[0], targets, temperature, with_entropy)
+    logprobs = logprobs.index_put((rows, cols), kept_logprobs)
     if with_entropy:
-        p = torch.softmax(logits, dim=-1)
-        entropy = entropy.index_put((rows, cols), logz - (p * logits).sum(-1))
+        entropy = entropy.index_put((rows, cols), kept_entropy)
     return ResponseScores(logprobs=logprobs, entropy=entropy, mask=mask)

@@ -61,11 +61,7 @@ def gguf_path() -> Path:
 
 
 def is_built(out_dir: Path) -> bool:
-    return (
-        (out_dir / "config.json").exists()
-        and (out_dir / "model.safetensors").exists()
-        and (out_dir / "tokenizer_config.json").exists()
-    )
+    return all((out_dir / f).exists() for f in ("config.json", "model.safetensors", "tokenizer_config.json"))
 
 
 def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbose: bool = True) -> Path:
@@ -125,8 +121,7 @@ def build_smollm2(out_dir: str | Path | None = None, force: bool = False, verbos
     info = {"source": src.name, "dtype": "float32", "params": sum(p.numel() for p in model.parameters())}
     _publish(model, tok, out_dir, source, info)
     if verbose:
-        n = sum(p.numel() for p in model.parameters())
-        print(f"built {out_dir}: {n / 1e6:.1f}M parameters, {time.perf_counter() - t0:.1f} s")
+        print(f"built {out_dir}: {info['params'] / 1e6:.1f}M parameters, {time.perf_counter() - t0:.1f} s")
     return out_dir
 
 

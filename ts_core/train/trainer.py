@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,10 @@ from thinking_seeds.config import RunConfig, load_saved_config
 from thinking_seeds.engine.lora import load_policy
 from thinking_seeds.engine.models import load_model, release_cached_memory, resolve_device
 from thinking_seeds.store.atomic import atomic_write
-from thinking_seeds.store.checkpoints import OPTIMIZER_NAME, save_checkpoint
+from thinking_seeds.store.checkpoints import OPTIMIZER_NAME, save_checkpoint, verified
 from thinking_seeds.store.optimizer_state import load_optimizer_state
 from thinking_seeds.train.batch import Batch, load_batch
+from thinking_seeds.train.memory_plan import CHECKPOINTING_FROM_PARAMS  # update.gradient_checkpointing=None
 from thinking_seeds.train.micro_batches import schedule
 from thinking_seeds.train.micro_loss import AGE_BUCKETS, age_bucket, autocast, loss_settings, micro_loss
 from thinking_seeds.train.rollout_weights import correct_batch
@@ -91,10 +93,6 @@ class TrainState:
     gathered: tuple[Any, Any] | None = None
 
 
-# update.gradient_checkpointing=None turns it on from this size (the field's help says why)
-CHECKPOINTING_FROM_PARAMS = 1_000_000_000
-
-
 def gradient_checkpointing(cfg: RunConfig, model) -> bool:
     """Whether the update recomputes activations: update.gradient_checkpointing, or by the model's size."""
     on = cfg.update.gradient_checkpointing
@@ -128,22 +126,17 @@ def load_state(
         model, tok, optimizer = load_sharded(
             policy_dir, cfg, device, world, accelerator.is_main_process, prepare=for_training
         )
-        ref_model = load_model(ref_dir, cfg.model.dtype, device=device)[0] if cfg.loss.kl_coef > 0 else None
-        return TrainState(model, tok, optimizer, ref_model, device, world)
-    model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
-    model.to(device)
-    for_training(model)
-    optimizer = make_optimizer(model, cfg)
-    opt_path = Path(policy_dir) / OPTIMIZER_NAME
-    if policy is not None and (Path(policy_dir) / "manifest.json").is_file():
-        from thinking_seeds.store.checkpoints import verified
-
-        verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
-    if opt_path.exists():
-        load_optimizer_state(optimizer, opt_path)  # torch moves the state to the parameters' device
-    ref_model = None
-    if cfg.loss.kl_coef > 0:
-        ref_model, _ = load_model(ref_dir, cfg.model.dtype, device=device)
+    else:
+        model, tok = policy if policy is not None else load_policy(policy_dir, cfg.model.dtype, cfg.model.lora)
+        model.to(device)
+        for_training(model)
+        optimizer = make_optimizer(model, cfg)
+        if policy is not None and (Path(policy_dir) / "manifest.json").is_file():
+            verified(policy_dir)  # the in-memory policy skipped load_model: its optimizer state is checked here
+        opt_path = Path(policy_dir) / OPTIMIZER_NAME
+        if opt_path.exists():
+            load_optimizer_state(optimizer, opt_path)  # torch moves the state to the parameters' device
+    ref_model = load_model(ref_dir, cfg.model.dtype, device=device)[0] if cfg.loss.kl_coef > 0 else None
     return TrainState(model, tok, optimizer, ref_model, device, world)
 
 
@@ -165,8 +158,6 @@ def update_state(
     fsdp2 gathers for rank 0 only what comes next (strategy.gathered): with `save` (default: out_root is
     given) the fp32 weights and AdamW, else with `handoff` the weights in the engine's dtype, else nothing.
     """
-    import time
-
     t0 = time.perf_counter()
     # Seeded after the load, so an update from weights already in memory and one from weights just
     # read from disk start from the same generator state.
@@ -265,8 +256,6 @@ def run_update(
 
     `policy` lets an in-process caller pass an already loaded (model, tokenizer) to skip a load.
     """
-    import time
-
     t0 = time.perf_counter()
     st = load_state(policy_dir, cfg, ref_dir, accelerator, policy)
     load_s = time.perf_counter() - t0

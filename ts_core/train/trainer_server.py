@@ -37,7 +37,7 @@ the same weights, bit for bit (tests/e2e/test_update_processes.py).
 
 Dying: the pipeline going away closes the socket (EOF: rank 0 broadcasts a stop and every rank
 exits) and, for a kill -9 in the middle of an update, PR_SET_PDEATHSIG takes the launcher and its
-workers down (update_launcher._die_with_parent; each worker sets it towards its own parent too), so
+workers down (child_guard.die_with_parent; each worker sets it towards its own parent too), so
 no orphan writes θ_{k+1} behind a resumed run (on EOF a checkpoint still being written is given up:
 a resumed run replays it; a stop waits for it). A failing job answers its error and exits non-zero:
 a rank that raised alone would leave the others waiting in a collective.
@@ -135,22 +135,16 @@ def serve(accelerator, sock_path: str) -> bool:
         job = box[0]
         if job.get("op") == "idle":
             continue
-        if job.get("op") == "flush":  # the pipeline waits for the checkpoint in progress (snapshot, end)
-            try:
-                server.resident.flush()
-            except Exception as e:
-                if main:
-                    send(f, error_answer(e))
-                raise
-            if main:
-                send(f, {"ok": True})
-            continue
-        if job.get("op") != "update":
+        if job.get("op") not in ("flush", "update"):
             if job.get("reason") != "eof":  # a stop: the last checkpoint first; EOF: the pipeline is gone
                 server.resident.flush()
             return job.get("reason") == "eof"
         try:
-            answer = server.run(job)
+            if job["op"] == "flush":  # the pipeline waits for the checkpoint in progress (snapshot, end)
+                server.resident.flush()
+                answer = {}
+            else:
+                answer = server.run(job)
         except Exception as e:
             if main:
                 send(f, error_answer(e))

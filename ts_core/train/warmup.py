@@ -198,11 +198,9 @@ def build_tiny_model(
         out_dir = Path(out_dir)
         tmp_out = stage_model(best["dir"], tok, out_dir)
         report = warmup_report(
-            task=task, best=best, target=target, candidates=candidates, params=count_params(model), steps=steps,
-            batch_size=batch_size, lr=lr, schedule=schedule, final_lr=sched.get_last_lr()[0], corpus_size=corpus_size,
-            seed=seed, warmup_steps=warmup_steps, build_seconds=round(time.time() - t0, 1), until_plateau=until_plateau,
-            init=init, init_report=init_report, eval_prompts=len(val_prompts), eval_samples=eval_samples,
-            max_new_tokens=max_new_tokens, command=command,
+            settings, best=best, target=target, candidates=candidates, params=count_params(model),
+            final_lr=sched.get_last_lr()[0], build_seconds=round(time.time() - t0, 1), init=init,
+            init_report=init_report, eval_prompts=len(val_prompts), command=command,
         )  # fmt: skip
         publish(tmp_out, out_dir, report)
         return report
@@ -328,36 +326,25 @@ def main() -> None:
     print("chosen:", json.dumps(chosen))
 
 
+# build_tiny_model's keywords that the command line's flags of the same name give as they are
+FLAGS_AS_GIVEN = (
+    "task", "steps", "batch_size", "lr", "schedule", "min_lr_factor", "corpus_size", "eval_every", "eval_prompts",
+    "eval_samples", "max_new_tokens", "seed", "warmup_steps", "init", "until_plateau", "rl_train_size", "state_dir",
+    "save_every", "resume", "stop_after",
+)  # fmt: skip
+
+
 def run_build(a: argparse.Namespace, size: dict[str, int]) -> dict:
     return build_tiny_model(
         a.out,
-        task=a.task,
-        steps=a.steps,
-        batch_size=a.batch_size,
-        lr=a.lr,
-        schedule=a.schedule,
-        min_lr_factor=a.min_lr_factor,
-        corpus_size=a.corpus_size,
-        eval_every=a.eval_every,
+        **{k: getattr(a, k) for k in FLAGS_AS_GIVEN},
         eval_from=min(a.eval_from, a.steps),
-        eval_prompts=a.eval_prompts,
-        eval_samples=a.eval_samples,
-        max_new_tokens=a.max_new_tokens,
-        seed=a.seed,
-        warmup_steps=a.warmup_steps,
         target=None if a.select == "last" else (0.15, 0.30),
-        init=a.init,
-        until_plateau=a.until_plateau,
         # --resume is how this build was run, not what it is: the rebuild chain leaves it out.
         command=shlex.join(
             ["python", "-m", "thinking_seeds.train.warmup", *(x for x in sys.argv[1:] if x != "--resume")]
         ),
         model_size=size or None,
-        rl_train_size=a.rl_train_size,
-        state_dir=a.state_dir,
-        save_every=a.save_every,
-        resume=a.resume,
-        stop_after=a.stop_after,
     )
 
 
