@@ -238,7 +238,7 @@ def _every(calls: Iterable[Callable[[], None]]) -> None:
     for call in calls:
         try:
             call()
-        except Exception as e:  # noqa: PERF203
+        except Exception as e:
             error = error or e
     if error is not None:
         raise error

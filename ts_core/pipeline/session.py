@@ -16,6 +16,7 @@ the flow's shared Session (`session_for`). Evaluation always samples with this p
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from contextlib import contextmanager
@@ -193,7 +194,7 @@ class Session:
         key += (r.worker_gpus, r.tensor_parallel_size)
         key += (c.worker_cpus, c.shard_retries, c.weights, self.cfg.pool.size if self._lora_requests else None)
         longest = self.longest_prompt() if r.engine == "vllm" else None
-        make = lambda: RayRolloutPool(ray, self.run.policy(0), self.cfg, r.workers, longest_prompt=longest)  # noqa: E731
+        make = functools.partial(RayRolloutPool, ray, self.run.policy(0), self.cfg, r.workers, longest_prompt=longest)
         return hold(self.run, "ray_rollout", key, make, _close)
 
     @property
@@ -208,7 +209,7 @@ class Session:
 
         c = self.cfg.cluster
         ray = connect(c.address)
-        make = lambda: RayVerifier(ray, *settings, c.shard_retries, c.worker_cpus, c.start_timeout_s)  # noqa: E731
+        make = functools.partial(RayVerifier, ray, *settings, c.shard_retries, c.worker_cpus, c.start_timeout_s)
         return hold(self.run, "ray_verify", (*settings, c.worker_cpus, c.shard_retries), make, _close)
 
     def label(self):
@@ -265,5 +266,7 @@ def run_verifier(
     the run. One per settings: the rewards' and the majority vote's (math-verify's answer equivalence) are
     one pool when the run's reward is math-verify's."""
     key = (backend, partial_credit, fn, timeout_s, workers)
-    make = lambda: Verifier(backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s, workers=workers)  # noqa: E731
+    make = functools.partial(
+        Verifier, backend=backend, partial_credit=partial_credit, fn=fn, timeout_s=timeout_s, workers=workers
+    )
     return hold(run, f"{VERIFIER_KIND}{key}", key, make, lambda v, at_once: v.kill_pool())

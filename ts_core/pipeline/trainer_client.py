@@ -37,6 +37,7 @@ close stops it (at once after a Ctrl-C), and so does the exit of the process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import selectors
 import shutil
 import socket
@@ -290,7 +291,7 @@ def _key(run: RunDir, cfg: RunConfig) -> tuple:
 def trainer_for(run: RunDir, cfg: RunConfig) -> PersistentTrainer:
     """The run's trainer, launched if it holds none (or the last one died, or the launch settings changed).
     One at a time per process (run_resources.ONE_PER_PROCESS): a trainer of another run holds memory."""
-    make = lambda: PersistentTrainer(run, cfg)  # noqa: E731
+    make = functools.partial(PersistentTrainer, run, cfg)
     return hold(run, "trainer", _key(run, cfg), make, PersistentTrainer.close, PersistentTrainer.alive)
 
 
