@@ -113,3 +113,21 @@ def test_the_close_stops_every_process_the_trainer_first_and_at_once_after_ctrl_
     assert log == [("trainer", True), ("engine", True), ("verifier", True)] and res.processes == {}
     close_resources(run)
     assert held_resources(run) is None
+
+
+def test_a_sessions_engine_stopped_by_another_run_is_loaded_again(tmp_path, monkeypatch):
+    from thinking_seeds.config import load_config
+    from thinking_seeds.pipeline import session
+
+    log: list = []
+    built = iter(_Closable(log, f"engine{i}") for i in range(1, 4))
+    monkeypatch.setattr(session, "build_engine", lambda *a, **k: next(built))
+    one, two = (session.Session(RunDir(tmp_path / n), load_config("tiny")) for n in ("one", "two"))
+    first = one.engine()
+    assert one.engine() is first and log == []  # held: one load per run
+    two.engine()  # one engine per process: run two's first stage stops run one's
+    assert log == ["engine1"]
+    again = one.engine()  # not the engine run two stopped, which one's Session no longer keeps
+    assert again.name == "engine3" and log == ["engine1", "engine2"]
+    close_resources(one.run)
+    close_resources(two.run)

@@ -27,7 +27,7 @@ from thinking_seeds.config import RunConfig, load_saved_config
 from thinking_seeds.data.builtin_tasks import BUILTIN_TASKS
 from thinking_seeds.data.rewards import Verifier
 from thinking_seeds.data.sources import Prompt, load_dataset
-from thinking_seeds.engine.rollout import Generation, HFEngine, SamplingParams
+from thinking_seeds.engine.rollout import Generation, SamplingParams
 from thinking_seeds.engine.sharding import Call, LocalRollout, build_engine, generate_sharded, generate_sharded_many
 from thinking_seeds.pipeline.run_resources import (
     VERIFIER_KIND,
@@ -84,7 +84,6 @@ class Session:
     def __init__(self, run: RunDir, cfg: RunConfig | None = None):
         self.run = run
         self.cfg = cfg or load_saved_config(run.config_path)
-        self._engine: HFEngine | None = None
         self._tokenizer = None
         self._prompts: dict[str, list[Prompt]] = {}
 
@@ -99,25 +98,25 @@ class Session:
         return self._tokenizer
 
     def engine(self, timer: Timer | None = None):
-        if self._engine is None:
-            key = (
-                self.cfg.rollout.engine,
-                self.cfg.engine_dtype,
-                self.cfg.device,
-                self.cfg.rollout.batch_size,
-                self.cfg.pool.size if self._lora_requests else None,  # vLLM's LoRA slots
-            )
+        """The run's engine, asked of the run at every use rather than kept: another run in this process may
+        have stopped it (one engine per process), and then this run's next stage loads a fresh one."""
+        key = (
+            self.cfg.rollout.engine,
+            self.cfg.engine_dtype,
+            self.cfg.device,
+            self.cfg.rollout.batch_size,
+            self.cfg.pool.size if self._lora_requests else None,  # vLLM's LoRA slots
+        )
 
-            def load():
-                with (timer or Timer())("model_load"):
-                    longest = self.longest_prompt() if self.cfg.rollout.engine == "vllm" else None  # max_model_len
-                    return build_engine(self.run.policy(0), self.cfg, longest_prompt=longest)
+        def load():
+            with (timer or Timer())("model_load"):
+                longest = self.longest_prompt() if self.cfg.rollout.engine == "vllm" else None  # max_model_len
+                return build_engine(self.run.policy(0), self.cfg, longest_prompt=longest)
 
-            # One engine per process (run_resources.ONE_PER_PROCESS): a run's first stage stops the last run's
-            # before its own starts (vLLM holds its KV cache until closed, and closing an in-process vLLM engine
-            # tears down the process's distributed state, which a newer engine would be using).
-            self._engine = hold(self.run, "engine", key, load, _close)
-        return self._engine
+        # One engine per process (run_resources.ONE_PER_PROCESS): a run's first stage stops the last run's
+        # before its own starts (vLLM holds its KV cache until closed, and closing an in-process vLLM engine
+        # tears down the process's distributed state, which a newer engine would be using).
+        return hold(self.run, "engine", key, load, _close)
 
     @property
     def _lora_requests(self) -> bool:
@@ -248,7 +247,9 @@ class Session:
         return res.tracker
 
     def close(self) -> None:
-        self._engine = None  # the run holds the engine for its next stage
+        """Let go of what this Session read (tokenizer, prompts); the engine is the run's, stopped at its close."""
+        self._tokenizer = None
+        self._prompts.clear()
 
 
 def session_for(run: RunDir) -> Session:

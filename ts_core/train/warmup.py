@@ -113,7 +113,8 @@ def build_tiny_model(
     if data_cfg is None:
         data_cfg = DataConfig(source=task, **({} if rl_train_size is None else {"train_size": rl_train_size}))
     work = Path(tempfile.mkdtemp(prefix="ts-warmup-"))
-    try:  # the work folder goes on any end but a kill -9 (data splits, candidates without a state_dir)
+    verifier = Verifier(backend=spec.reward, partial_credit=False)  # its worker pool starts at the first score
+    try:  # the work folder and the verifier's workers go on any end but a kill -9
         cand_root = Path(state_dir) / "candidates" if state_dir is not None else work
         splits = spec.build_splits(work / "data", data_cfg)
         val_prompts = load_dataset(splits["validation"])[:eval_prompts]
@@ -125,7 +126,6 @@ def build_tiny_model(
         opt, sched = sft_optimizer(model, lr, warmup_steps, total, min_lr_factor)
         # A continued warm-up draws other batches than its first phase did from the same corpus.
         gen = torch.Generator().manual_seed(seed + (1 if init is not None else 0))
-        verifier = Verifier(backend=spec.reward, partial_credit=False)
         engine = HFEngine(model, tok, batch_size=256)
 
         candidates: list[dict] = []
@@ -190,9 +190,7 @@ def build_tiny_model(
                         **extra, "corpus_digest": digest})  # fmt: skip
                     bar.console.log(f"step {step}: state saved to {state_dir}")
                 if step == stop_after:
-                    verifier.close()
                     return {"stopped_at": step}
-        verifier.close()
 
         best = choose(candidates, target, eval_samples)
         out_dir = Path(out_dir)
@@ -205,6 +203,7 @@ def build_tiny_model(
         publish(tmp_out, out_dir, report)
         return report
     finally:
+        verifier.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
