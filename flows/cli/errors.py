@@ -199,6 +199,7 @@ def handled() -> Iterator[None]:
     _remember_ctrl_c()
     try:
         yield
+        raise_if_interrupted()  # a Ctrl-C swallowed on the way (in a fork hook or a finalizer) still ends it so
     except KeyboardInterrupt as e:  # a command may say what was interrupted: raise KeyboardInterrupt(msg)
         if os.environ.get("TS_DEBUG"):
             raise

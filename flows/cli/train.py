@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from thinking_seeds.flows.cli.errors import raise_if_interrupted
 from thinking_seeds.flows.cli.output import console, error_line
 
 PRESET_HELP = "Preset name (data/presets/NAME.yaml) or a YAML path."
@@ -55,6 +56,7 @@ def train(
             train_flow(preset=preset, run_id=run_id, overrides=list(set_) or None)
         else:
             _train_plain(run, cfg, con)
+        raise_if_interrupted()  # one that something swallowed (a KeyboardInterrupt in a fork hook is only printed)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"interrupted (Ctrl-C); the same command resumes run {run_id}") from None
     con.print(f"[green]run finished:[/] {run.root}")
@@ -105,6 +107,7 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
             progress.update(task, description=label(-1, "evaluate"))
 
         def on_stage(k: int, stage: str, m: Any) -> None:
+            raise_if_interrupted()  # a swallowed Ctrl-C stops the run at the end of this stage, not of the run
             seen.update(m.metrics)
             progress.advance(task)
             if stage == "evaluate" and k >= 0:  # the iteration first, then the evaluation of what it trained
