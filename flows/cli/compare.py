@@ -149,6 +149,7 @@ def compare(
     from thinking_seeds.experiments.spec import ComparisonSpec
     from thinking_seeds.store.run_dir import runs_root
 
+    _check_goes_with(ctx, plan=plan, control=not no_control, select=bool(select))
     if select_on != "validation":
         raise typer.BadParameter(f"--select-on {select_on}: selection reads the validation split only (never test)")
     try:
@@ -219,6 +220,27 @@ def compare(
 
         path = compare_flow(spec)
     con.print(f"[green]report:[/] {path}")
+
+
+def _check_goes_with(ctx: typer.Context, plan: bool, control: bool, select: bool) -> None:
+    """An option given without the one it belongs to would be ignored, and a whole comparison trained
+    instead of what was asked: refused. Given = typed (not its default), whatever its value."""
+    groups = (
+        (plan, "--plan", "add --plan", ("plan_from", "plan_sd")),
+        (control, "the SFT control", "leave out --no-control", ("control_seconds", "control_corpus", "control_seeds")),
+        (
+            select,
+            "--select",
+            "add --select KEY=V1,V2",
+            ("select_set", "select_seeds", "select_methods", "select_follow", "select_on"),
+        ),
+    )
+    for on, parent, fix, names in groups:
+        for p in ctx.command.params if not on else ():
+            source = ctx.get_parameter_source(p.name) if p.name in names else None  # by name: typer's own click
+            if source is not None and source.name != "DEFAULT":
+                option = next(o for o in p.opts if o.startswith("--"))
+                raise typer.BadParameter(f"{option} goes with {parent}: {fix}, or leave out {option}")
 
 
 def _check_method_set_vs_select(method_set: list[str], select: str | None) -> None:

@@ -2,7 +2,8 @@
 
 A mistake the user can fix ends in ONE line on stderr -- what was wrong, where, how to fix it --
 and exit code 2, never a traceback: ts_core's ConfigError / DataError / CheckpointError /
-ModelError / QueryError and any other ValueError (pydantic's ValidationError among them),
+ModelError / QueryError and any other ValueError (pydantic's ValidationError among them), a path
+that is a folder, a file or nothing where it must not be (IsADirectoryError and kin: `_PATH_ERRORS`),
 RunLockedError, DuckDB errors, a comparison whose runs failed (CompareError: the line, then the
 failed runs' log tails), and click's usage errors (a missing or bad option). Ctrl-C is one line
 and the shell's 130. TS_DEBUG=1 shows the traceback instead.
@@ -19,9 +20,7 @@ from __future__ import annotations
 import copy as _copy
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -30,32 +29,10 @@ import typer
 from typer.core import TyperGroup
 
 from thinking_seeds.flows.cli.output import detail_lines, error_line
+from thinking_seeds.pipeline.ctrl_c import interrupted, raise_if_interrupted, remember_ctrl_c
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
-
-_interrupted = threading.Event()
-
-
-def _on_sigint(signum: int, frame: Any) -> None:
-    _interrupted.set()
-    raise KeyboardInterrupt
-
-
-def raise_if_interrupted() -> None:
-    """Raise KeyboardInterrupt if Ctrl-C came during this command, even if something swallowed it."""
-    if _interrupted.is_set():
-        raise KeyboardInterrupt
-
-
-def _remember_ctrl_c() -> None:
-    """Install the remembering SIGINT handler (main thread, and only over Python's default one)."""
-    _interrupted.clear()
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) in (
-        signal.default_int_handler,
-        _on_sigint,
-    ):
-        signal.signal(signal.SIGINT, _on_sigint)
 
 
 def _loaded_class(module: str, name: str) -> type | None:
@@ -65,8 +42,20 @@ def _loaded_class(module: str, name: str) -> type | None:
     return getattr(mod, name, None) if mod is not None else None
 
 
+# A path that names the wrong kind of thing, or nothing: the user's mistake (a folder given as --out, a
+# file given as a folder, a typo). Other OSErrors (a full disk, a failing drive) are not, and keep theirs.
+_PATH_ERRORS = {
+    IsADirectoryError: "give the path of a file, not a folder",
+    NotADirectoryError: "a part of the path is a file, not a folder; fix the path",
+    FileNotFoundError: "check the path",
+    FileExistsError: "it is in the way (a file where a folder is needed?); use another path or move it",
+}
+
+
 def is_user_error(e: BaseException) -> bool:
     if isinstance(e, ValueError):  # ConfigError, DataError, CheckpointError, ModelError, QueryError, ValidationError
+        return True
+    if isinstance(e, tuple(_PATH_ERRORS)):
         return True
     for module, name in (
         ("thinking_seeds.store.run_dir", "RunLockedError"),
@@ -131,7 +120,7 @@ class _SilentAfterCtrlC(logging.Filter):
     flow's state still reaches the server (the UI shows it Crashed). TS_DEBUG=1 keeps them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (_interrupted.is_set() and record.name.startswith("prefect") and not os.environ.get("TS_DEBUG"))
+        return not (interrupted() and record.name.startswith("prefect") and not os.environ.get("TS_DEBUG"))
 
 
 class _QuietConsole(logging.Filter):
@@ -182,6 +171,16 @@ def _click_exceptions() -> Any:
     return exceptions
 
 
+def _path_error_line(e: OSError) -> str:
+    """A path error as one line: the path (the target of a rename, not its temporary source), what is
+    wrong with it, how to fix it. One raised with a message of its own keeps that message."""
+    path = e.filename2 if e.filename2 is not None else e.filename
+    if path is None:
+        return str(e)
+    hint = next(h for cls, h in _PATH_ERRORS.items() if isinstance(e, cls))
+    return f"{os.fsdecode(path)}: {(e.strerror or type(e).__name__).lower()}; {hint}"
+
+
 def _usage_line(e: Any) -> str:
     """click's usage error as one line, with the help command to read."""
     ctx = getattr(e, "ctx", None)
@@ -196,7 +195,7 @@ def _usage_line(e: Any) -> str:
 @contextmanager
 def handled() -> Iterator[None]:
     """Turn a user's mistake into one line and exit code 2 (Ctrl-C: one line, 130)."""
-    _remember_ctrl_c()
+    remember_ctrl_c()
     try:
         yield
         raise_if_interrupted()  # a Ctrl-C swallowed on the way (in a fork hook or a finalizer) still ends it so
@@ -212,7 +211,7 @@ def handled() -> Iterator[None]:
         if isinstance(e, exc.UsageError) and not isinstance(e, exc.NoArgsIsHelpError):
             error_line(_usage_line(e))
             raise typer.Exit(EXIT_USER_ERROR) from None
-        if _interrupted.is_set() and not isinstance(e, typer.Exit):  # a Ctrl-C that a library wrapped
+        if interrupted() and not isinstance(e, typer.Exit):  # a Ctrl-C that a library wrapped
             error_line("interrupted (Ctrl-C)")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if not is_user_error(e):
@@ -221,6 +220,8 @@ def handled() -> Iterator[None]:
         compare_error = _loaded_class("thinking_seeds.experiments.jobs", "CompareError")
         if compare_error is None or not isinstance(e, compare_error):
             head, details = str(e) or type(e).__name__, ""  # everything else: the whole message on one line
+        if isinstance(e, OSError):  # a path error (is_user_error): the path, not the errno's digits
+            head = _path_error_line(e)
         error_line(head)
         if details:
             detail_lines(details)

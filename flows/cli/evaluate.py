@@ -30,6 +30,7 @@ def existing_run(run_id: str) -> Any:
 
 
 def eval_(
+    ctx: typer.Context,
     run_id: str = typer.Argument(..., help="Run to evaluate."),
     step: int | None = typer.Option(None, "--step", help="Policy step θ_step (default: the latest checkpoint)."),
     split: Split = typer.Option(Split.validation, "--split", help="Held-out split of the run (without --data)."),
@@ -56,6 +57,8 @@ def eval_(
     """Evaluate a policy of a run on a held-out split, or on your own benchmark with --data (Prefect flow)."""
     if data is None and (reward is not None or prompts is not None or max_new_tokens is not None):
         raise typer.BadParameter("--reward, --prompts and --max-new-tokens go with --data FILE.parquet")
+    if data is not None and ctx.get_parameter_source("split").name != "DEFAULT":  # by name: typer's own click
+        raise typer.BadParameter("--split goes with a run's own held-out data: leave out --data, or leave out --split")
     run = existing_run(run_id)  # before Prefect starts: a wrong run, step, file or damaged weights is one line
     from thinking_seeds.pipeline.policy_steps import policy_step
     from thinking_seeds.store.checkpoints import verify_checkpoint

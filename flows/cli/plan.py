@@ -12,6 +12,7 @@ from thinking_seeds.flows.cli.train import PRESET_HELP
 
 
 def plan(
+    ctx: typer.Context,
     preset: str = typer.Option("tiny", "--preset", "-p", help=PRESET_HELP),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: section.key=value (repeatable)."),
     gpus: int | None = typer.Option(
@@ -28,6 +29,9 @@ def plan(
     """Print the expected peak memory of every process of a run on each device: weights, gradients,
     AdamW, activations (with and without gradient checkpointing), the log-prob path, KV cache and
     hand-over buffers; exit 2 if it cannot fit."""
+    if gpus is None and ctx.get_parameter_source("gpu_gib").name != "DEFAULT":  # by name: typer's own click
+        # else the plan is for this machine's GPUs, and the memory asked about is ignored
+        raise typer.BadParameter("--gpu-gib goes with --gpus N: add --gpus, or leave out --gpu-gib")
     from thinking_seeds.config import load_config
     from thinking_seeds.train.memory_check import capacities, model_shape, visible_gpus
     from thinking_seeds.train.memory_fit import refusal

@@ -3,6 +3,7 @@ trainer group) and `ts check` (verify a run directory)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import typer
@@ -107,7 +108,6 @@ def _train_plain(run: Any, cfg: Any, con: Console) -> None:
             progress.update(task, description=label(-1, "evaluate"))
 
         def on_stage(k: int, stage: str, m: Any) -> None:
-            raise_if_interrupted()  # a swallowed Ctrl-C stops the run at the end of this stage, not of the run
             seen.update(m.metrics)
             progress.advance(task)
             if stage == "evaluate" and k >= 0:  # the iteration first, then the evaluation of what it trained
@@ -132,10 +132,14 @@ def trainer_node(
     machine_rank: int = typer.Option(
         ..., "--machine-rank", help="This machine's rank in the trainer group: 1 .. update.num_machines - 1."
     ),
-    wait: float = typer.Option(600.0, "--wait", help="Seconds to wait for the run's config.yaml to appear."),
+    wait: float = typer.Option(600.0, "--wait", min=0.0, help="Seconds to wait for the run's config.yaml to appear."),
 ) -> None:
     """Join a run's trainer group from another machine (update.num_machines > 1; docs/scaling.md): runs
     `accelerate launch --machine_rank R ...` with the run's saved launch settings until the group stops."""
+    if not math.isfinite(wait):  # min=0 lets nan and inf through: a wait that never ends
+        raise typer.BadParameter(
+            f"{wait} would wait forever; give a finite number of seconds, such as 600", param_hint="'--wait'"
+        )
     from thinking_seeds.pipeline.trainer_client import join_trainer_group
     from thinking_seeds.store.run_dir import RunDir
 

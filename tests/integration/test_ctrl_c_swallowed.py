@@ -1,4 +1,4 @@
-"""A Ctrl-C that something swallows still ends `ts` (flows/cli/errors.py): Python runs a signal handler
+"""A Ctrl-C that something swallows still ends `ts` (pipeline/ctrl_c.py): Python runs a signal handler
 between bytecodes, and a KeyboardInterrupt raised inside an at-fork hook (logging registers one, and
 Popen with preexec_fn runs them) or a finalizer is only printed as "Exception ignored". The handler
 remembers the signal: `ts train` stops at the end of the stage it came in, with its one line and 130,

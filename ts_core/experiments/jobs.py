@@ -26,6 +26,7 @@ from typing import Any
 
 from thinking_seeds.config import ConfigError
 from thinking_seeds.config.placement import job_gpu_slots, visible_gpu_ids
+from thinking_seeds.store.child_guard import guard_children
 
 __all__ = [
     "CompareError",
@@ -139,6 +140,9 @@ def run_jobs(
         raise ConfigError(f"parallel must be >= 1, got {parallel}")
     console = console or Console(stderr=True)
     env = env or child_env(runs_dir)
+    # The jobs run in their own sessions (below): nothing else stops them if this supervisor is killed
+    # (kill -9, a closed terminal), and a job trained on holding its run's lock and its GPU.
+    guard_children()
     results: dict[str, JobResult] = {}
     pending = [j for j in jobs if not j.done]
     for j in jobs:

@@ -152,12 +152,12 @@ class ComparisonSpec(BaseModel):
     @field_validator("control_seeds", mode="before")
     @classmethod
     def _split_control_seeds(cls, v: Any) -> Any:
-        return None if v is None else cls._split_select_seeds(v)
+        return None if v is None else _option_seeds(v, "--control-seeds", "200-202 or 200,201")
 
     @field_validator("select_seeds", mode="before")
     @classmethod
     def _split_select_seeds(cls, v: Any) -> Any:
-        return list(method_seeds([f"x:{v}"])["x"]) if isinstance(v, str) and "-" in v else cls._split_seeds(v)
+        return _option_seeds(v, "--select-seeds", "0-2 or 0,1,2")
 
     @field_validator("sweep", "select", mode="before")
     @classmethod
@@ -232,7 +232,8 @@ class ComparisonSpec(BaseModel):
             lines = []
             for err in e.errors():
                 key, msg = ".".join(map(str, err["loc"])), err["msg"].removeprefix("Value error, ")
-                lines.append(msg if key in msg else f"{key}: {msg}")  # name the field once
+                named = key in msg or f"--{key.replace('_', '-')}" in msg  # the field, or its option
+                lines.append(msg if named else f"{key}: {msg}")  # name the field once
             raise ConfigError("; ".join(lines)) from None
 
     def runs(self) -> list[RunSpec]:
@@ -280,3 +281,23 @@ class ComparisonSpec(BaseModel):
     def report_dir(self) -> Path:
         """Where the report goes: <out_dir>/<compare_id>/."""
         return Path(self.out_dir) / self.compare_id
+
+
+def _option_seeds(v: Any, option: str, example: str) -> list[int]:
+    """An option's seeds, a range (lo-hi) or a list (a,b,...), each seed once -- as --seeds takes them
+    (a seed named twice would train the same run twice)."""
+    if isinstance(v, str) and "-" in v:
+        lo, _, hi = v.partition("-")
+        try:
+            seeds = list(range(int(lo), int(hi) + 1))
+        except ValueError:
+            raise ValueError(f"{option} {v!r}: give seeds as a range or a list, e.g. {example}") from None
+        if not seeds:
+            raise ValueError(f"{option} {v!r}: the seed range is empty; write it low-high, e.g. {example}")
+        return seeds
+    items = parse_list([str(x) for x in v] if not isinstance(v, str) else v, option)
+    if not all(x.lstrip("-").isdigit() for x in items):
+        raise ValueError(f"{option} {v!r}: seeds must be integers, as a range or a list, e.g. {example}")
+    if len(set(map(int, items))) != len(items):
+        raise ValueError(f"{option} {v!r} names a seed twice; give each seed once, e.g. {example}")
+    return [int(x) for x in items]

@@ -98,6 +98,19 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
         raise ExportError(f"{out} exists and is not empty; choose a new --out folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        _fill(tmp, run, step, src)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:  # a full disk, Ctrl-C: no hidden half-copy of a model left beside --out
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _fill(tmp: Path, run: RunDir, step: int, src: Path) -> None:
+    """The exported folder's files: the weights (a LoRA step merged), the tokenizer, the model card."""
     shareable(tmp)  # mkdtemp makes 0700: the exported folder follows the umask
     if is_adapter(src):  # a LoRA step: ship base + adapters merged, so any loader takes it as is
         merged, tok = merged_model(src)
@@ -110,7 +123,3 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
     cfg = _saved_settings(run)
     (tmp / "README.md").write_text(_card(run, step, cfg, _eval_metrics(run, step)))
     (tmp / "thinking_seeds.json").write_text(json.dumps({"run_id": run.run_id, "step": step}, indent=2))
-    if out.exists():
-        out.rmdir()
-    os.replace(tmp, out)
-    return out

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from thinking_seeds.config import RunConfig
+from thinking_seeds.pipeline.ctrl_c import raise_if_interrupted
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
 from thinking_seeds.pipeline.policy_chain import update_output_ok
 from thinking_seeds.pipeline.progress_lines import summary
@@ -71,6 +72,7 @@ def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
     s.run.write_manifest(m)
     if s.tracker is not None:  # copies for the user's trackers; the Parquet metrics stay the record
         s.tracker.log(metrics, step=k + 1 if stage == "evaluate" else k)
+    raise_if_interrupted()  # a Ctrl-C that something swallowed stops the run here, its stage done (ctrl_c.py)
     return Outcome(m, skipped=False)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from thinking_seeds.pipeline.work_ahead import AheadStore
+from thinking_seeds.store.compaction import wait_for_compaction
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.transports import live_weights
 
@@ -102,6 +103,8 @@ class RunResources:
         self.drop_session()
         self.close_tracker()
         self.stop_processes(at_once)
+        if not at_once:  # the block compacting in the background ends before the run lets go (Ctrl-C: exit first)
+            wait_for_compaction(Path(self.root))
 
 
 _RUNS: dict[str, RunResources] = {}

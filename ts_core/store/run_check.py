@@ -18,7 +18,8 @@ def check_run(run: RunDir, policy_ids: Callable[[int], str] | None = None) -> tu
 
     Damage: a torn or unreadable manifest, an output a manifest names that is missing or no longer
     hashes as recorded, a manifest whose inputs' records changed since it was written (an edited
-    manifest upstream), any policy step or pool snapshot whose files do not match its own manifest.
+    manifest upstream), any policy step or pool snapshot whose files do not match its own manifest, a
+    config.yaml that does not read as YAML sections.
     Each line says the command that repairs it (resume redoes exactly that stage; prepare writes
     config.yaml and a generated split again, or copies a user's split again from its file) or what
     to restore. Notes: temp files a killed writer left (removed when the run is next started) and
@@ -39,6 +40,14 @@ def check_run(run: RunDir, policy_ids: Callable[[int], str] | None = None) -> tu
             damage.append(
                 f"{run.config_path} is missing: this is not a complete run directory; start it again with `ts train`"
             )
+    elif (config_problem := _config_problem(run.config_path)) is not None:
+        # with no manifest recording its hash nothing else reads it (`ts check` called such a run intact)
+        fix = (
+            f"{train} writes it again"
+            if run.read_manifest(0, "prepare") is not None
+            else "restore it from a copy of the run, or start the run again with `ts train`"
+        )
+        damage.append(f"{run.config_path} {config_problem}: {fix}")
     ext = run.root / "extension.json"  # config/loading.py EXTENSION_FILE: an extended run's end
     if ext.is_file() and _extension_end(ext) is None:
         damage.append(
@@ -116,6 +125,25 @@ def _extension_end(ext: Path) -> int | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return end if isinstance(end, int) and not isinstance(end, bool) and end >= 1 else None
+
+
+def _config_problem(path: Path) -> str | None:
+    """Why config.yaml does not read as a config's sections (one phrase), or None."""
+    import yaml
+
+    from thinking_seeds.yaml_limits import YamlLimitError, read_bounded
+
+    try:
+        data = read_bounded(path)
+    except OSError as e:
+        return f"is unreadable ({e.strerror})"
+    except YamlLimitError as e:  # over the limits, or not UTF-8 text
+        return f"is damaged (it {e})"
+    except yaml.YAMLError as e:
+        return f"is damaged: not valid YAML ({' '.join(str(e).split())[:200]})"
+    if not isinstance(data, dict):
+        return f"is damaged: it holds a {type(data).__name__}, not a mapping of config sections"
+    return None
 
 
 def _data_source(run: RunDir) -> str | None:

@@ -203,8 +203,10 @@ def build_tiny_model(
         publish(tmp_out, out_dir, report)
         return report
     finally:
-        verifier.close()
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            verifier.kill_pool()  # not close(): its workers ignore Ctrl-C, and a stuck one would hold the exit
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _check_resume(resume: bool, state_dir: Path | None) -> None:
