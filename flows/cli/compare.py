@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from thinking_seeds.flows.cli.output import command_line, console
+from thinking_seeds.flows.cli.output import command_line, console, given
 
 _DEFAULT_METHODS = "grpo,seq_mix,luffy,prefix_context,thinking_seeds"  # thinking_seeds.experiments.spec.DEFAULT_METHODS
 
@@ -236,11 +236,10 @@ def _check_goes_with(ctx: typer.Context, plan: bool, control: bool, select: bool
         ),
     )
     for on, parent, fix, names in groups:
-        for p in ctx.command.params if not on else ():
-            source = ctx.get_parameter_source(p.name) if p.name in names else None  # by name: typer's own click
-            if source is not None and source.name != "DEFAULT":
-                option = next(o for o in p.opts if o.startswith("--"))
-                raise typer.BadParameter(f"{option} goes with {parent}: {fix}, or leave out {option}")
+        typed = [p for p in ctx.command.params if p.name in names and given(ctx, p.name)]
+        if typed and not on:
+            option = next(o for o in typed[0].opts if o.startswith("--"))
+            raise typer.BadParameter(f"{option} goes with {parent}: {fix}, or leave out {option}")
 
 
 def _check_method_set_vs_select(method_set: list[str], select: str | None) -> None:

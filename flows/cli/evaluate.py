@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from thinking_seeds.flows.cli.output import OutputFormat
+from thinking_seeds.flows.cli.output import OutputFormat, given
 
 
 class Split(StrEnum):
@@ -57,7 +57,7 @@ def eval_(
     """Evaluate a policy of a run on a held-out split, or on your own benchmark with --data (Prefect flow)."""
     if data is None and (reward is not None or prompts is not None or max_new_tokens is not None):
         raise typer.BadParameter("--reward, --prompts and --max-new-tokens go with --data FILE.parquet")
-    if data is not None and ctx.get_parameter_source("split").name != "DEFAULT":  # by name: typer's own click
+    if data is not None and given(ctx, "split"):
         raise typer.BadParameter("--split goes with a run's own held-out data: leave out --data, or leave out --split")
     run = existing_run(run_id)  # before Prefect starts: a wrong run, step, file or damaged weights is one line
     from thinking_seeds.pipeline.policy_steps import policy_step

@@ -179,6 +179,11 @@ def _text(v: Any) -> str:
     return str(v.value) if isinstance(v, Enum) else str(v)
 
 
+def given(ctx: Any, name: str) -> bool:
+    """Whether the user typed option `name` (by its parameter name), whatever the value: not its default."""
+    return ctx.get_parameter_source(name).name != "DEFAULT"  # by name: typer's own click
+
+
 def command_line(ctx: Any, skip: tuple[str, ...] = ()) -> str:
     """The command line that reproduces this invocation (`ts [--runs-dir D] compare --preset ...`),
     rebuilt from the values click parsed for every level of the command; parameters named in

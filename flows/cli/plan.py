@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from thinking_seeds.flows.cli.output import console, error_line
+from thinking_seeds.flows.cli.output import console, error_line, given
 from thinking_seeds.flows.cli.train import PRESET_HELP
 
 
@@ -29,7 +29,7 @@ def plan(
     """Print the expected peak memory of every process of a run on each device: weights, gradients,
     AdamW, activations (with and without gradient checkpointing), the log-prob path, KV cache and
     hand-over buffers; exit 2 if it cannot fit."""
-    if gpus is None and ctx.get_parameter_source("gpu_gib").name != "DEFAULT":  # by name: typer's own click
+    if gpus is None and given(ctx, "gpu_gib"):
         # else the plan is for this machine's GPUs, and the memory asked about is ignored
         raise typer.BadParameter("--gpu-gib goes with --gpus N: add --gpus, or leave out --gpu-gib")
     from thinking_seeds.config import load_config

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from thinking_seeds.flows.cli.errors import raise_if_interrupted
 from thinking_seeds.flows.cli.output import OutputFormat, cell, console, emit, error_line, warn
+from thinking_seeds.pipeline.ctrl_c import raise_if_interrupted
 from thinking_seeds.store.sql_catalog import VIEWS, views_sentence
 
 

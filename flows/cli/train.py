@@ -9,8 +9,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from thinking_seeds.flows.cli.errors import raise_if_interrupted
 from thinking_seeds.flows.cli.output import console, error_line
+from thinking_seeds.pipeline.ctrl_c import raise_if_interrupted
 
 PRESET_HELP = "Preset name (data/presets/NAME.yaml) or a YAML path."
 
