@@ -11,9 +11,14 @@ Every field has a help text (shown by `ts config keys`) and a validated range; a
 reported with the dotted key, the value and what is allowed.
 
 This package is the public face: import from `thinking_seeds.config`. Inside it,
-    sections.py    the section models (model, data, pool, prefix, rollout, loss, update, ...)
+    sections.py    the section models of the inputs (model, data, pool, prefix, reward, ...); the iteration
+                   loop's in sections_loop.py, the update's in sections_update.py, their strict base in
+                   section_base.py
     run_config.py  RunConfig: the sections together, the checks across them, config_hash()
     loading.py     presets, overlays, overrides, YAML in and out, ConfigError and its messages
+    placement.py   where each role computes: the engine's and the trainer ranks' GPUs, Ray workers'
+                   reservations, a comparison job's CUDA_VISIBLE_DEVICES (pure; refusals in one line)
+    reference.py   writes docs/configuration.md from the models
 """
 
 from thinking_seeds.algorithms import ALGORITHMS, AlgorithmName  # the one list of methods

@@ -17,4 +17,13 @@ Modules, each importing only those listed before it (no cycles; tests/unit/test_
     compare_report   report.md and results.parquet
     compare_archive  which of a comparison's runs the archive restores before it runs and takes as they finish
     compare          the orchestration: prepare, run_all, controls, final tests, archive, report
+
+What the report's claims rest on (claims.py and compare_sections.py use them): power.py (Holm, the
+paired t-test, power) and planning.py (`--plan`); protocol.py (the pre-registered protocol and its hash);
+selection.py (validation selection); matched.py (matched pass@1 at every pair within one SE);
+hard_subset.py; claims_tables.py (the tables around the claims); equal_reading.py (every row also at
+equal iterations) and equal_iterations.py (a compute-matched method's checkpoint at the other arm's
+count, tested in the run's own job); base_noise.py (θ_0's own sampling sd); recorded_defaults.py (a
+default that changed after a comparison recorded a run: the old value kept for that run, `RunSpec.kept`);
+seed_decides.py (does-the-seed-decide statistics, kept in a seeded run's archive as rollouts are not).
 """

@@ -17,9 +17,10 @@ to it, else from the newest valid checkpoint c <= k, replaying updates c .. k-1 
 rollouts (the Parquet record is the log: nothing is sampled again). A replayed update's metrics
 digest is checked against what its manifest recorded (bit-identical on the CPU; a warning if not).
 
-Memory hand-over needs an engine that loads weights from memory (the HF engine, in this process) and
-a trainer that keeps them (in process, or the persistent trainer). Elsewhere (vLLM, Ray workers,
-LoRA steps, one launch per update) every step is checkpointed and read from its file, as before.
+Memory hand-over (`memory_handoff`) needs an engine that loads weights from memory (the HF engine, or
+vLLM's `reload_weights` from tensors; Ray rollout workers get the tensors through the object store) and a
+trainer that keeps them (in process, or the persistent trainer; fsdp2 sends rank 0's gathered copy).
+Elsewhere (LoRA steps, one launch per update) every step is checkpointed and read from its file.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ it closes (pipeline/run_lifecycle.py).
                                      its key (what fixes it) changed
     close_resources(run, at_once)    the run's teardown: work held ahead, the in-process trainer (its
                                      checkpoint flushed) and the run's policies in memory, the flow's
-                                     shared Session, the trackers, then every process it holds
+                                     shared Session, the trackers, then every process it holds; a
+                                     normal close (not at once) also waits for the block compacting
+                                     in the background (store/compaction.py)
 
 An engine, a persistent trainer and each kind of Ray pool are held by one run at a time in a process
 (`ONE_PER_PROCESS`): a run that makes one stops the other runs' first (a vLLM engine holds its KV cache
