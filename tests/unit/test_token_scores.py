@@ -80,7 +80,7 @@ class _Largest(TorchDispatchMode):
         return out
 
 
-def _largest(model, ctx, resp, chunk):
+def largest(model, ctx, resp, chunk):
     with _Largest() as probe:
         sc = score_responses(model, ctx, resp, pad_id=PAD, chunk_size=chunk)
         ((sc.logprobs * sc.mask).sum() + (sc.entropy * sc.mask).sum()).backward()
@@ -105,8 +105,73 @@ def test_no_tokens_by_vocabulary_tensor_is_made():
     )
     ctx, resp = [[1, 2, 3]] * 4, [list(range(10, 50))] * 4  # 160 response tokens
     assert supports_head_scores(model)
-    plain = _largest(model, ctx, resp, None)
-    chunked = _largest(model, ctx, resp, 8)
+    plain = largest(model, ctx, resp, None)
+    chunked = largest(model, ctx, resp, 8)
     assert plain >= 4 * 40 * V  # the full logits (and their softmax, their gradient)
     assert chunked <= max(8 * V, V * 16)  # one chunk's logits, or the head's weight and its gradient
     assert chunk_tokens(151_936) == 55 and chunk_tokens(39) > 10_000 and chunk_tokens(39, 5) == 5
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A one-process gloo group, as accelerate makes for DDP (destroyed after the test)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def vocab_model(V: int = 5000):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=V,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=128,
+            pad_token_id=PAD,
+        )  # fmt: skip
+    )
+
+
+def assert_no_vocabulary_tensor(model, V: int = 5000) -> None:
+    """`model`'s chunked path (it holds vocab_model(V)) makes no (tokens x vocabulary) tensor."""
+    ctx, resp = [[1, 2, 3]] * 4, [list(range(10, 50))] * 4  # 160 response tokens
+    assert supports_head_scores(model), type(model)
+    assert largest(model, ctx, resp, 8) <= V * 16, type(model)
+
+
+def trainable_gradient(model, batch, cfg) -> dict[str, torch.Tensor]:
+    """`gradient`, of the trainable parameters, by their names inside DDP (the model's own)."""
+    model.zero_grad(set_to_none=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    train_on_batch(model, batch, cfg, PAD, torch.optim.SGD(params, lr=0.0))
+    return {n.removeprefix("module."): p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_ddp_gradient_is_plain(model) -> None:
+    """The chunked path's gradient through DDP(model) equals the plain path's on the bare model."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    batch = spread_batch(model)
+    ref = trainable_gradient(model, batch, config(["update.logprob_chunk_size=null"]))
+    got = trainable_gradient(DDP(model), batch, config(["update.logprob_chunk_size=3"]))
+    assert got.keys() == ref.keys() and any(float(g.abs().max()) > 1e-3 for g in ref.values())
+    for n, g in got.items():
+        torch.testing.assert_close(g, ref[n], rtol=0, atol=1e-6, msg=lambda m, n=n: f"{n}: {m}")
+
+
+def test_the_head_is_found_under_ddp(one_rank_group):
+    """DDP (what update.num_processes >= 2 trains) hides the head behind its `.module`: the chunked path
+    finds it there and makes no (tokens x vocabulary) tensor (was: the full logits, 24 bytes per entry),
+    and its gradient through DDP's forward (and reducer) is the plain path's. peft: e2e/test_head_peft.py."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    assert_no_vocabulary_tensor(DDP(vocab_model()))
+    assert_ddp_gradient_is_plain(tiny_model())

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from thinking_seeds.engine.token_scores import chunk_tokens, head_scores, supports_head_scores
+from thinking_seeds.engine.token_scores import chunk_tokens, head_scores, output_head, supports_head_scores
 
 
 @dataclass
@@ -69,7 +69,7 @@ def score_responses(
     T = resp.shape[1]
     kw = dict(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
     if chunk_size is not None and supports_head_scores(model):
-        chunk = chunk_tokens(model.get_output_embeddings().out_features, chunk_size)
+        chunk = chunk_tokens(output_head(model).out_features, chunk_size)
         with head_scores(
             model, resp, temperature=temperature, chunk=chunk, entropy=with_entropy, entropy_grad=entropy_grad
         ):

@@ -13,12 +13,19 @@ its body and calls "lm_head" on exactly the positions it would have kept (`logit
 stand-in returns (.., 2) [log-prob, entropy] instead of (.., V) logits. So the body, its attention
 implementation, LoRA layers and FSDP2's hooks (which unshard the head inside the model's forward) are
 untouched. A head that is not a plain `nn.Linear`, or a model that rescales or soft-caps its logits after
-the head, takes the plain path (`supports_head_scores`).
+the head, takes the plain path (`supports_head_scores`), and says so once in the log.
+
+Wrappers (DDP, torch.compile, peft) keep their forward: the head is found in the model they wrap
+(`unwrapped`) and stood in for there, while the forward still runs through the wrapper, so DDP's
+reducer hooks see the head's gradient like any other (tested on two gloo ranks, e2e/test_rank_work.py).
+Calling the inner module's forward instead would skip DDP's gradient all-reduce.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -31,6 +38,8 @@ from torch.utils.checkpoint import checkpoint
 CHUNK_ENTRIES = 1 << 23
 # config.json keys of models that change their logits after the head (soft-capping, scaling)
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+log = logging.getLogger(__name__)
+_told: set[str] = set()  # the fallbacks already logged (once per process and reason)
 
 
 def chunk_tokens(vocab_size: int, chunk_size: int = 0) -> int:
@@ -38,13 +47,49 @@ def chunk_tokens(vocab_size: int, chunk_size: int = 0) -> int:
     return chunk_size if chunk_size > 0 else max(1, CHUNK_ENTRIES // max(1, vocab_size))
 
 
+def unwrapped(model):
+    """The model inside DDP (`.module`), torch.compile (`_orig_mod`) and peft (`get_base_model()`): the one
+    whose `get_output_embeddings()` is the LM head. Only for finding the head: forwards go through `model`."""
+    peft = sys.modules.get("peft")  # loaded whenever a peft model exists; not imported here for nothing
+    while True:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+            model = model._orig_mod
+        elif peft is not None and isinstance(model, peft.PeftModel):
+            model = model.get_base_model()
+        else:
+            return model
+
+
+def output_head(model) -> torch.nn.Linear:
+    """The LM head of `model` or of the model it wraps (`unwrapped`)."""
+    return unwrapped(model).get_output_embeddings()
+
+
 def supports_head_scores(model) -> bool:
-    """Whether the model's head is a plain linear map whose output are the logits."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    cfg = getattr(model, "config", None)
-    if type(head) is not torch.nn.Linear:
-        return False
-    return not any(getattr(cfg, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS)
+    """Whether the model's head (under any wrapper) is a plain linear map whose output are the logits;
+    if not, the reason is logged once (the full-logits path holds ~13x the memory)."""
+    inner = unwrapped(model)
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    cfg = getattr(inner, "config", None)
+    transforms = [k for k in _LOGIT_TRANSFORMS if getattr(cfg, k, None) not in (None, 1, 1.0)]
+    if type(head) is torch.nn.Linear and not transforms:
+        return True
+    why = (
+        f"its logits are changed after the head ({', '.join(transforms)})"
+        if transforms
+        else (f"its output head is a {type(head).__module__}.{type(head).__qualname__}, not a plain torch.nn.Linear")
+    )
+    reason = f"{type(model).__name__} around {type(inner).__name__}: {why}"
+    if reason not in _told:
+        _told.add(reason)
+        log.warning(
+            "update.logprob_chunk_size: %s; the log-probs take the full-logits path (about 13x the memory per "
+            "token x vocabulary entry)",
+            reason,
+        )
+    return False
 
 
 def _chunk_scores(
@@ -103,7 +148,7 @@ def head_scores(
     """For one forward of `model`: its head returns (..., 2) [log-prob of `targets`, entropy] (module
     docstring). `targets` has the shape of the positions the head receives, but for extra trailing
     positions (the padded layout keeps T + 1 and reads T), which are dropped."""
-    head = model.get_output_embeddings()
+    head = output_head(model)
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden[..., : targets.shape[-1], :]

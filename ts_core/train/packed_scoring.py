@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from thinking_seeds.engine.scoring import ResponseScores, logit_scores
-from thinking_seeds.engine.token_scores import chunk_tokens, head_scores, supports_head_scores
+from thinking_seeds.engine.token_scores import chunk_tokens, head_scores, output_head, supports_head_scores
 
 
 def pack_row(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]):
@@ -65,7 +65,7 @@ def score_packed(
         return ResponseScores(logprobs=logprobs, entropy=entropy, mask=mask)
     kw = dict(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False, logits_to_keep=keep)
     if chunk_size is not None and supports_head_scores(model):
-        chunk = chunk_tokens(model.get_output_embeddings().out_features, chunk_size)
+        chunk = chunk_tokens(output_head(model).out_features, chunk_size)
         with head_scores(
             model, targets[None], temperature=temperature, chunk=chunk, entropy=with_entropy, entropy_grad=entropy_grad
         ):

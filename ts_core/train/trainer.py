@@ -168,7 +168,8 @@ def update_state(
     t_old = time.perf_counter()
     if cfg.update.recompute_old_logprobs:
         engine_logprobs = [list(r) for r in batch.old_logprobs]  # the engine's, before the trainer's replace them
-        engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world)
+        rank = accelerator.process_index if accelerator is not None else 0
+        engine_diff = recompute_old_logprobs(model, batch, cfg, tok.pad_token_id, world, rank)
         engine_diff.update(
             correct_batch(batch, engine_logprobs, cfg.loss.rollout_correction, cfg.loss.rollout_correction_cap)
         )
@@ -192,7 +193,7 @@ def update_state(
     # The one reduction (and host-device sync) of the update: sums and counts SUM, maxima MAX over
     # every process, so a mean is over the union of all processes' tokens (algo/stats.py).
     metrics = stats.metrics(across_processes=world > 1)
-    metrics.update(engine_diff)  # every process scored the whole batch: the same numbers everywhere
+    metrics.update(engine_diff)  # gathered from every process's scores: the same numbers everywhere
     metrics["actor/lr"] = cfg.update.lr
     metrics["perf/num_processes"] = float(world)
     metrics["perf/param_shard_fraction"] = shard_fraction(model)  # 1/world under fsdp2, 1 under ddp

@@ -6,11 +6,20 @@ because DDP (and FSDP2's reduce-scatter) averages gradients over N processes, so
 compute the same gradient as one, up to float summation order (tested). The statistics likewise:
 sums and counts are SUM-reduced and maxima MAX-reduced once, at the end (algo/stats.py), so a
 logged mean is over every process's tokens.
+
+No work is repeated across processes: each scores π_old for its own micro-batches only (the scores are
+then exchanged, a few bytes per token), and DDP all-reduces once per optimizer step, after the step's
+last micro-batch (`no_sync` around the others; tested on two gloo ranks, e2e/test_rank_work.py). FSDP2
+keeps its reduce-scatter per micro-batch: skipping it would hold every rank's unsharded gradients.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from thinking_seeds.algo.stats import Stats
 from thinking_seeds.config import RunConfig
@@ -26,35 +35,62 @@ def plan(batch: Batch, cfg: RunConfig, epoch: int, rank: int, world: int, order:
     return schedule(len(batch), cfg, epoch, rank, world, order, lengths=lengths, packed=cfg.update.packed)
 
 
+def null_forward(model, pad_id: int):
+    """A one-token forward: what a rank with no sequences left in a step runs, so that every rank's
+    forward (FSDP2's all-gathers) and backward (DDP's all-reduce, FSDP2's reduce-scatter) pair up."""
+    dev = next(model.parameters()).device
+    return model(input_ids=torch.full((1, 1), pad_id, device=dev), use_cache=False, logits_to_keep=1)
+
+
 def null_backward(model, pad_id: int) -> None:
     """The backward of a rank with no sequences left in this step: a one-token forward times zero, so
     the collectives of DDP's all-reduce (FSDP's all-gather and reduce-scatter) run on every rank."""
-    dev = next(model.parameters()).device
-    out = model(input_ids=torch.full((1, 1), pad_id, device=dev), use_cache=False, logits_to_keep=1)
-    (out.logits.float().sum() * 0.0).backward()
+    (null_forward(model, pad_id).logits.float().sum() * 0.0).backward()
 
 
-def recompute_old_logprobs(model, batch: Batch, cfg: RunConfig, pad_id: int, world: int = 1) -> dict[str, float]:
+def no_sync(model, sync: bool):
+    """DDP's `no_sync` unless `sync`: the gradients accumulate locally and the step's last backward
+    all-reduces their sum (one all-reduce per optimizer step instead of one per micro-batch)."""
+    if sync or not isinstance(model, DistributedDataParallel):
+        return contextlib.nullcontext()
+    return model.no_sync()
+
+
+def recompute_old_logprobs(
+    model, batch: Batch, cfg: RunConfig, pad_id: int, world: int = 1, rank: int = 0
+) -> dict[str, float]:
     """π_old from the trainer itself, for engines whose numerics differ (bf16, vLLM).
 
-    Scored in the update's own precision (autocast) and in the micro-batches of the first optimizer
-    step of every rank, so that step's forward sees the very same inputs: on-policy ratios start at
-    exactly 1 on unchanged weights, not at 1 ± the engine's rounding. Returns how far the engine's
-    log-probs were from the trainer's on the tokens the engine sampled with θ_k (after any prefix).
+    Scored in the update's own precision (autocast) and in this rank's micro-batches of the first epoch,
+    so that the forward that trains on a sequence first sees the very same inputs: on-policy ratios start
+    at exactly 1 on unchanged weights, not at 1 ± the engine's rounding. Each rank scores its own
+    sequences; the scores are then gathered, so every rank holds the whole batch's (later epochs shuffle
+    sequences across ranks). Returns how far the engine's log-probs were from the trainer's on the tokens
+    the engine sampled with θ_k (after any prefix), the same numbers on every rank.
     """
-    max_diff, sum_diff, n_tok = 0.0, 0.0, 0
+    scored: dict[int, torch.Tensor] = {}
     with torch.no_grad(), autocast(cfg, model):
-        # Every rank scores every rank's micro-batches, in the same order (FSDP: the same collectives).
-        for idx in (i for r in range(world) for _, micro in plan(batch, cfg, 0, r, world) for i in micro if i):
-            sc = score(model, batch.select(idx), cfg, pad_id, with_entropy=False)
-            new = sc.logprobs.float().cpu()
-            for j, i in enumerate(idx):
-                n, p = len(batch.responses[i]), batch.prefix_len[i]
-                old = batch.old_logprobs[i]
-                if len(old) == n and n > p:
-                    d = (new[j, p:n] - torch.tensor(old[p:], dtype=torch.float32)).abs()
-                    max_diff, sum_diff, n_tok = max(max_diff, float(d.max())), sum_diff + float(d.sum()), n_tok + n - p
-                batch.old_logprobs[i] = new[j, :n].tolist()
+        for _, micro in plan(batch, cfg, 0, rank, world):
+            for idx in micro:
+                if not idx:  # another rank has more micro-batches here: FSDP2's all-gathers must pair up
+                    null_forward(model, pad_id)
+                    continue
+                new = score(model, batch.select(idx), cfg, pad_id, with_entropy=False).logprobs.float().cpu()
+                for j, i in enumerate(idx):
+                    scored[i] = new[j, : len(batch.responses[i])].clone()  # not a view: pickled alone
+    if world > 1:
+        parts: list = [None] * world
+        dist.all_gather_object(parts, scored)  # CPU tensors of a few bytes per token
+        scored = {i: t for part in parts for i, t in part.items()}
+    max_diff, sum_diff, n_tok = 0.0, 0.0, 0
+    for i in sorted(scored):
+        new = scored[i]
+        n, p = len(batch.responses[i]), batch.prefix_len[i]
+        old = batch.old_logprobs[i]
+        if len(old) == n and n > p:
+            d = (new[p:n] - torch.tensor(old[p:], dtype=torch.float32)).abs()
+            max_diff, sum_diff, n_tok = max(max_diff, float(d.max())), sum_diff + float(d.sum()), n_tok + n - p
+        batch.old_logprobs[i] = new.tolist()
     if not n_tok:
         return {}
     return {"actor/engine_logprob_diff/max": max_diff, "actor/engine_logprob_diff/mean": sum_diff / n_tok}
@@ -82,16 +118,18 @@ def train_on_batch(
                 global_seqs=float(max(1, sum(1 for r in mini_b.responses if r))),
             )
             optimizer.zero_grad(set_to_none=True)
-            for idx in micro:
-                if not idx:  # another rank has more micro-batches in this step
-                    null_backward(model, pad_id)
-                    continue
-                out = micro_loss(model, batch.select(idx), cfg, pad_id, settings, ref_model)
-                loss = out.loss * world  # DDP and FSDP2 average over ranks; we want the global sum
-                if accelerator is not None:
-                    accelerator.backward(loss)  # outside autocast, as torch recommends
-                else:
-                    loss.backward()
+            for k, idx in enumerate(micro):
+                # the forward too inside no_sync: DDP decides at the forward whether the backward reduces
+                with no_sync(model, sync=k == len(micro) - 1):
+                    if not idx:  # another rank has more micro-batches in this step
+                        null_backward(model, pad_id)
+                        continue
+                    out = micro_loss(model, batch.select(idx), cfg, pad_id, settings, ref_model)
+                    loss = out.loss * world  # DDP and FSDP2 average over ranks; we want the global sum
+                    if accelerator is not None:
+                        accelerator.backward(loss)  # outside autocast, as torch recommends
+                    else:
+                        loss.backward()
                 stats.merge(out.stats)
             params = [p for p in model.parameters() if p.requires_grad]
             if accelerator is not None:
