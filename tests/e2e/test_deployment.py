@@ -7,7 +7,10 @@
     prefect deployment run train/train --param run_id=... --param overrides=[...] --watch
 
 and the training run completes in the worker, writing the run directory. The nightly evaluation
-and the corpus report are checked for their schedules.
+and the corpus report are checked for their schedules (inactive until pointed at a run), and one of them,
+pointed at a run with the command docs/deployments.md gives, has its schedule fire: the server's
+scheduler creates runs and the worker takes them to Completed (it never did with SQLAlchemy 2.1 under
+Prefect <= 3.9: issue 50).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,10 +77,25 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
         proc.wait(timeout=20)
 
 
+def api_post(api: str, path: str, body: dict) -> list | dict:
+    """POST a JSON body to the Prefect API (`api` ends in /api) and return the decoded answer."""
+    req = urllib.request.Request(
+        f"{api}/{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
 @contextmanager
-def _deployed(tmp_path: Path, worker_env: dict[str, str] | None = None):
-    """A Prefect server, prefect.yaml's deployments and a process worker (its environment plus
-    `worker_env`); yields `run(*prefect args)` and the logs folder; stops worker and server."""
+def _deployed(
+    tmp_path: Path,
+    worker_env: dict[str, str] | None = None,
+    server_env: dict[str, str] | None = None,
+    worker_args: tuple[str, ...] = (),
+):
+    """A Prefect server (its environment plus `server_env`), prefect.yaml's deployments and a process
+    worker (its environment plus `worker_env`, its options plus `worker_args`); yields
+    `run(*prefect args)`, the logs folder and the API's URL; stops worker and server."""
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = dict(
@@ -108,7 +127,7 @@ def _deployed(tmp_path: Path, worker_env: dict[str, str] | None = None):
             start_new_session=True,
         )
 
-    server = start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
+    server = start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port), extra_env=server_env)
     worker = None
     try:
         deadline = time.monotonic() + 180
@@ -129,8 +148,8 @@ def _deployed(tmp_path: Path, worker_env: dict[str, str] | None = None):
         out = run("--no-prompt", "deploy", "--all")
         for name in ("train/train", "evaluate/nightly", "report/corpus-report"):
             assert f"Deployment '{name}' successfully created" in out, out
-        worker = start("worker", "worker", "start", "--pool", "ts-process", extra_env=worker_env)
-        yield run, logs
+        worker = start("worker", "worker", "start", "--pool", "ts-process", *worker_args, extra_env=worker_env)
+        yield run, logs, api
     finally:
         if worker is not None:
             _stop(worker, signal.SIGINT)
@@ -155,11 +174,13 @@ def _run_training(run, logs: Path, run_id: str, overrides: list[str]) -> None:
 
 
 def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
-    with _deployed(tmp_path) as (run, logs):
+    with _deployed(tmp_path) as (run, logs, _):
         nightly = json.loads(run("deployment", "inspect", "evaluate/nightly", "--output", "json"))
         assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 3 * * *"]
         report = json.loads(run("deployment", "inspect", "report/corpus-report", "--output", "json"))
         assert [s["schedule"]["interval"] for s in report["schedules"]] == [21600.0]
+        # a fresh install has no run `demo`: the schedules wait until pointed at a run
+        assert [s["active"] for s in nightly["schedules"] + report["schedules"]] == [False, False]
         assert report["work_pool_name"] == nightly["work_pool_name"] == "ts-process"
         _run_training(run, logs, "deployed", tiny_overrides)
 
@@ -179,7 +200,7 @@ def test_the_train_deployment_runs_on_a_ray_cluster(tmp_path, tiny_overrides):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     with running_cluster(env, num_cpus=2) as cluster:
-        with _deployed(tmp_path, {"RAY_ADDRESS": cluster.address}) as (run, logs):
+        with _deployed(tmp_path, {"RAY_ADDRESS": cluster.address}) as (run, logs, _):
             # the docs' keys, then the tiny run's and half a CPU per actor (4 actors on the 2-CPU head)
             _run_training(run, logs, DEPLOYMENT_RUN_ID, DEPLOYMENT_SETS + tiny_overrides + ["cluster.worker_cpus=0.5"])
 
@@ -189,3 +210,50 @@ def test_the_train_deployment_runs_on_a_ray_cluster(tmp_path, tiny_overrides):
         m = run_dir.read_manifest(k, "continuation")
         assert m.seconds.get("workers_generation", 0) > 0  # generated on the Ray workers, not in the flow
         assert run_dir.read_manifest(k, "verify") is not None
+
+
+def _wait_for(what: str, until: Callable[[], bool], timeout: float, logs: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, (
+            f"{what}: not within {timeout:.0f} s\nserver log:\n{(logs / 'server.log').read_text()[-3000:]}"
+            f"\nworker log:\n{(logs / 'worker.log').read_text()[-3000:]}"
+        )
+        time.sleep(1)
+
+
+def test_an_interval_schedule_fires_and_the_worker_completes_its_runs(tmp_path, tiny_run):
+    """The corpus report, pointed at a finished run with docs/deployments.md's command and an interval of
+    5 s: the server's scheduler creates its runs (its loop every 2 s here instead of 60) and the worker,
+    one run at a time, takes two of them to Completed, each writing the run's report."""
+    from tests.helpers.tiny import copy_run
+
+    copy_run(tiny_run.run, tmp_path / "runs")
+    fast_scheduler = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
+    with _deployed(tmp_path, {"PREFECT_WORKER_QUERY_SECONDS": "2"}, fast_scheduler, ("--limit", "1")) as (
+        run,
+        logs,
+        api,
+    ):
+        run(
+            "--no-prompt",
+            "deploy",
+            "--name",
+            "corpus-report",
+            "--param",
+            f"run_id={tiny_run.run.run_id}",
+            "--interval",
+            "5",
+        )
+
+        def runs(state: str) -> list[dict]:
+            flt = {
+                "deployments": {"name": {"any_": ["corpus-report"]}},
+                "flow_runs": {"state": {"type": {"any_": [state]}}},
+            }
+            return api_post(api, "flow_runs/filter", flt)
+
+        _wait_for("the scheduler created the schedule's runs", lambda: len(runs("SCHEDULED")) > 0, 90, logs)
+        _wait_for("the worker completed two scheduled runs", lambda: len(runs("COMPLETED")) >= 2, 240, logs)
+        assert not runs("FAILED") and not runs("CRASHED"), (logs / "worker.log").read_text()[-3000:]
+    assert (tmp_path / "runs" / tiny_run.run.run_id / "reports" / "report.md").is_file()
