@@ -35,6 +35,7 @@ from thinking_seeds.experiments.compare_archive import archive_finished, archive
 from thinking_seeds.experiments.jobs import JobResult, raise_on_failures
 from thinking_seeds.experiments.run_spec import RunSpec
 from thinking_seeds.experiments.spec import ComparisonSpec
+from thinking_seeds.flows.run_errors import user_errors_in_one_line
 from thinking_seeds.store.run_dir import runs_root
 from thinking_seeds.tasks.artifacts import artifact_key
 
@@ -95,6 +96,7 @@ def report_task(spec: ComparisonSpec, runs_dir: str) -> str:
 
 
 @flow(name="compare", flow_run_name="compare-{spec.compare_id}", log_prints=True)
+@user_errors_in_one_line
 def compare_flow(spec: ComparisonSpec) -> str:
     """Run (or resume) a comparison and write its report; returns the report's path."""
     log = get_run_logger()

@@ -17,6 +17,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
+from thinking_seeds.flows.run_errors import user_errors_in_one_line
 from thinking_seeds.pipeline.policy_steps import policy_step
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks.artifacts import artifact_key
@@ -32,6 +33,7 @@ def _flow_run_name() -> str:
 
 
 @flow(name="evaluate", flow_run_name=_flow_run_name)
+@user_errors_in_one_line
 def evaluate_flow(
     run_id: str,
     step: int | None = None,

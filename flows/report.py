@@ -10,11 +10,13 @@ import time
 from prefect import flow
 
 from thinking_seeds.evals.report import write_report
+from thinking_seeds.flows.run_errors import user_errors_in_one_line
 from thinking_seeds.store.compaction import compact
 from thinking_seeds.store.run_dir import RunDir
 
 
 @flow(name="report", log_prints=True)
+@user_errors_in_one_line
 def report_flow(run_id: str) -> str:
     """Compact the run's finished metrics files (store/compaction.py: the queries then open a few
     files, not thousands), write runs/<run_id>/reports/report.md (+ PNG plots) and return its path;

@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from thinking_seeds.config import RunConfig, load_config
 from thinking_seeds.flows.prefect_logs import prefect_console
+from thinking_seeds.flows.run_errors import user_errors_in_one_line
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.progress_lines import evaluation_line, prepare_done_line, prepare_start_line, summary
 from thinking_seeds.pipeline.run_lifecycle import run_opened, work_ahead
@@ -116,6 +117,7 @@ def iteration_table(k: int, manifests: list[dict]) -> list[dict]:
 
 
 @flow(name="train", flow_run_name="train-{run_id}", log_prints=True)
+@user_errors_in_one_line
 def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] | None = None) -> str:
     """Train (or resume) run `run_id` with `preset` and dotted `overrides`; returns the run directory."""
     log = get_run_logger()

@@ -181,6 +181,18 @@ def _path_error_line(e: OSError) -> str:
     return f"{os.fsdecode(path)}: {(e.strerror or type(e).__name__).lower()}; {hint}"
 
 
+def user_error_text(e: BaseException) -> tuple[str, str]:
+    """What `ts` says of a user error (`is_user_error`): one line (a path error's path, what is wrong with
+    it and how to fix it; any other message with its line breaks made spaces), and the details to print
+    under it (a CompareError's failed runs' log tails, after its blank line; otherwise none)."""
+    text = _path_error_line(e) if isinstance(e, OSError) else str(e) or type(e).__name__
+    details = ""
+    compare_error = _loaded_class("thinking_seeds.experiments.jobs", "CompareError")
+    if compare_error is not None and isinstance(e, compare_error):
+        text, _, details = text.partition("\n\n")
+    return " ".join(text.split()), details
+
+
 def _usage_line(e: Any) -> str:
     """click's usage error as one line, with the help command to read."""
     ctx = getattr(e, "ctx", None)
@@ -216,12 +228,7 @@ def handled() -> Iterator[None]:
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if not is_user_error(e):
             raise  # a bug (or typer.Exit, click's help): as it is
-        head, _, details = (str(e) or type(e).__name__).partition("\n\n")
-        compare_error = _loaded_class("thinking_seeds.experiments.jobs", "CompareError")
-        if compare_error is None or not isinstance(e, compare_error):
-            head, details = str(e) or type(e).__name__, ""  # everything else: the whole message on one line
-        if isinstance(e, OSError):  # a path error (is_user_error): the path, not the errno's digits
-            head = _path_error_line(e)
+        head, details = user_error_text(e)
         error_line(head)
         if details:
             detail_lines(details)
