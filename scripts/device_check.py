@@ -40,8 +40,11 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from checkout_import import use_checkout  # scripts/, this file's folder: first on sys.path
+
+# The project need not be installed (a bare GPU machine): the package from this checkout, in this process
+# and in every process it starts (the trainer's); docs/scale-up.md "Run on one GPU".
+PACKAGE_FROM = use_checkout()
 
 import torch  # noqa: E402
 
@@ -314,6 +317,7 @@ def main() -> int:
     res: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
+        "package_from": PACKAGE_FROM,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cpu_count": os.cpu_count(),

@@ -24,7 +24,9 @@ def test_device_and_precision_settings():
     # `device` is where, not what: it leaves the stage cache key alone (a run resumes on a GPU);
     # mixed_precision at its default hashes as before the key existed.
     assert load_config("tiny", ["device=cpu"]).config_hash() == cfg.config_hash()
-    assert load_config("tiny", ["device=cuda:3"]).config_hash() == cfg.config_hash()
+    assert load_config("tiny", ["device=cuda:3", "update.mixed_precision=no"]).config_hash() == cfg.config_hash()
+    # ... but on a GPU the default precision is bf16 (update.mixed_precision=auto, unit/test_gpu_defaults.py)
+    assert load_config("tiny", ["device=cuda:3"]).config_hash() != cfg.config_hash()
     assert load_config("tiny", ["update.mixed_precision=no"]).config_hash() == cfg.config_hash()  # YAML's `no` is false
     bf16 = load_config("tiny", ["update.mixed_precision=bf16"])
     assert bf16.config_hash() != cfg.config_hash()

@@ -91,6 +91,13 @@ _HASH_OUT_AT_DEFAULT = {
 DEFAULTS_BEFORE: dict[tuple[str, str], Any] = {
     # padded micro-batches of update.micro_batch_size sequences, until token budgets became the default
     ("update", "max_tokens_per_micro_batch"): None,
+    # fp32 everywhere, until bf16 became the default on a CUDA GPU (update.mixed_precision=auto, issue #52)
+    ("update", "mixed_precision"): "no",
+}
+# Settings resolved from a DEFAULTS_BEFORE key when a config is validated: kept with it, at the run's own
+# recorded value (update.recompute_old_logprobs is on exactly when bf16 is in play, unless set).
+_RESOLVED_WITH: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
+    ("update", "mixed_precision"): (("update", "recompute_old_logprobs"),),
 }
 
 
@@ -99,8 +106,11 @@ def keep_defaults_before(saved: RunConfig, cfg: RunConfig) -> RunConfig:
     value: a run started before a default changed continues as it started, whatever the preset says now."""
     for (section, key), old in DEFAULTS_BEFORE.items():
         if getattr(getattr(saved, section), key) == old and getattr(getattr(cfg, section), key) != old:
-            moved = getattr(cfg, section).model_copy(update={key: old})
-            cfg = cfg.model_copy(update={section: moved})
+            moves = {(section, key): old}
+            moves |= {k: getattr(getattr(saved, k[0]), k[1]) for k in _RESOLVED_WITH.get((section, key), ())}
+            for (sec, name), value in moves.items():
+                moved = getattr(cfg, sec).model_copy(update={name: value})
+                cfg = cfg.model_copy(update={sec: moved})
     return cfg
 
 
@@ -114,6 +124,16 @@ def defaults_before_held(saved: dict[str, Any]) -> list[tuple[str, str]]:
         if not isinstance(part, dict) or part.get(key, old) == old:
             held.append((section, key))
     return held
+
+
+def _on_cuda(device: str) -> bool:
+    """Whether `device` puts the run on a CUDA GPU: cuda[:N], or auto where torch sees one (as
+    engine/models.resolve_device places it; torch imported here only then)."""
+    if device != "auto":
+        return device.startswith("cuda")
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class RunConfig(_Section):
@@ -230,6 +250,8 @@ class RunConfig(_Section):
     @model_validator(mode="after")
     def _precision_consistent(self) -> RunConfig:
         u = self.update
+        if u.mixed_precision == "auto":  # resolved here, so config.yaml records the choice (a run keeps it)
+            u.mixed_precision = "bf16" if self.model.dtype == "float32" and _on_cuda(self.device) else "no"
         if u.mixed_precision == "bf16" and self.model.dtype != "float32":
             raise ValueError(
                 "update.mixed_precision=bf16 keeps fp32 master weights: set model.dtype=float32 "

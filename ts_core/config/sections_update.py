@@ -87,11 +87,15 @@ class UpdateConfig(_Section):
         "gathered to rank 0 for the engine (in its dtype) and, with the optimizer state, for a checkpoint (the same "
         "files as ddp). Needs a full fine-tune (no model.lora).",
     )
-    mixed_precision: Literal["no", "bf16"] = Field(
-        "no",
+    mixed_precision: Literal["auto", "no", "bf16"] = Field(
+        "auto",
         description="bf16: the update's forward runs under bf16 autocast (in process: torch.autocast; accelerate "
         "launcher: --mixed_precision bf16) with fp32 master weights and fp32 AdamW state (needs model.dtype=float32), "
-        "and the engine generates with bf16 weights; no: everything in model.dtype.",
+        "the fp32 matmuls left on a CUDA GPU use TF32, and the engine generates with bf16 weights; no: everything in "
+        "model.dtype, exact fp32 matmuls. auto (the default): bf16 when `device` puts the run on a CUDA GPU "
+        "(device=cuda[:N], or auto with a GPU visible) and model.dtype=float32, else no; resolved when the run's "
+        "config is written, so a run keeps its precision wherever it resumes (runs started before auto existed "
+        "keep no).",
     )
     recompute_old_logprobs: bool | None = Field(
         None,

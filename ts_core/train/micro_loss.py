@@ -26,7 +26,13 @@ def autocast(cfg: RunConfig, model):
     """The update's forward precision: bf16 autocast on the model's device, or nothing (fp32/model.dtype)."""
     if cfg.update.mixed_precision != "bf16":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
+    device_type = next(model.parameters()).device.type
+    if device_type == "cuda":
+        # What autocast leaves in fp32 (the loss, the chunked head's fp32 logits) runs on TF32 tensor cores:
+        # bf16 already decides the update's precision; mixed_precision=no keeps exact fp32 matmuls.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
 
 
 def score(model, mb: Batch, cfg: RunConfig, pad_id: int, with_entropy: bool) -> ResponseScores:
