@@ -132,8 +132,9 @@ def _members(k: int) -> list[int]:
     return [0] + snaps[-(POOL_SIZE - 1) :] if k > 0 else [0]
 
 
-def build(base: Path, run_id: str, rows: int, per_iter: int, seed: int = 0) -> tuple[Path, Path]:
-    """Write the corpus; returns (run dir, its twin with prefixes in the old format)."""
+def build(base: Path, run_id: str, rows: int, per_iter: int, seed: int = 0, twin: bool = True) -> tuple[Path, Path]:
+    """Write the corpus; returns (run dir, its twin with prefixes in the old format; not written
+    without `twin`)."""
     from thinking_seeds.config import load_config, save_config
     from thinking_seeds.store.manifest import Manifest
     from thinking_seeds.store.parquet_io import write_table_atomic
@@ -194,11 +195,12 @@ def build(base: Path, run_id: str, rows: int, per_iter: int, seed: int = 0) -> t
             },
             schema=PREFIX_SCHEMA,
         )
-        for r in (run, old):
+        for r in (run, old) if twin else (run,):
             r.prefixes(k).parent.mkdir(parents=True, exist_ok=True)
         write_table_atomic(with_derived_prefix_columns(t), run.prefixes(k), schema=PREFIX_FILE_SCHEMA)
         write_prefix_aggregates(run.prefixes(k))  # as the seeds stage does (issue #25), beside its file
-        write_table_atomic(t, old.prefixes(k), schema=PREFIX_SCHEMA)  # as written before the derived columns existed
+        if twin:  # as written before the derived columns existed
+            write_table_atomic(t, old.prefixes(k), schema=PREFIX_SCHEMA)
 
         m = 2 * n  # per prompt group: on-policy samples, then the seeded continuations
         seeded = np.arange(m) % 2 == 1
@@ -247,7 +249,10 @@ def build(base: Path, run_id: str, rows: int, per_iter: int, seed: int = 0) -> t
         (d / "manifest.json").write_text(
             json.dumps({"step": step, "created_at": "2026-01-01T00:00:00+00:00", "param_count": 859_904})
         )
-    for name in ("config.yaml", "rollouts", "metrics", "checkpoints"):  # the twin shares all but prefixes
+    if not twin:
+        shutil.rmtree(old.root)
+    shared = ("config.yaml", "rollouts", "metrics", "checkpoints") if twin else ()
+    for name in shared:  # the twin shares all but prefixes
         (old.root / name).symlink_to(run.root / name)
     return run.root, old.root
 

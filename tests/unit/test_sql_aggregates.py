@@ -56,7 +56,60 @@ FROM pc LEFT JOIN gc USING (run_id, iteration)
 ORDER BY pc.run_id, pc.iteration
 """,
 }
+# seeded_solve_rate as it was before the rollout_groups roll-up (issue 53): over every rollout row
+REFERENCE["seeded_solve_rate"] = f"""
+WITH r AS (
+    SELECT run_id, iteration, kind, source_step,
+           CASE WHEN source_step IS NULL OR source_step < 0 THEN NULL ELSE iteration - source_step END AS source_age,
+           {_len_lo("prefix_len")} AS len_lo,
+           CAST(status = 'ok' AS DOUBLE) AS solved, reward
+    FROM rollouts
+    WHERE reward IS NOT NULL
+),
+c AS (
+    SELECT run_id, iteration, kind, source_step, source_age, len_lo,
+           count(*) AS n, sum(solved) AS solved, sum(reward) AS reward
+    FROM r GROUP BY ALL
+),
+onp AS (  -- on-policy solve rate per iteration: the baseline, weighted like each group's samples
+    SELECT run_id, iteration, sum(solved) / sum(n) AS on_rate FROM c WHERE kind = 'on_policy' GROUP BY ALL
+),
+cj AS (
+    SELECT c.*, onp.on_rate * c.n AS on_sum, CASE WHEN onp.on_rate IS NULL THEN 0 ELSE c.n END AS on_n
+    FROM c LEFT JOIN onp USING (run_id, iteration)
+),
+s AS (
+    SELECT run_id, kind, 'all' AS breakdown, NULL::BIGINT AS key, sum(n) AS samples, sum(solved) / sum(n) AS solve_rate,
+           sum(reward) / sum(n) AS mean_reward, sum(on_sum) / nullif(sum(on_n), 0) AS on_policy_solve_rate
+    FROM cj GROUP BY ALL
+    UNION ALL
+    SELECT run_id, kind, 'source_step', source_step, sum(n), sum(solved) / sum(n), sum(reward) / sum(n),
+           sum(on_sum) / nullif(sum(on_n), 0)
+    FROM cj WHERE kind <> 'on_policy' GROUP BY ALL
+    UNION ALL
+    SELECT run_id, kind, 'source_age', source_age, sum(n), sum(solved) / sum(n), sum(reward) / sum(n),
+           sum(on_sum) / nullif(sum(on_n), 0)
+    FROM cj WHERE kind <> 'on_policy' GROUP BY ALL
+    UNION ALL
+    SELECT run_id, kind, 'prefix_len', len_lo, sum(n), sum(solved) / sum(n), sum(reward) / sum(n),
+           sum(on_sum) / nullif(sum(on_n), 0)
+    FROM cj WHERE kind <> 'on_policy' GROUP BY ALL
+)
+SELECT run_id, kind, breakdown,
+       CASE breakdown WHEN 'all' THEN 'all'
+               WHEN 'prefix_len' THEN {_len_label("key")}
+               ELSE CASE WHEN key IS NULL OR key < 0 THEN 'dataset' ELSE CAST(key AS VARCHAR) END END AS bucket,
+       samples, solve_rate, mean_reward, on_policy_solve_rate,
+       solve_rate - on_policy_solve_rate AS vs_on_policy
+FROM s
+ORDER BY run_id,
+         CASE kind WHEN 'on_policy' THEN 0 WHEN 'seeded' THEN 1 ELSE 2 END,
+         CASE breakdown WHEN 'all' THEN 0 WHEN 'source_step' THEN 1 WHEN 'source_age' THEN 2 ELSE 3 END,
+         key
+"""
+REFERENCE["prefix_diversity"] = REFERENCE["prefix_diversity"].replace("FROM ngram_keys", "FROM ngram_counts")
 assert "prefix_groups" not in REFERENCE["prefix_diversity"] and _len_label  # the rewrite took
+assert "ngram_keys" not in REFERENCE["prefix_diversity"] and "FROM rollouts" in REFERENCE["seeded_solve_rate"]
 
 
 def _prefix_table(run_id: str, k: int) -> pa.Table:

@@ -1,6 +1,6 @@
 """Compaction of a run's many small Parquet files into a few large parts, for `ts sql`.
 
-Four kinds of part (PATTERNS), each made from the files of a finished block of BLOCK iterations:
+Kinds of part (PATTERNS), each made from the files of a finished block of BLOCK iterations:
 
 - metrics: every iteration writes one small metrics file per stage (`metrics/iteration=K/<stage>.parquet`),
   so a run of 2,442 iterations has ~10,000 of them, and opening each one (its footer when the view
@@ -22,6 +22,11 @@ Four kinds of part (PATTERNS), each made from the files of a finished block of B
   file is most of what `seeded_solve_rate` costs; a run of large files keeps one file per iteration
   (its per-file cost is a few percent of a query, and a copy would double it on disk).
 
+- the roll-ups the named queries read (store/rollups.py): ngram_keys (a block's 3-grams per source
+  age and length bucket, without the iteration), ngram_per_iteration (each iteration's distinct
+  3-gram count) and rollout_groups (the rollouts counted per iteration and key), so that a query's
+  cost follows a run's iterations, not its rows (issue 53).
+
 `compact(run_dir)` writes them as `runs/<id>/compacted/<kind>/iterations=000000-000099.parquet`,
 and a run writes each block's parts itself, as it goes: `compact_behind` (called when iteration k
 starts, from pipeline/loop.py) compacts the block that has just finished in a background thread
@@ -31,9 +36,10 @@ block of small files away from its compacted form, and `ts sql` on it answers as
 The originals are never changed, moved or deleted: the stages, resume (manifests hash them), `ts
 check`, retention and the archive keep working on them, and a stage running now can never see a
 file of its own touched. A part records in its Parquet metadata the files it is made from (path relative
-to the run, size, mtime_ns); `ts sql` (store/sql_views.py) reads a part instead of its files only
-while every one of them is unchanged, and reads any file no valid part lists (a later `ts eval`, a
-stage that was redone) as it is. So a stale part costs time, never correctness.
+to the run, size, mtime_ns) and the mtimes of their folders (FOLDERS, below); `ts sql`
+(store/sql_views.py) reads a part instead of its files only while every one of them is unchanged,
+and reads any file no valid part lists (a later `ts eval`, a stage that was redone) as it is. So a
+stale part costs time, never correctness.
 
 A block is finished when the iteration after it has started (a manifest under
 `manifests/iteration=<last+1>/`): the stages run in order, so nothing writes into its folders any
@@ -51,6 +57,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +67,15 @@ import pyarrow.parquet as pq
 
 from thinking_seeds.store.parquet_io import write_table_atomic
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql, prefix_rows, run_sql
+from thinking_seeds.store.rollups import (
+    NGRAM_KEYS_SCHEMA,
+    NGRAM_PER_ITERATION_SCHEMA,
+    ROLLOUT_GROUPS_SCHEMA,
+    from_prefixes,
+    ngram_keys_sql,
+    ngram_per_iteration_sql,
+    rollout_groups_sql,
+)
 from thinking_seeds.store.schemas import NGRAM_COUNTS_SCHEMA, ngram_counts_sql
 
 __all__ = [
@@ -83,9 +99,25 @@ PATTERNS = {
     "ngram_counts": "corpus/prefixes/iteration={k}/prefixes.parquet",
     "prefix_groups": "corpus/prefixes/iteration={k}/prefixes.parquet",
     "rollouts": "rollouts/iteration={k}/rollouts.parquet",
+    # the roll-ups the named queries read (store/rollups.py)
+    "ngram_keys": "corpus/prefixes/iteration={k}/prefixes.parquet",
+    "ngram_per_iteration": "corpus/prefixes/iteration={k}/prefixes.parquet",
+    "rollout_groups": "rollouts/iteration={k}/rollouts.parquet",
 }
 SMALL_FILES = 1 << 20  # rollouts: a block is copied when its files average under this many bytes
 _SOURCES_KEY = b"thinking_seeds.compacted_from"
+_FOLDERS_KEY = b"thinking_seeds.compacted_folders"  # {folder relative to the run: mtime_ns} (FOLDERS)
+# FOLDERS. A part also records the mtime of each folder its sources are in, taken before they are
+# listed; while a folder's mtime is unchanged it holds the same files (the stages write by atomic
+# rename, store/atomic.py, which changes the folder's mtime when a file is added, replaced or
+# removed), so `ts sql` checks a block of iterations with one stat per folder instead of one per
+# file, and never lists those folders (issue 53: 78k files at 1M prefixes of 64 per iteration).
+# What that no longer notices: a file rewritten in place (opened and written, not renamed) in a folder
+# whose mtime is recorded. Nothing in the project writes so; a hand edit should write a new file
+# and rename it. Only folders untouched for FOLDER_SETTLED_S are recorded (a folder written within the
+# file system's timestamp granularity could change again without its mtime moving); the others'
+# sources are checked file by file, as are those of a folder whose mtime moved (a `ts eval` added a file).
+FOLDER_SETTLED_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -97,18 +129,35 @@ class Part:
     sources: dict[str, tuple[int, int]]  # path relative to the run -> (size, mtime_ns)
     rows: dict[str, int] = field(default_factory=dict)  # path relative to the run -> its rows (parts since rows)
 
+    folders: dict[str, int] = field(default_factory=dict)  # folder relative to the run -> mtime_ns (FOLDERS)
+
     def fresh(self, run_dir: Path) -> bool:
         """Whether every file the part copies is still exactly what it copied."""
+        return self.unchanged_folders(run_dir) is not None
+
+    def unchanged_folders(self, run_dir: Path) -> set[str] | None:
+        """None when the part is stale; else the folders (relative to the run) whose mtime is the one
+        recorded, so that hold exactly the files they held when the part was made (FOLDERS): a caller
+        need not list them. A source in any other folder is checked by its own size and mtime."""
         # strings, not Paths, and no os.path.join: a long run's parts stand for ~100k files
         root = os.fspath(run_dir) + os.sep
+        same = set()
+        for folder, mtime in self.folders.items():
+            try:
+                if os.stat(root + folder).st_mtime_ns == mtime:
+                    same.add(folder)
+            except OSError:
+                return None  # gone: so are its files
         for rel, (size, mtime) in self.sources.items():
+            if same and rel.rpartition(os.sep)[0] in same:
+                continue
             try:
                 st = os.stat(root + rel)
             except OSError:
-                return False
+                return None
             if (st.st_size, st.st_mtime_ns) != (size, mtime):
-                return False
-        return True
+                return None
+        return same
 
 
 def _fingerprint(run_dir: Path, files: list[Path]) -> dict[str, tuple[int, int]]:
@@ -134,10 +183,11 @@ def parts(run_dir: Path, view: str) -> list[Part]:
             recorded = json.loads(meta[_SOURCES_KEY])
             sources = {k: (int(v[0]), int(v[1])) for k, v in recorded.items()}
             rows = {k: int(v[2]) for k, v in recorded.items() if len(v) > 2}
+            folders = {k: int(v) for k, v in json.loads(meta.get(_FOLDERS_KEY, b"{}")).items()}
             first = int(path.name.split("=", 1)[1].split("-", 1)[0])
-        except (OSError, KeyError, ValueError, TypeError, IndexError, pa.ArrowInvalid):
+        except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):
             continue
-        out.append(Part(path, first, sources, rows))
+        out.append(Part(path, first, sources, rows, folders))
     return out
 
 
@@ -166,17 +216,26 @@ def _copied(files: list[Path]) -> pa.Table:
     return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
 
 
-def _from_prefixes(sql_of: Callable[[str], str], schema: pa.Schema) -> Callable[[list[Path]], pa.Table]:
-    """A part's builder: `schema`'s rows of a block's prefix files, by the SQL `sql_of(relation)`."""
-    return lambda files: run_sql(prefix_rows(files), f"{sql_of('src')} ORDER BY ALL")[0].cast(schema)
+_ROLLOUT_COLUMNS = ("run_id", "iteration", "kind", "source_step", "prefix_len", "status", "reward")
 
 
-_BUILD = {
-    "metrics": _copied,
-    "ngram_counts": _from_prefixes(lambda src: ngram_counts_sql(src, dedupe=True), NGRAM_COUNTS_SCHEMA),
-    "prefix_groups": _from_prefixes(prefix_groups_sql, PREFIX_GROUPS_SCHEMA),
-    "rollouts": _copied,
+def _rollout_rows(files: list[Path]) -> pa.Table:
+    columns = list(_ROLLOUT_COLUMNS)
+    return pa.concat_tables([pq.read_table(f, columns=columns) for f in files], promote_options="permissive")
+
+
+# How each kind's part is made from a block's files: copied, or (schema, SQL over a relation `src`)
+# of the rows `_ROWS[folder]` reads from them (read once per block for every kind made from them, and
+# every kind's SQL run in one DuckDB connection).
+_COPIED = ("metrics", "rollouts")
+_SQL: dict[str, tuple[pa.Schema, Callable[[str], str]]] = {
+    "ngram_counts": (NGRAM_COUNTS_SCHEMA, lambda src: ngram_counts_sql(src, dedupe=True)),
+    "prefix_groups": (PREFIX_GROUPS_SCHEMA, prefix_groups_sql),
+    "ngram_keys": (NGRAM_KEYS_SCHEMA, from_prefixes(ngram_keys_sql)),
+    "ngram_per_iteration": (NGRAM_PER_ITERATION_SCHEMA, from_prefixes(ngram_per_iteration_sql)),
+    "rollout_groups": (ROLLOUT_GROUPS_SCHEMA, rollout_groups_sql),
 }
+_ROWS = {"corpus/prefixes": prefix_rows, "rollouts": _rollout_rows}
 
 
 def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: list[int] | None = None) -> list[Path]:
@@ -186,34 +245,75 @@ def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: lis
     run_dir = Path(run_dir)
     written = []
     finished = finished_blocks(run_dir)
-    for view in views:
-        pattern = PATTERNS[view]
-        have = {p.first: p for p in parts(run_dir, view)}
-        for first in finished if blocks is None else [b for b in finished if b in blocks]:
-            files = sorted(
-                (f for k in range(first, first + BLOCK) for f in run_dir.glob(pattern.format(k=k))),
-                key=lambda f: (int(f.parent.name.split("=", 1)[1]), f.name),
-            )
-            if not files:
-                continue
-            sources = _fingerprint(run_dir, files)
-            if view == "rollouts" and sum(size for size, _ in sources.values()) > SMALL_FILES * len(files):
-                continue  # large files: read one by one (their per-file cost is small), never copied
-            old = have.get(first)
-            if old is not None and old.sources == sources:
-                continue  # up to date
+    have = {view: {p.first: p for p in parts(run_dir, view)} for view in views}
+    for first in finished if blocks is None else [b for b in finished if b in blocks]:
+        due = [d for d in (_due(run_dir, view, first, have[view].get(first)) for view in views) if d is not None]
+        tables: dict[str, pa.Table] = {}
+        for view, files, _, _ in due:
             try:
-                table = _BUILD[view](files)
+                if view in _COPIED:
+                    tables[view] = _copied(files)
             except (OSError, pa.ArrowException, KeyError):
-                continue  # a damaged file: `ts check` reports it, `ts sql` leaves it out; no part for now
-            meta = dict(table.schema.metadata or {})
-            # each source's rows too (its footer, read once here): corpus_files counts rows from the part
-            recorded = {rel: [*st, pq.read_metadata(run_dir / rel).num_rows] for rel, st in sources.items()}
-            meta[_SOURCES_KEY] = json.dumps(recorded, sort_keys=True).encode()
-            path = _part_path(run_dir, view, first)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            written.append(write_table_atomic(table.replace_schema_metadata(meta), path))
+                pass  # a damaged file: `ts check` reports it, `ts sql` leaves it out; no part for now
+        for top in {_top(view) for view, *_ in due if view in _SQL}:
+            made = [(view, files) for view, files, _, _ in due if view in _SQL and _top(view) == top]
+            try:
+                rows = _ROWS[top](made[0][1])
+                got = run_sql(rows, *(f"{_SQL[view][1]('src')} ORDER BY ALL" for view, _ in made))
+            except (OSError, pa.ArrowException, KeyError):
+                continue
+            tables.update({view: t.cast(_SQL[view][0]) for (view, _), t in zip(made, got, strict=True)})
+        for view, _, sources, folders in due:
+            if view in tables:
+                written.append(_write_part(run_dir, view, first, tables[view], sources, folders))
     return written
+
+
+def _top(view: str) -> str:
+    return PATTERNS[view].split("/iteration=", 1)[0]
+
+
+def _due(run_dir: Path, view: str, first: int, old: Part | None) -> tuple | None:
+    """(view, the block's files, their fingerprints, the settled folders' mtimes) when the block's
+    part of `view` is missing or stale; None when it is up to date or not made."""
+    pattern = PATTERNS[view]
+    # the folders' mtimes before their files are listed (FOLDERS): a file added after this moves them
+    settled = time.time_ns() - int(FOLDER_SETTLED_S * 1e9)
+    folders = {}
+    for k in range(first, first + BLOCK):
+        rel = os.path.join(_top(view), f"iteration={k}")
+        try:
+            mtime = os.stat(run_dir / rel).st_mtime_ns
+        except OSError:
+            continue
+        if mtime < settled:
+            folders[rel] = mtime
+    files = sorted(
+        (f for k in range(first, first + BLOCK) for f in run_dir.glob(pattern.format(k=k))),
+        key=lambda f: (int(f.parent.name.split("=", 1)[1]), f.name),
+    )
+    if not files:
+        return None
+    sources = _fingerprint(run_dir, files)
+    holding = {rel.rpartition(os.sep)[0] for rel in sources}
+    folders = {rel: m for rel, m in folders.items() if rel in holding}
+    if view == "rollouts" and sum(size for size, _ in sources.values()) > SMALL_FILES * len(files):
+        return None  # large files: read one by one (their per-file cost is small), never copied
+    if old is not None and old.sources == sources and all(folders.get(f) == m for f, m in old.folders.items()):
+        # up to date (a folder that settled since is not recorded now: its few files are stat'ed instead)
+        return None
+    return view, files, sources, folders
+
+
+def _write_part(run_dir: Path, view: str, first: int, table: pa.Table, sources: dict, folders: dict) -> Path:
+    meta = dict(table.schema.metadata or {})
+    # each source's rows too (its footer, read once here): corpus_files counts rows from the part
+    recorded = {rel: [*st, pq.read_metadata(run_dir / rel).num_rows] for rel, st in sources.items()}
+    meta[_SOURCES_KEY] = json.dumps(recorded, sort_keys=True).encode()
+    meta[_FOLDERS_KEY] = json.dumps(folders, sort_keys=True).encode()
+    path = _part_path(run_dir, view, first)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_table_atomic(table.replace_schema_metadata(meta), path)
 
 
 _BEHIND: dict[str, threading.Thread] = {}  # run directory -> its compaction thread, one at a time

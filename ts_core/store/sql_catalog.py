@@ -19,6 +19,9 @@ VIEW_HELP: dict[str, str] = {
     "corpus_files": "one row per prefixes/rollouts Parquet file, with its rows (from the footers)",
     "ngram_counts": "the corpus's character 3-grams by (run, iteration, source age, length bucket)",
     "prefix_groups": "prefix counts and length sums by (run, iteration, source age, length bucket)",
+    "ngram_keys": "the corpus's distinct 3-grams by (run, source age, length bucket), once per block or file",
+    "ngram_per_iteration": "the number of distinct 3-grams of each (run, iteration)",
+    "rollout_groups": "rollouts counted by (run, iteration, kind, source step and age, length bucket)",
 }
 
 VIEWS: tuple[str, ...] = tuple(VIEW_HELP)

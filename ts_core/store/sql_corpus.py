@@ -22,7 +22,6 @@ runs read the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -41,6 +40,12 @@ from thinking_seeds.store.prefix_aggregates import (
     prefix_groups_sql,
     run_id_of,
 )
+from thinking_seeds.store.rollups import (
+    NGRAM_KEYS_SCHEMA,
+    NGRAM_PER_ITERATION_SCHEMA,
+    ngram_keys_sql,
+    ngram_per_iteration_sql,
+)
 from thinking_seeds.store.schemas import (
     DERIVED_PREFIX_SQL,
     NGRAM_COUNTS_SCHEMA,
@@ -54,14 +59,13 @@ from thinking_seeds.store.sql_files import (
     dataset,
     file_order,
     fresh_parts,
-    listed,
     quoted,
     readable_files,
 )
 
 __all__ = ["CORPUS_VIEWS", "register_corpus_views", "register_prefixes"]
 
-CORPUS_VIEWS = ("ngram_counts", "prefix_groups")  # derived from the prefix files
+CORPUS_VIEWS = ("ngram_counts", "prefix_groups", "ngram_keys", "ngram_per_iteration")  # derived from the prefix files
 
 
 def register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa.Schema]], view: str) -> None:
@@ -142,6 +146,21 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+# Each view derived from the prefix files: the tag of its internal relations, its schema, the
+# aggregates' row group it reads (prefix_aggregates.py) and its SQL over that row group's or the
+# prefix rows' relation (`base`: prefix_groups' or ngram_counts' columns).
+def _ngram_rows(src: str) -> str:
+    return ngram_counts_sql(src, dedupe=False)
+
+
+_DERIVED = {
+    "prefix_groups": ("groups", PREFIX_GROUPS_SCHEMA, SUMMARY_ROW_GROUP, prefix_groups_sql, None),
+    "ngram_counts": ("ngram", NGRAM_COUNTS_SCHEMA, NGRAM_ROW_GROUP, _ngram_rows, None),
+    "ngram_keys": ("nkeys", NGRAM_KEYS_SCHEMA, NGRAM_ROW_GROUP, _ngram_rows, ngram_keys_sql),
+    "ngram_per_iteration": ("niter", NGRAM_PER_ITERATION_SCHEMA, NGRAM_ROW_GROUP, _ngram_rows, ngram_per_iteration_sql),
+}
+
+
 def register_corpus_views(
     con: duckdb.DuckDBPyConnection, runs: list[Path], damaged: list[str], wanted: set[str]
 ) -> None:
@@ -151,30 +170,26 @@ def register_corpus_views(
     if not wanted:
         return
     pattern = PARQUET_VIEWS["prefixes"][0]
-    per_run = {run: listed(run, pattern) for run in runs}  # listed once for every view
     # each view's fresh compacted parts, and the prefix files none of them stands for
     covered: dict[str, tuple[list[Path], list[Path]]] = {}
     for view in wanted:
-        found = [fresh_parts(run, view, pattern, per_run[run]) for run in runs]
+        found = [fresh_parts(run, view, pattern) for run in runs]
         covered[view] = ([p for ps, _ in found for p in ps], sorted((f for _, fs in found for f in fs), key=file_order))
     # the aggregates' footers of only the files a part does not stand for (one per file: the cost)
     aggs = _aggregates(sorted({f for _, files in covered.values() for f in files}, key=file_order))
 
-    # each view: the tag of its internal relations, its schema, the aggregates' row group, its SQL over prefix rows
-    for view, tag, schema, row_group, rows_sql in (
-        ("prefix_groups", "groups", PREFIX_GROUPS_SCHEMA, SUMMARY_ROW_GROUP, prefix_groups_sql),
-        ("ngram_counts", "ngram", NGRAM_COUNTS_SCHEMA, NGRAM_ROW_GROUP, partial(ngram_counts_sql, dedupe=False)),
-    ):
-        if view not in wanted:
-            continue
+    for view in sorted(wanted):
+        tag, schema, row_group, rows_sql, rollup = _DERIVED[view]
         parts_, uncovered = covered[view]
-        cols = schema.names
+        base = PREFIX_GROUPS_SCHEMA if row_group == SUMMARY_ROW_GROUP else NGRAM_COUNTS_SCHEMA
         con.register(f"_ts_{tag}_parts", dataset(readable_files(parts_, schema, damaged), schema))
-        stored = _row_group_views(con, f"_ts_{tag}_aggs", [aggs[f] for f in uncovered if f in aggs], row_group, cols)
+        stored = _row_group_views(
+            con, f"_ts_{tag}_aggs", [aggs[f] for f in uncovered if f in aggs], row_group, base.names
+        )
         raw = [f for f in uncovered if f not in aggs]
         register_prefixes(con, readable_files(raw, PREFIX_FILE_SCHEMA, damaged), f"_ts_{tag}_src")
-        sel = ", ".join(cols)
-        con.execute(
-            f"CREATE VIEW {view} AS SELECT {sel} FROM _ts_{tag}_parts UNION ALL SELECT {sel} FROM {stored} "
-            f"UNION ALL SELECT {sel} FROM ({rows_sql(f'_ts_{tag}_src')})"
-        )
+        sel, base_sel = ", ".join(schema.names), ", ".join(base.names)
+        rows = f"(SELECT {base_sel} FROM {stored} UNION ALL SELECT {base_sel} FROM ({rows_sql(f'_ts_{tag}_src')}))"
+        files_sql = f"SELECT {sel} FROM {rows}" if rollup is None else rollup(rows)
+        parts_sql = f"SELECT {sel} FROM _ts_{tag}_parts"
+        con.execute(f"CREATE VIEW {view} AS {parts_sql} UNION ALL SELECT {sel} FROM ({files_sql})")

@@ -20,14 +20,15 @@ def _len_label(lo: str) -> str:
 
 
 # The diversity queries count distinct character 3-grams over millions of prefixes. They count
-# over the view ngram_counts: (run, iteration, source age, length bucket, 3-gram code) rows, which
-# the seeds stage stores deduplicated per iteration (store/prefix_aggregates.py) and store/compaction.py
-# per block of finished iterations (4.7x fewer rows than the corpus's 3-grams), and which the view
-# reads from the prefixes' stored 3-gram codes where neither exists; one scan of it feeds both
-# breakdowns through GROUPING SETS. The prefix counts and lengths come from prefix_groups, the
-# same keys' counts and sums (the seeds stage's aggregates again, else the prefixes' columns): a
-# live run's diversity queries never scan its corpus.
-# BENCHMARKS.md, "SQL over the prefix corpus", has the measurements behind each choice.
+# over roll-ups (store/rollups.py), never over the corpus's 3-grams: prefix_diversity over
+# ngram_keys (each (run, source age, length bucket, 3-gram) once per compacted block of 100
+# iterations, or per prefix file not compacted yet), one scan of it feeding both breakdowns through
+# GROUPING SETS; prefix_diversity_history over ngram_per_iteration (one row per iteration). Where no
+# compacted part stands for a prefix file, both are made from the seeds stage's per-iteration
+# aggregates (store/prefix_aggregates.py), else from the prefixes' stored 3-gram codes. The prefix
+# counts and lengths come from prefix_groups, the same keys' counts and sums: a live run's
+# diversity queries never scan its corpus, and their cost follows its iterations, not its rows.
+# BENCHMARKS.md, "SQL over the prefix corpus", and docs/performance.md have the measurements.
 _PREFIX_DIVERSITY = """
 WITH pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3 = all (GROUPING's bit mask)
     SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key,
@@ -37,7 +38,7 @@ WITH pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3
 ),
 d AS (  -- each (run, source age, 3-gram) and (run, length bucket, 3-gram) once, from one scan
     SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key, ngram
-    FROM ngram_counts GROUP BY GROUPING SETS ((run_id, source_age, ngram), (run_id, len_lo, ngram))
+    FROM ngram_keys GROUP BY GROUPING SETS ((run_id, source_age, ngram), (run_id, len_lo, ngram))
 ),
 gc AS (
     SELECT run_id, gid, key, count(*) AS distinct_ngrams FROM d GROUP BY ALL
@@ -63,7 +64,7 @@ WITH pc AS (
            CAST(sum(ngram_count_sum) AS BIGINT) AS ngrams
     FROM prefix_groups GROUP BY ALL
 ),
-gc AS (SELECT run_id, iteration, count(DISTINCT ngram) AS distinct_ngrams FROM ngram_counts GROUP BY ALL)
+gc AS (SELECT run_id, iteration, sum(distinct_ngrams) AS distinct_ngrams FROM ngram_per_iteration GROUP BY ALL)
 SELECT pc.run_id, pc.iteration, pc.prefixes, pc.mean_prefix_len, pc.mean_source_age, pc.ngrams,
        coalesce(gc.distinct_ngrams, 0) AS distinct_ngrams, gc.distinct_ngrams / nullif(pc.ngrams, 0) AS distinct_ratio
 FROM pc LEFT JOIN gc USING (run_id, iteration)
@@ -74,18 +75,10 @@ ORDER BY pc.run_id, pc.iteration
 # 20M), and only those counts are joined with the iteration's on-policy rate and summed up: the
 # join and the four breakdowns over every sample took 12 s and 1.9 GB there (BENCHMARKS.md).
 _SEEDED_SOLVE_RATE = f"""
-WITH r AS (
-    SELECT run_id, iteration, kind, source_step,
-           CASE WHEN source_step IS NULL OR source_step < 0 THEN NULL ELSE iteration - source_step END AS source_age,
-           {_len_lo("prefix_len")} AS len_lo,
-           CAST(status = 'ok' AS DOUBLE) AS solved, reward
-    FROM rollouts
-    WHERE reward IS NOT NULL
-),
-c AS (
+WITH c AS (  -- rollout_groups: the samples already counted per iteration and key (store/rollups.py)
     SELECT run_id, iteration, kind, source_step, source_age, len_lo,
-           count(*) AS n, sum(solved) AS solved, sum(reward) AS reward
-    FROM r GROUP BY ALL
+           CAST(sum(samples) AS BIGINT) AS n, sum(solved) AS solved, sum(reward) AS reward
+    FROM rollout_groups GROUP BY ALL
 ),
 onp AS (  -- on-policy solve rate per iteration: the baseline, weighted like each group's samples
     SELECT run_id, iteration, sum(solved) / sum(n) AS on_rate FROM c WHERE kind = 'on_policy' GROUP BY ALL

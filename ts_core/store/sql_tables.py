@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA
-from thinking_seeds.store.sql_files import PARQUET_VIEWS, file_order, footers, iteration_of, listed
+from thinking_seeds.store.sql_files import PARQUET_VIEWS, file_order, footers, fresh_parts_of, iteration_of, listed
 
 __all__ = ["CHECKPOINTS_SCHEMA", "CONFIGS_SCHEMA", "CORPUS_FILES_SCHEMA", "checkpoints", "configs", "corpus_files"]
 
@@ -55,26 +55,29 @@ CORPUS_FILES_SCHEMA = pa.schema(
 
 
 # The compacted parts (store/compaction.py) whose sources are each view's files, with their rows: a
-# run of many small iterations counts the files a fresh part stands for without opening each footer.
-_COUNTED_BY = {"prefixes": "prefix_groups", "rollouts": "rollouts"}
+# run of many small iterations counts the files a fresh part stands for without opening each footer,
+# and without listing the folders the part vouches for (compaction.FOLDERS).
+_COUNTED_BY = {"prefixes": ("prefix_groups",), "rollouts": ("rollout_groups", "rollouts")}
 
 
 def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
     """The corpus_files view: each readable prefixes/rollouts file with its rows (footer, or the fresh
     compacted part that recorded them) and size."""
-    from thinking_seeds.store.compaction import parts
-
     rows = []
     for view in ("prefixes", "rollouts"):
         pattern, contract = PARQUET_VIEWS[view]
         known: dict[str, tuple[int, int]] = {}  # file (a string: cheaper than a Path) -> (rows, bytes)
+        files: list[str] = []
         for run in runs:
             root = os.fspath(run) + os.sep
-            for part in parts(run, _COUNTED_BY[view]):
-                if part.rows.keys() == part.sources.keys() and part.fresh(run):
+            fresh, skip, _ = fresh_parts_of(run, _COUNTED_BY[view])
+            for part in fresh:
+                if part.rows.keys() == part.sources.keys():
                     known.update({root + r: (part.rows[r], part.sources[r][0]) for r in part.sources})
-        files = [f for run in runs for f in listed(run, pattern)]  # strings: most are counted by a part
-        counted = [(f, *known[f]) for f in files if f in known]
+                else:  # a part from before rows were recorded: its folders are listed, their footers read
+                    skip -= {root + rel.rpartition(os.sep)[0] for rel in part.sources}
+            files += listed(run, pattern, skip)  # strings: most are counted by a part
+        counted = [(f, *known[f]) for f in known]
         read = footers(
             sorted((Path(f) for f in files if f not in known), key=file_order),
             PREFIX_FILE_SCHEMA if view == "prefixes" else contract,

@@ -12,8 +12,10 @@ cost of starting a query over a long run.
 Where each kind of view is built:
 
     store/sql_files.py    which files a Parquet view reads (compacted parts first), their checks
-    store/sql_corpus.py   prefixes and the views derived from it (ngram_counts, prefix_groups),
-                          read from the seeds stage's per-iteration aggregates where they exist
+    store/sql_corpus.py   prefixes and the views derived from it (ngram_counts, prefix_groups,
+                          ngram_keys, ngram_per_iteration), read from the seeds stage's
+                          per-iteration aggregates where they exist
+    store/sql_rollouts.py rollout_groups (rollouts counted per iteration and key: store/rollups.py)
     store/sql_tables.py   checkpoints, configs, corpus_files (tables built in Python)
 
 The metrics view reads a compacted part (store/compaction.py, `ts compact`) instead of the files it
@@ -28,6 +30,7 @@ from pathlib import Path
 import duckdb
 
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA
+from thinking_seeds.store.rollups import NGRAM_KEYS_SCHEMA, NGRAM_PER_ITERATION_SCHEMA, ROLLOUT_GROUPS_SCHEMA
 from thinking_seeds.store.run_dir import runs_root
 from thinking_seeds.store.schemas import NGRAM_COUNTS_SCHEMA, PREFIX_FILE_SCHEMA
 from thinking_seeds.store.sql_catalog import VIEWS
@@ -39,6 +42,7 @@ from thinking_seeds.store.sql_files import (
     readable_files,
     view_files,
 )
+from thinking_seeds.store.sql_rollouts import register_rollout_groups
 from thinking_seeds.store.sql_tables import (
     CHECKPOINTS_SCHEMA,
     CONFIGS_SCHEMA,
@@ -83,6 +87,8 @@ def register_views(
         con.register(f"_ts_{view}", dataset(readable_files(files, contract, damaged), contract))
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
     register_corpus_views(con, runs, damaged, wanted)
+    if "rollout_groups" in wanted:
+        register_rollout_groups(con, runs, damaged)
     tables = {
         "checkpoints": checkpoints,
         "configs": lambda r: configs(r, damaged),
@@ -103,5 +109,8 @@ def view_columns() -> dict[str, list[str]]:
         "corpus_files": CORPUS_FILES_SCHEMA,
         "ngram_counts": NGRAM_COUNTS_SCHEMA,
         "prefix_groups": PREFIX_GROUPS_SCHEMA,
+        "ngram_keys": NGRAM_KEYS_SCHEMA,
+        "ngram_per_iteration": NGRAM_PER_ITERATION_SCHEMA,
+        "rollout_groups": ROLLOUT_GROUPS_SCHEMA,
     }
     return {v: list(schemas[v].names) for v in VIEWS}  # in the catalogue's order
