@@ -27,13 +27,18 @@ class YamlLimitError(ValueError):
 
 def read_bounded(path: Any, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> Any:
     """The YAML document in file `path`, read only if it is at most MAX_YAML_BYTES (YamlLimitError)."""
+    import os
+    import stat
     from pathlib import Path
 
     path = Path(path)
-    size = path.stat().st_size
-    if size > MAX_YAML_BYTES:
-        raise YamlLimitError(f"is {size} bytes, more than the {MAX_YAML_BYTES} a config may have")
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not wait for a writer
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise YamlLimitError("is not a regular file (a FIFO, device or socket); it is not read")
+        if st.st_size > MAX_YAML_BYTES:
+            raise YamlLimitError(f"is {st.st_size} bytes, more than the {MAX_YAML_BYTES} a config may have")
         raw = f.read(MAX_YAML_BYTES + 1)
     try:
         text = raw.decode("utf-8")

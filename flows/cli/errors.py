@@ -18,6 +18,7 @@ and a command can ask `raise_if_interrupted()` at a point where a swallowed one 
 from __future__ import annotations
 
 import copy as _copy
+import errno
 import logging
 import os
 import sys
@@ -49,13 +50,48 @@ _PATH_ERRORS = {
     NotADirectoryError: "a part of the path is a file, not a folder; fix the path",
     FileNotFoundError: "check the path",
     FileExistsError: "it is in the way (a file where a folder is needed?); use another path or move it",
+    # a runs dir entry (or any path) this user may not read: its owner's to fix, not a bug of ts
+    PermissionError: "this user may not use it; fix its permissions (chmod/chown), or move it out of the runs folder",
 }
+
+# What a command writes to, for the line a full disk ends it with (`writing_to`): (place, what to do).
+_WRITING: list[tuple[str, str]] = []
+
+
+def writing_to(place: str | os.PathLike[str], again: str) -> None:
+    """Note where the running command writes and how a rerun continues, for the one line a full disk
+    (ENOSPC) ends it with: `ts train` (the run directory; a rerun resumes) and `ts export` (--out)."""
+    _WRITING.append((os.fspath(place), again))
+
+
+def _disk_full(e: BaseException) -> OSError | None:
+    """The ENOSPC error behind `e` (itself, its cause or context: safetensors and pyarrow wrap it), or None."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and (e.errno == errno.ENOSPC or "No space left on device" in str(e)):
+            return e
+        if "No space left on device" in str(e):  # SafetensorError and kin carry only the text
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return None
+
+
+def _disk_full_line(e: OSError) -> str:
+    path = e.filename2 if e.filename2 is not None else e.filename
+    place, again = _WRITING[-1] if _WRITING else (None, "free space and run the command again")
+    where = os.fsdecode(path) if path is not None else place
+    at = f" while writing {where}" if where else ""
+    return (
+        f"the disk is full (no space left on device){at}: nothing written before was lost (every file is "
+        f"written whole or not at all); free space there and {again}"
+    )
 
 
 def is_user_error(e: BaseException) -> bool:
     if isinstance(e, ValueError):  # ConfigError, DataError, CheckpointError, ModelError, QueryError, ValidationError
         return True
-    if isinstance(e, tuple(_PATH_ERRORS)):
+    if isinstance(e, tuple(_PATH_ERRORS)) or _disk_full(e) is not None:
         return True
     for module, name in (
         ("thinking_seeds.store.run_dir", "RunLockedError"),
@@ -226,6 +262,9 @@ def handled() -> Iterator[None]:
         if interrupted() and not isinstance(e, typer.Exit):  # a Ctrl-C that a library wrapped
             error_line("interrupted (Ctrl-C)")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        if (full := _disk_full(e)) is not None:
+            error_line(_disk_full_line(full))
+            raise typer.Exit(EXIT_USER_ERROR) from None
         if not is_user_error(e):
             raise  # a bug (or typer.Exit, click's help): as it is
         head, details = user_error_text(e)

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from thinking_seeds.flows.cli.errors import writing_to
 from thinking_seeds.flows.cli.output import OutputFormat, given
 
 
@@ -113,6 +114,7 @@ def export(
     _check_export_target(out)
     from thinking_seeds.pipeline.export import export_policy
 
+    writing_to(out, "run the same `ts export` again (a failed export leaves nothing behind)")
     typer.echo(export_policy(run, step, out))
 
 

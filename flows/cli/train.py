@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from thinking_seeds.flows.cli.errors import writing_to
 from thinking_seeds.flows.cli.output import console, error_line
 from thinking_seeds.pipeline.ctrl_c import raise_if_interrupted
 
@@ -43,6 +44,7 @@ def train(
 
     check_fits(cfg)  # the memory plan (`ts plan`): one line naming the key to change when it cannot fit
     cfg = continued_config(run, cfg)  # an existing run started with another config: one line naming the keys
+    writing_to(run.root, f"run the same `ts train --run-id {run_id}` again: it resumes where it stopped")
     con = console()
     line = resume_line(run, cfg)
     if line:

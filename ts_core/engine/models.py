@@ -17,6 +17,7 @@ from transformers.utils import logging as hf_logging
 
 from thinking_seeds.assets import model_path
 from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
+from thinking_seeds.store.weights_check import check_model_dir
 
 # Per-file "Loading weights" bars on every checkpoint swap drown our own progress display.
 hf_logging.disable_progress_bar()
@@ -190,6 +191,7 @@ def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32, devic
 
         verified(p)
     check_model_files(p)
+    check_model_dir(p)  # safetensors of the shapes its config builds, before from_pretrained reads them
     with MODEL_LOAD_LOCK:
         tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
     if tok.chat_template is None:

@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from thinking_seeds.engine.lora import is_adapter, merged_state_dict
 from thinking_seeds.engine.prefill import group_width, prefill_groups, prefill_width, unique_contexts
+from thinking_seeds.store.weights_check import check_shapes, model_shapes
 from thinking_seeds.transports import live_weights
 
 
@@ -210,6 +211,8 @@ class HFEngine:
         else:
             # Read into host memory: load_state_dict copies each tensor into the engine's parameters on their
             # device, cast to their dtype, so an fp32 checkpoint never sits whole on a bf16 engine's GPU.
+            # safetensors of this model's shapes, checked from their headers before a byte is loaded
+            check_shapes(files, model_shapes(self.model))
             state = {k: v for f in files for k, v in load_file(str(f), device="cpu").items()}
         if not state:
             raise FileNotFoundError(f"no model weights (*.safetensors) in {checkpoint_dir}")

@@ -19,8 +19,10 @@ import yaml
 
 from thinking_seeds.engine.lora import is_adapter, merged_model
 from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
+from thinking_seeds.store.contained import open_regular
 from thinking_seeds.store.parquet_io import shareable
 from thinking_seeds.store.run_dir import RunDir
+from thinking_seeds.store.weights_check import check_model_dir
 
 __all__ = ["ExportError", "export_policy"]
 
@@ -29,6 +31,15 @@ _SKIP = {MANIFEST_NAME, OPTIMIZER_NAME}
 
 class ExportError(ValueError):
     """A step that cannot be exported, with what to do about it."""
+
+
+def _copy_listed(src: Path, dst: Path) -> None:
+    """Copy one listed file, opened without following a link and refused unless a regular file
+    (store/contained.py); its hash was checked by `verified` just before."""
+    fd = open_regular(src)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(fd, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
 
 
 def _eval_metrics(run: RunDir, step: int) -> dict[str, float]:
@@ -65,13 +76,15 @@ def _card(run: RunDir, step: int, cfg: dict, metrics: dict[str, float]) -> str:
 
 
 def _saved_settings(run: RunDir) -> dict:
-    """config.yaml as plain data for the model card (read within limits; {} when absent or damaged)."""
+    """config.yaml as plain data for the model card, only when it is the file the run's prepare stage
+    hashed (RunDir.config_problem): an edited or linked one is refused in one line, not shipped."""
     from thinking_seeds.yaml_limits import read_bounded
 
+    run.check_config()  # DataError (one line) naming what is wrong and how to get it back
     try:
-        cfg = read_bounded(run.config_path) if run.config_path.exists() else {}
-    except (OSError, ValueError, yaml.YAMLError):  # ValueError: over the limits (a YAML bomb)
-        return {}
+        cfg = read_bounded(run.config_path)
+    except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: over the limits (a YAML bomb)
+        raise ExportError(f"{run.config_path} does not read as a config ({e}); `ts check {run.run_id}`") from None
     return cfg if isinstance(cfg, dict) else {}
 
 
@@ -92,14 +105,18 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
             else "has no checkpoint (θ is written every checkpoint.every iterations, at pool snapshots and at the end)"
         )
         raise ExportError(f"policy step {step} of run {run.run_id} {why}; steps with a checkpoint: {steps}")
-    verified(src)
+    run.inside(src)  # a step folder that is a link out of the run is not exported
+    info = verified(src)  # every file it lists hashes as listed, none leads out of the step folder
+    if not is_adapter(src):
+        check_model_dir(src)  # safetensors of the shapes its config builds
+    cfg = _saved_settings(run)  # refused before anything is written
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty; choose a new --out folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        _fill(tmp, run, step, src)
+        _fill(tmp, run, step, src, sorted(info.sha256), cfg)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
@@ -109,17 +126,19 @@ def export_policy(run: RunDir, step: int | None, out_dir: Path) -> Path:
     return out
 
 
-def _fill(tmp: Path, run: RunDir, step: int, src: Path) -> None:
-    """The exported folder's files: the weights (a LoRA step merged), the tokenizer, the model card."""
+def _fill(tmp: Path, run: RunDir, step: int, src: Path, listed: list[str], cfg: dict) -> None:
+    """The exported folder's files: the weights (a LoRA step merged), the tokenizer, the model card.
+
+    Only the files the step's manifest lists (`listed`, hash-checked by `verified`) are copied, each
+    opened without following a link: a `notes.txt` linked to a secret beside them is not shipped."""
     shareable(tmp)  # mkdtemp makes 0700: the exported folder follows the umask
     if is_adapter(src):  # a LoRA step: ship base + adapters merged, so any loader takes it as is
         merged, tok = merged_model(src)
         merged.save_pretrained(tmp)
         tok.save_pretrained(tmp)
     else:
-        for f in sorted(src.iterdir()):
-            if f.is_file() and f.name not in _SKIP:
-                shutil.copyfile(f, tmp / f.name)
-    cfg = _saved_settings(run)
+        for name in listed:
+            if name not in _SKIP:
+                _copy_listed(src / name, tmp / name)
     (tmp / "README.md").write_text(_card(run, step, cfg, _eval_metrics(run, step)))
     (tmp / "thinking_seeds.json").write_text(json.dumps({"run_id": run.run_id, "step": step}, indent=2))

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from thinking_seeds.store.contained import read_small
+
 __all__ = [
     "MANIFEST_NAME",
     "OPTIMIZER_NAME",
@@ -64,7 +66,7 @@ def read_manifest(path: Path) -> CheckpointInfo:
             f"checkpoint {path} has no {MANIFEST_NAME}; it was not written by save_checkpoint: {rebuild_hint(path)}"
         )
     try:
-        m = json.loads(manifest_path.read_text())
+        m = json.loads(read_small(manifest_path))  # not through a link, not a FIFO, not 100 GB
         info = CheckpointInfo(
             path=path,
             step=int(m["step"]),
@@ -73,7 +75,7 @@ def read_manifest(path: Path) -> CheckpointInfo:
             sha256=dict(m["sha256"]),
             extra=dict(m.get("extra") or {}),
         )
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, OSError) as e:  # ValueError: DataError from read_small too
         raise CheckpointError(
             f"checkpoint {path} has an unreadable {MANIFEST_NAME} ({e!r}): {rebuild_hint(path)}"
         ) from e

@@ -17,7 +17,6 @@ picks seed writers `store.historical_pool`. transformers is imported lazily.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import shutil
@@ -41,7 +40,10 @@ from thinking_seeds.store.checkpoint_format import (
     read_manifest,
     rebuild_hint,
 )
+from thinking_seeds.store.contained import bounded_hash, inside
 from thinking_seeds.store.optimizer_state import OptimizerSnapshot, save_optimizer_state
+from thinking_seeds.store.parquet_io import DataError
+from thinking_seeds.store.weights_check import read_header
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -235,8 +237,11 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    """The file's sha256, streamed and bounded (a FIFO, a device or a file over TS_MAX_FILE_GB is refused)."""
+    try:
+        return bounded_hash(path, follow=True)  # the caller checked that a link stays in the checkpoint
+    except DataError as e:
+        raise CheckpointError(str(e)) from None
 
 
 def _fsync(path: Path) -> None:
@@ -277,7 +282,7 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
     if not any(name.endswith(".safetensors") for name in info.sha256):
         raise CheckpointError(f"checkpoint {path} lists no .safetensors weights in its manifest: {rebuild_hint(path)}")
     for name, expected in sorted(info.sha256.items()):
-        file = path / name
+        file = inside(path, name)  # `../../x` or a link out of the checkpoint: refused before it is read
         if not file.is_file():
             raise CheckpointError(
                 f"checkpoint {path} is incomplete: {name} (listed in the manifest) is missing; {rebuild_hint(path)}"
@@ -287,6 +292,8 @@ def verify_checkpoint(path: Path) -> CheckpointInfo:
             raise CheckpointError(
                 f"checkpoint {path} is corrupt: {name} sha256 {actual} != manifest {expected}; {rebuild_hint(path)}"
             )
+        if name.endswith(".safetensors"):
+            read_header(file)  # a pickle (or anything) named .safetensors, its manifest to match: refused
     unlisted = sorted(
         p.relative_to(path).as_posix()
         for p in path.rglob("*.safetensors")
@@ -345,8 +352,11 @@ def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32) -> tuple[Pre
     """Verify, then load (model, tokenizer) from a checkpoint: safetensors only, no network, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from thinking_seeds.store.weights_check import check_model_dir
+
     path = Path(path)
     verified(path)
+    check_model_dir(path)  # the shapes its config builds, from the headers, before from_pretrained
     with MODEL_LOAD_LOCK:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, use_safetensors=True, local_files_only=True, trust_remote_code=False

@@ -65,6 +65,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from thinking_seeds.store.contained import link_out
 from thinking_seeds.store.parquet_io import write_table_atomic
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql, prefix_rows, run_sql
 from thinking_seeds.store.rollups import (
@@ -178,6 +179,8 @@ def parts(run_dir: Path, view: str) -> list[Part]:
     parts are a cache, the originals are the data."""
     out = []
     for path in sorted((run_dir / COMPACTED / view).glob("iterations=*.parquet")):
+        if path.is_symlink() or link_out(run_dir, path) is not None:  # never read through a link out of the run
+            continue
         try:
             meta = pq.read_metadata(path).metadata or {}
             recorded = json.loads(meta[_SOURCES_KEY])

@@ -7,6 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from thinking_seeds.store.contained import RUN_FOLDERS, OutsideRunError, link_out
+from thinking_seeds.store.parquet_io import DataError
+
 if TYPE_CHECKING:
     from thinking_seeds.store.run_dir import RunDir
 
@@ -69,7 +72,14 @@ def check_run(run: RunDir, policy_ids: Callable[[int], str] | None = None) -> tu
         for name, rel in sorted(m.outputs.items()):
             p = run.root / rel
             seen.add(p)
-            problem = _output_problem(run, p, m.hashes.get(name))
+            if (out := link_out(run.root, rel)) is not None:  # never hashed, never advised to resume
+                damage.append(f"{path}: {out}")
+                continue
+            try:
+                problem = _output_problem(run, p, m.hashes.get(name))
+            except OutsideRunError as e:  # a checkpoint's own manifest names a file out of it
+                damage.append(f"{p}: {e}")
+                continue
             if problem is None and stage == "update" and name not in m.hashes and policy_ids is not None:
                 problem = _identity_problem(p, policy_ids(k + 1))
             if problem:
@@ -81,14 +91,28 @@ def check_run(run: RunDir, policy_ids: Callable[[int], str] | None = None) -> tu
             torn = up is None and up_k.lstrip("-").isdigit() and run.manifest_path(int(up_k), up_stage).exists()
             if now != digest and not torn:  # a torn one is named on its own
                 damage.append(f"{path} was computed from inputs whose record ({key}) has changed since: {redo} {where}")
+    for folder in RUN_FOLDERS:
+        if (out := link_out(run.root, folder)) is not None:
+            damage.append(out)
     for root in (run.policy_root, run.pool_root):
+        if link_out(run.root, root.name) is not None:
+            continue
         for d in sorted(root.glob("step_*")) if root.is_dir() else []:
-            if d not in seen:
-                problem = _output_problem(run, d, None)
+            if (out := link_out(run.root, d)) is not None:
+                damage.append(out)
+            elif d not in seen:
+                try:
+                    problem = _output_problem(run, d, None)
+                except OutsideRunError as e:
+                    damage.append(f"{d}: {e}")
+                    continue
                 if problem:
                     damage.append(f"{d} {problem}: {redo} the stage that wrote it")
     notes = [f"{p} was left by a killed writer (removed when the run is next started)" for p in run.stale_temps()]
-    notes.append(f"lock: {run.lock_state()}")
+    lock = run.lock_state()
+    if lock.startswith("refused: "):
+        damage.append(lock.removeprefix("refused: "))
+    notes.append(f"lock: {lock}")
     return damage, notes
 
 
@@ -175,6 +199,10 @@ def _output_problem(run: RunDir, p: Path, expected: str | None) -> str | None:
         except CheckpointError as e:
             why = str(e).split(": re-run", 1)[0].split("; re-run", 1)[0].replace(f"checkpoint {p} ", "")
             return f"is damaged ({why})"
-    if expected is not None and run.file_hash(p) != expected:
-        return "no longer hashes as its stage manifest recorded"
+    if expected is not None:
+        try:
+            if run.file_hash(p) != expected:
+                return "no longer hashes as its stage manifest recorded"
+        except DataError as e:  # a FIFO, a device, a file over TS_MAX_FILE_GB: not read
+            return f"is not read ({e})"
     return None

@@ -30,13 +30,24 @@ from thinking_seeds.store import run_lock
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.child_guard import guard_children
 from thinking_seeds.store.compaction import COMPACTED
+from thinking_seeds.store.contained import RUN_FOLDERS, OutsideRunError, bounded_hash, inside, read_small
 from thinking_seeds.store.manifest import Manifest
-from thinking_seeds.store.parquet_io import DataError, content_hash, write_table_atomic
+from thinking_seeds.store.parquet_io import DataError, write_table_atomic
 from thinking_seeds.store.run_check import check_run
 from thinking_seeds.store.run_lock import RunLockedError
 
 # What callers import from here: the run directory is the store's front door.
-__all__ = ["Manifest", "RunDir", "RunLockedError", "check_run", "check_run_id", "guard_children", "runs_root"]
+__all__ = [
+    "Manifest",
+    "OutsideRunError",
+    "RunDir",
+    "RunLockedError",
+    "check_run",
+    "check_run_id",
+    "guard_children",
+    "run_entry",
+    "runs_root",
+]
 
 RUNS_ROOT_ENV = "TS_RUNS_DIR"
 
@@ -68,6 +79,20 @@ def check_run_id(run_id: str) -> None:
         )
 
 
+def run_entry(base: Path, run_id: str) -> Path:
+    """`base / run_id`, or OutsideRunError (one line) when that entry is a link that leads out of `base`:
+    a run copied in as a link to elsewhere would have its temp sweep, resume and lock act there."""
+    entry = Path(base) / run_id
+    if entry.is_symlink():
+        real, real_base = os.path.realpath(entry), os.path.realpath(base)
+        if not real.startswith(real_base.rstrip(os.sep) + os.sep):
+            raise OutsideRunError(
+                f"run {run_id!r} under {base} is a link to {real}, outside the runs folder; it is not followed: "
+                f"copy the run into {base} (or point --runs-dir / {RUNS_ROOT_ENV} at the folder it is in)"
+            )
+    return entry
+
+
 @dataclass
 class RunDir:
     root: Path
@@ -75,7 +100,18 @@ class RunDir:
     @classmethod
     def for_run(cls, run_id: str, base: Path | None = None) -> RunDir:
         check_run_id(run_id)
-        return cls((base or runs_root()) / run_id)
+        return cls(run_entry(base or runs_root(), run_id))
+
+    def inside(self, path: str | os.PathLike[str]) -> Path:
+        """`root / path` if it, links resolved, lies in this run; else OutsideRunError (store/contained.py)."""
+        return inside(self.root, path)
+
+    def check_contained(self) -> None:
+        """OutsideRunError (one line) if the run's folder or one of its own folders is a link out of it."""
+        run_entry(self.root.parent, self.root.name)
+        for name in RUN_FOLDERS:
+            if (self.root / name).is_symlink():
+                self.inside(name)
 
     @property
     def run_id(self) -> str:
@@ -131,9 +167,9 @@ class RunDir:
         path = self.manifest_path(k, stage)
         if not path.exists():
             return None
-        try:
-            return Manifest(**json.loads(path.read_text()))
-        except (json.JSONDecodeError, TypeError):
+        try:  # a link, a FIFO or a huge file is not read: as a torn one, the stage is redone (and it replaced)
+            return Manifest(**json.loads(read_small(path)))
+        except (ValueError, TypeError, OSError):  # ValueError: JSON's error and DataError
             return None  # a torn manifest means the stage did not finish: redo it
 
     def completed(
@@ -156,7 +192,7 @@ class RunDir:
         from thinking_seeds.store.retention import is_pruned
 
         for name, rel in m.outputs.items():
-            p = self.root / rel
+            p = self.inside(rel)  # before anything is hashed, set aside or deleted through it
             if not p.exists():
                 # checkpoint.keep_last removed it on purpose after it was complete: still done
                 ok = is_pruned(p, m.hashes.get(name)) and ok
@@ -190,6 +226,9 @@ class RunDir:
     def _set_aside(self, p: Path, why: str) -> None:
         """Remove checkpoint folder `p` if this process owns the run (a reader only reports it)."""
         if self.owns_lock():
+            if p.is_symlink():
+                raise OutsideRunError(f"{p} is a link, not a checkpoint of run {self.run_id}; it is not followed")
+            self.inside(p)
             aside = p.with_name(f".old_{p.name}_{why}")
             shutil.rmtree(aside, ignore_errors=True)
             os.replace(p, aside)  # atomic; a crash before the rmtree leaves a stale temp, cleaned on takeover
@@ -229,8 +268,14 @@ class RunDir:
         return out
 
     def file_hash(self, p: Path) -> str:
-        p = Path(p)
-        return content_hash(p / "manifest.json") if p.is_dir() else content_hash(p)
+        """sha256 of a file of this run (of its manifest.json for a checkpoint folder): refused in one
+        line when the path leads out of the run, is a special file, or is over TS_MAX_FILE_GB."""
+        p = self.inside(p)
+        if p.is_dir():
+            p = self.inside(p / "manifest.json")
+        if not p.exists():
+            raise DataError(f"cannot hash {p}: file not found; `ts check {self.run_id}` lists what is missing")
+        return bounded_hash(p, follow=True)  # a link that stays in the run is hashed as its target
 
     # -- metrics -----------------------------------------------------------------------------
     def write_metrics(self, k: int, stage: str, metrics: dict[str, float]) -> Path:
@@ -253,6 +298,7 @@ class RunDir:
         On taking a run over, what a killed writer left half-done (temp files and folders) is
         removed, and this process's children are made to die with it (guard_children).
         """
+        self.check_contained()  # before the lock file is opened and temps are swept
         if run_lock.acquire(self.root):
             guard_children()  # the owner's helpers must not outlive it and keep the run busy
             self.remove_stale_temps()
@@ -273,8 +319,9 @@ class RunDir:
         """Temp files (`*.tmp`) and folders (`.tmp_*`, `.old_*`) that writers of this run create and
         rename away; one still present belongs to a writer that was killed. Reports and compacted
         parts are left alone: `ts report` and `ts compact` write them without owning the run."""
+        run_entry(self.root.parent, self.root.name)  # the walk below enters no link, but the run's own folder
         found: list[Path] = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        for dirpath, dirnames, filenames in os.walk(self.root):  # links to folders are listed, not entered
             here = Path(dirpath)
             # .prefect-results: Prefect's result store in runs from before the manifests were the only record
             if here in (self.reports, self.root / COMPACTED, self.root / ".prefect-results"):

@@ -7,10 +7,12 @@ empty or torn file just means its writer died before it finished.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 
 __all__ = ["RunLockedError", "acquire", "held", "release", "state"]
@@ -36,7 +38,7 @@ def acquire(root: Path) -> bool:
     if key in _HELD:
         return False
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)  # the umask applies; never executable
+        fd = _open(lock, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -81,9 +83,11 @@ def state(root: Path) -> str:
     if held(root):
         return f"held by {os.getpid()} (this process)"
     try:
-        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+        fd = _open(lock, os.O_RDONLY)
     except FileNotFoundError:
         return "free"
+    except RunLockedError as e:
+        return f"refused: {e}"
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -91,6 +95,23 @@ def state(root: Path) -> str:
     finally:
         os.close(fd)
     return "stale"
+
+
+def _open(lock: Path, flags: int) -> int:
+    """The lock file, opened without following a link (it would be truncated and written: a `.lock`
+    linked to any file would overwrite that file) and without blocking (a FIFO would wait for a
+    writer); anything but a regular file is refused in one line (RunLockedError)."""
+    fix = f"delete it (`rm {lock}`) and run again; a run's lock is only ever a plain file"
+    try:  # the umask applies to a new file; never executable
+        fd = os.open(lock, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunLockedError(f"{lock} is a link (to {os.path.realpath(lock)}), not a lock file: {fix}") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunLockedError(f"{lock} is not a regular file (a FIFO, device or socket), not a lock file: {fix}")
+    return fd
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -10,6 +10,7 @@ query over all runs down.
 from __future__ import annotations
 
 import os
+import stat
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 from thinking_seeds.store.compaction import COMPACTED, Part
 from thinking_seeds.store.compaction import PATTERNS as COMPACTED_VIEWS
 from thinking_seeds.store.compaction import parts as compacted_parts
+from thinking_seeds.store.contained import link_out
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA
 
@@ -65,19 +67,25 @@ def listed(run: Path, pattern: str, skip: set[str] | frozenset[str] = frozenset(
     cost ~0.5 s of a 1M run's `runs` query. Any other pattern: pathlib's glob."""
     folder, sep, name = pattern.partition("/iteration=*/")
     if not sep or "/" in name:
-        return [os.fspath(f) for f in run.glob(pattern)]
-    try:
+        return [os.fspath(f) for f in run.glob(pattern) if not f.is_symlink() and link_out(run, f) is None]
+    if link_out(run, folder) is not None:  # a view's folder linked out of the run: nothing of it is read
+        return []
+    try:  # links are not followed out of the run: an iteration folder or a file that is one is left out
         with os.scandir(run / folder) as it:
-            folders = [e.path for e in it if e.name.startswith("iteration=") and e.path not in skip and e.is_dir()]
+            folders = [
+                e.path
+                for e in it
+                if e.name.startswith("iteration=") and e.path not in skip and e.is_dir(follow_symlinks=False)
+            ]
     except OSError:  # no such folder (a run before its first stage): nothing to read
         return []
     if not any(c in name for c in "*?["):  # one file per folder: a stat, not a listing
-        return [p for p in (os.path.join(d, name) for d in folders) if os.path.isfile(p)]
+        return [p for p in (os.path.join(d, name) for d in folders) if _regular(p)]
     out = []
     for d in folders:
         try:
             with os.scandir(d) as it:
-                out += [e.path for e in it if fnmatchcase(e.name, name) and e.is_file()]
+                out += [e.path for e in it if fnmatchcase(e.name, name) and e.is_file(follow_symlinks=False)]
         except OSError:  # removed while listed (retention): as if it had not been there
             continue
     return out
@@ -85,6 +93,14 @@ def listed(run: Path, pattern: str, skip: set[str] | frozenset[str] = frozenset(
 
 def _parts(path: Path | str) -> tuple[str, ...]:
     return tuple(path.split(os.sep)) if isinstance(path, str) else path.parts
+
+
+def _regular(path: str) -> bool:
+    """Whether `path` is a regular file itself (one lstat: a link is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def iteration_of(path: Path | str) -> int:

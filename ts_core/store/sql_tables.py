@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from thinking_seeds.store.contained import link_out, read_small
 from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA
 from thinking_seeds.store.sql_files import PARQUET_VIEWS, file_order, footers, fresh_parts_of, iteration_of, listed
 
@@ -106,9 +107,11 @@ def checkpoints(runs: list[Path]) -> pa.Table:
     rows = []
     for run in runs:
         for manifest in sorted((run / "checkpoints").glob("step_*/manifest.json")):
+            if link_out(run, manifest) is not None:  # not read through a link out of the run
+                continue
             try:
-                m = json.loads(manifest.read_text())
-            except (OSError, json.JSONDecodeError):
+                m = json.loads(read_small(manifest))
+            except (OSError, ValueError):  # ValueError: JSON's, or DataError (a link, a FIFO, a huge file)
                 continue  # a snapshot being written (or torn): not part of the pool
             rows.append(
                 {
@@ -130,7 +133,9 @@ def configs(runs: list[Path], damaged: list[str]) -> pa.Table:
         path = run / "config.yaml"
         cfg: dict[str, Any] = {}
         created = None
-        if path.is_file():
+        if (out := link_out(run, path.name)) is not None:
+            damaged.append(f"{out}; left out of the configs view")
+        elif path.is_file():
             import yaml  # here, not at the top: `ts sql` over other views never needs it
 
             from thinking_seeds.yaml_limits import read_bounded

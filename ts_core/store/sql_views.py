@@ -29,6 +29,7 @@ from pathlib import Path
 
 import duckdb
 
+from thinking_seeds.store.contained import link_out
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA
 from thinking_seeds.store.rollups import NGRAM_KEYS_SCHEMA, NGRAM_PER_ITERATION_SCHEMA, ROLLOUT_GROUPS_SCHEMA
 from thinking_seeds.store.run_dir import runs_root
@@ -62,7 +63,12 @@ def list_runs(runs_dir: Path | None = None) -> list[Path]:
     base = Path(runs_dir) if runs_dir is not None else runs_root()
     if not base.is_dir():
         return []
-    return sorted(p for p in base.iterdir() if p.is_dir() and any((p / m).exists() for m in _RUN_MARKERS))
+    # a link to a folder outside `base` is not a run of it (store/run_dir.py run_entry): left out, never read
+    return sorted(
+        p
+        for p in base.iterdir()
+        if p.is_dir() and link_out(base, p.name) is None and any((p / m).exists() for m in _RUN_MARKERS)
+    )
 
 
 def register_views(

@@ -13,7 +13,9 @@ settings (or code that builds another corpus) is refused rather than silently co
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,8 @@ def save_state(state_dir: Path, *, step: int, model, opt, sched, gen: torch.Gene
         "sched": sched.state_dict(),
         "gen": gen.get_state(),
         "torch_rng": torch.get_rng_state(),
-        **extra,
+        # plain JSON values (numpy scalars become floats): load_state reads with weights_only=True
+        **json.loads(json.dumps(extra, default=float)),
     }
     tmp = state_dir / (STATE_FILE + ".tmp")
     torch.save(state, tmp)
@@ -59,7 +62,14 @@ def load_state(state_dir: Path, *, settings: dict[str, Any], digest: str) -> dic
     path = state_dir / STATE_FILE
     if not path.is_file():
         raise ResumeError(f"--resume: no {STATE_FILE} in {state_dir}; start the build without --resume")
-    state = torch.load(path, weights_only=False)
+    try:  # weights_only: tensors and plain containers only; a crafted pickle is refused, never run
+        state = torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ResumeError(
+            f"--resume: {path} is not a warm-up state this code wrote ({first[:200]}); it is not loaded: "
+            "start the build without --resume"
+        ) from None
     diff = {k: (state["settings"].get(k), v) for k, v in settings.items() if state["settings"].get(k) != v}
     if diff:
         raise ResumeError(
