@@ -185,3 +185,20 @@ def test_a_registered_selection_is_reused_not_retrained(tmp_path, monkeypatch):
     again, rec = run_selection(spec, tmp_path / "fresh-clone-runs", train=True)
     assert rec["chosen"] == {"grpo": "3e-4", "thinking_seeds": "3e-4"}
     assert {s.config().update.lr for s in again.runs()} == {3e-4}
+
+
+def test_a_comparison_whose_every_run_began_before_any_protocol_stays_unregistered(tmp_path):
+    """An archive from before protocols existed, rebuilt in a fresh clone: registering it now would
+    pre-register nothing, and its report would name a primary endpoint it never had."""
+    runs = tmp_path / "runs"
+    spec = _spec(tmp_path)
+    for s in spec.runs():
+        (runs / s.run_id).mkdir(parents=True)
+        (runs / s.run_id / "config.yaml").write_text("{}")
+    assert register(spec, spec.runs(), runs) is None
+    assert not (spec.report_dir / "protocol.json").exists()
+    assert "No protocol.json" in protocol_lines(None)[0]
+    # One run still to start: registered, naming the runs that had started.
+    more = _spec(tmp_path, seeds="0,1,2")
+    rec = register(more, more.runs(), runs)
+    assert sorted(rec["runs_started_before_registration"]) == sorted(s.run_id for s in spec.runs())

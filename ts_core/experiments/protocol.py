@@ -17,7 +17,9 @@ What the hash covers: everything above except the readable resolved configs, whi
 not hashed: a config field added to the code later (its default out of the config hash, as
 tests/unit/test_archives_restorable.py demands) changes the dump, not what a run computes, so the
 runs' config hashes stand for their configs. A comparison run before this module existed has no
-protocol.json until its next full run; that one records that runs had started before it.
+protocol.json: one is registered on its next full run only if some planned run is still to start (the
+record names the runs that had started); with every run begun it stays unregistered, and its report
+says its claims are exploratory (`register`).
 """
 
 from __future__ import annotations
@@ -153,13 +155,21 @@ def load(report_dir: Path) -> dict[str, Any] | None:
 
 def register(
     spec: Any, specs: Sequence[Any], runs_dir: Path, selection: dict[str, Any] | None = None, now: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """Write protocol.json (+ protocol.md) for the planned comparison, or check it against the one
-    registered; returns the record. Raises ConfigError when it changed without `spec.amend_protocol`."""
+    registered; returns the record. Raises ConfigError when it changed without `spec.amend_protocol`.
+
+    A comparison with no protocol whose every planned run has already begun (an archive from before
+    protocols existed, restored in a fresh clone) is left unregistered and None returned: a record
+    written now would pre-register nothing, yet its report would name a primary endpoint and drop the
+    note that the readings are exploratory, so the report rebuilt from the archive would differ from
+    the committed one."""
     now = now or datetime.now(UTC).isoformat(timespec="seconds")
-    new = protocol_of(spec, specs, selection, runs_dir)
     old = load(spec.report_dir)
     started = _started(specs, runs_dir)
+    if old is None and specs and len(started) == len(specs):
+        return None
+    new = protocol_of(spec, specs, selection, runs_dir)
     if old is None:
         record = new | {"registered_at": now, "runs_started_before_registration": started, "amendments": []}
     elif old["hash"] == new["hash"]:
