@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -86,6 +87,17 @@ def api_post(api: str, path: str, body: dict) -> list | dict:
         return json.loads(r.read())
 
 
+class Stack(NamedTuple):
+    """What `_deployed` yields: `run(*prefect args)` (asserts exit 0, returns stdout), the logs folder,
+    the API's URL, the workers started so far (the current one last) and `start_worker(extra_env)`."""
+
+    run: Callable[..., str]
+    logs: Path
+    api: str
+    workers: list[subprocess.Popen]
+    start_worker: Callable[[dict[str, str] | None], subprocess.Popen]
+
+
 @contextmanager
 def _deployed(
     tmp_path: Path,
@@ -94,8 +106,8 @@ def _deployed(
     worker_args: tuple[str, ...] = (),
 ):
     """A Prefect server (its environment plus `server_env`), prefect.yaml's deployments and a process
-    worker (its environment plus `worker_env`, its options plus `worker_args`); yields
-    `run(*prefect args)`, the logs folder and the API's URL; stops worker and server."""
+    worker (its environment plus `worker_env`, its options plus `worker_args`); yields a Stack; stops
+    the workers and the server."""
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = dict(
@@ -128,7 +140,13 @@ def _deployed(
         )
 
     server = start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port), extra_env=server_env)
-    worker = None
+    workers: list[subprocess.Popen] = []
+
+    def start_worker(extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        args = ("worker", "start", "--pool", "ts-process", *worker_args)
+        workers.append(start(f"worker-{len(workers)}" if workers else "worker", *args, extra_env=extra_env))
+        return workers[-1]
+
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -148,10 +166,10 @@ def _deployed(
         out = run("--no-prompt", "deploy", "--all")
         for name in ("train/train", "evaluate/nightly", "report/corpus-report"):
             assert f"Deployment '{name}' successfully created" in out, out
-        worker = start("worker", "worker", "start", "--pool", "ts-process", *worker_args, extra_env=worker_env)
-        yield run, logs, api
+        start_worker(worker_env)
+        yield Stack(run, logs, api, workers, start_worker)
     finally:
-        if worker is not None:
+        for worker in workers:
             _stop(worker, signal.SIGINT)
         _stop(server, signal.SIGTERM)
 
@@ -174,7 +192,7 @@ def _run_training(run, logs: Path, run_id: str, overrides: list[str]) -> None:
 
 
 def test_deploy_and_run_training_on_a_process_worker(tmp_path, tiny_overrides):
-    with _deployed(tmp_path) as (run, logs, _):
+    with _deployed(tmp_path) as (run, logs, *_):
         nightly = json.loads(run("deployment", "inspect", "evaluate/nightly", "--output", "json"))
         assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 3 * * *"]
         report = json.loads(run("deployment", "inspect", "report/corpus-report", "--output", "json"))
@@ -200,7 +218,7 @@ def test_the_train_deployment_runs_on_a_ray_cluster(tmp_path, tiny_overrides):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     with running_cluster(env, num_cpus=2) as cluster:
-        with _deployed(tmp_path, {"RAY_ADDRESS": cluster.address}) as (run, logs, _):
+        with _deployed(tmp_path, {"RAY_ADDRESS": cluster.address}) as (run, logs, *_):
             # the docs' keys, then the tiny run's and half a CPU per actor (4 actors on the 2-CPU head)
             _run_training(run, logs, DEPLOYMENT_RUN_ID, DEPLOYMENT_SETS + tiny_overrides + ["cluster.worker_cpus=0.5"])
 
@@ -230,11 +248,8 @@ def test_an_interval_schedule_fires_and_the_worker_completes_its_runs(tmp_path, 
 
     copy_run(tiny_run.run, tmp_path / "runs")
     fast_scheduler = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
-    with _deployed(tmp_path, {"PREFECT_WORKER_QUERY_SECONDS": "2"}, fast_scheduler, ("--limit", "1")) as (
-        run,
-        logs,
-        api,
-    ):
+    fast_worker = {"PREFECT_WORKER_QUERY_SECONDS": "2"}
+    with _deployed(tmp_path, fast_worker, fast_scheduler, ("--limit", "1")) as (run, logs, api, *_):
         run(
             "--no-prompt",
             "deploy",

@@ -15,12 +15,14 @@ from pathlib import Path
 
 
 def pause_at_rename(fn_name: str, target: Path, marker: Path) -> None:
-    """Make os.<fn_name>(src, dst) block forever when dst is `target` (after writing `marker`)."""
+    """Make os.<fn_name>(src, dst) block forever when dst is `target` (after writing `marker`), once:
+    with `marker` there, the rename goes through (a rerun started with the same environment, as a
+    deployment's worker starts every flow run, resumes)."""
     orig = getattr(os, fn_name)
     target = Path(target).resolve()
 
     def hooked(src, dst, *args, **kwargs):
-        if Path(dst).resolve() == target:
+        if Path(dst).resolve() == target and not Path(marker).exists():
             Path(marker).write_text(f"{os.getpid()} {src} -> {dst}\n")
             while True:
                 time.sleep(60)

@@ -1,0 +1,75 @@
+"""A deployment's training run whose process dies (issue 50, item 2): with docs/deployments.md's stack
+(tests/e2e/test_deployment.py starts it) and prefect-automations.yaml created, kill -9 the flow-run
+process in iteration 1's seeds stage (paused there: tests/helpers/pause_hook), either alone (its worker
+sees the exit and reports it) or with its worker (only the missing heartbeats tell: the automation).
+The run turns Crashed within the time docs/deployments.md states, and the same deployment run again
+with the same run_id resumes it: the weights, rollouts and prefixes of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import urllib.request
+
+import pytest
+
+from tests.e2e.test_deployment import _deployed
+from tests.helpers import REPO
+from tests.helpers.resume import _assert_same_results
+from thinking_seeds.store.run_dir import RunDir
+
+HOOK_DIR = REPO / "tests" / "helpers" / "pause_hook"
+pytestmark = pytest.mark.slow  # a Prefect server, a worker, a tiny run twice; up to 2 min waiting for Crashed
+
+# docs/deployments.md: "Crashed within 10 s" (worker alive) and "within 2 minutes" (worker dead too)
+CRASHED_WITHIN = {False: 10.0, True: 120.0}
+
+
+def _state(api: str, flow_run_id: str) -> dict:
+    with urllib.request.urlopen(f"{api}/flow_runs/{flow_run_id}", timeout=10) as r:
+        return json.loads(r.read())["state"]
+
+
+@pytest.mark.parametrize("worker_dies", [False, True], ids=["flow-run-process", "worker-and-flow-run-process"])
+def test_a_killed_flow_run_turns_crashed_and_the_rerun_resumes(worker_dies, tmp_path, tiny_run):
+    reference = tiny_run.run
+    run = RunDir.for_run(reference.run_id, tmp_path / "runs")
+    marker = tmp_path / "paused"
+    pause = {  # iteration 1's seeds stage blocks at the rename of its prefixes file, once
+        "TS_TEST_PAUSE_AT": f"replace|{run.prefixes(1)}|{marker}",
+        "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(REPO)]),
+    }
+    params = ["--param", f"run_id={reference.run_id}", "--param", "overrides=" + json.dumps(tiny_run.overrides)]
+    with _deployed(tmp_path, pause) as stack:
+        stack.run("automation", "create", "--from-file", "prefect-automations.yaml")
+        out = stack.run("deployment", "run", "train/train", *params)
+        flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert time.monotonic() < deadline, (stack.logs / "worker.log").read_text()[-3000:]
+            time.sleep(0.5)
+        assert _state(stack.api, flow_run_id)["type"] == "RUNNING"
+
+        if worker_dies:
+            os.kill(stack.workers[-1].pid, signal.SIGKILL)
+            stack.workers[-1].wait(timeout=30)
+        os.kill(int(marker.read_text().split()[0]), signal.SIGKILL)  # the flow-run process (the hook's pid)
+        t0 = time.monotonic()
+        while (state := _state(stack.api, flow_run_id))["type"] != "CRASHED":
+            assert state["type"] == "RUNNING", state
+            assert time.monotonic() - t0 < CRASHED_WITHIN[worker_dies] + 60, "still Running"
+            time.sleep(1)
+        seconds = time.monotonic() - t0
+        print(f"Crashed {seconds:.1f} s after the kill: {state['message']}")
+        assert seconds <= CRASHED_WITHIN[worker_dies], f"Crashed only after {seconds:.0f} s"
+        if worker_dies:
+            assert "run the deployment again with the same run_id" in state["message"], state
+            stack.start_worker(pause)  # a new worker (the hook has fired: it lets the rename through now)
+
+        again = stack.run("deployment", "run", "train/train", *params, "--watch", "--watch-timeout", "600", timeout=660)
+        assert "Completed" in again, again[-3000:]
+    _assert_same_results(run, reference, 2)
