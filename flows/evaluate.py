@@ -32,7 +32,7 @@ def _flow_run_name() -> str:
     return f"evaluate-{p.get('run_id')}-{Path(p['data']).stem if p.get('data') else p.get('split', 'validation')}"
 
 
-@flow(name="evaluate", flow_run_name=_flow_run_name)
+@flow(name="evaluate", flow_run_name=_flow_run_name, log_prints=True)
 @user_errors_in_one_line
 def evaluate_flow(
     run_id: str,

@@ -123,13 +123,20 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
     log = get_run_logger()
     cfg = load_config(preset, overrides or [])
     run = RunDir.for_run(run_id)
-    with run_opened(run, cfg) as cfg:  # pipeline/run_lifecycle.py: what opens and closes a run, as the loop's
+
+    def resuming(line: str) -> None:  # the resume line in the UI's log; `ts train` printed it already (ts_printed)
+        log.info("%s", line, extra={"ts_printed": True})
+
+    with run_opened(run, cfg, on_resume=resuming) as cfg:  # pipeline/run_lifecycle.py: what opens and closes a run
         h = cfg.config_hash()
         log.info("run %s (%s, config %s): %d iterations", run.root, cfg.algorithm, h, cfg.iterations)
         with TrainProgress(cfg, run) as bar:
+            ran: set[int] = set()  # iterations with a stage that ran (k = -1: θ_0's evaluation): they publish
 
             def stage(task, k: int, *inputs: dict, **extra) -> dict:
-                m = call_stage(task, run, k, h, *inputs, **extra)
+                m, skipped = call_stage(task, run, k, h, *inputs, **extra)
+                if not skipped:
+                    ran.add(k)
                 bar.step(k, task.name, m)
                 return m
 
@@ -141,7 +148,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 log.info("%s", prepare_done_line(theta.get("seconds") or {}, cfg))
             prelaunch_trainer(run, cfg)  # update.launcher=accelerate: it starts beside θ_0's evaluation
             ev = stage(evaluate_task, -1, theta)  # the curves' starting point
-            report_iteration(run, -1, [ev])
+            report_iteration(run, -1, [ev], publish=-1 in ran)
             for k in range(cfg.iterations):
                 snap = stage(snapshot_task, k, theta)  # θ_k joins the historical pool H
                 seeds = stage(seeds_task, k, theta, snap)  # h ~ H writes drafts z; cut at λ·|z|
@@ -157,21 +164,23 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                     if ahead is not None:
                         ahead.wait()  # the engine is evaluate's again
                 ev = stage(evaluate_task, k, theta)  # held-out accuracy of θ_{k+1}
-                report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev])
+                report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev], publish=k in ran)
                 bar.iteration_done(k)
     log.info("run %s done: %s", run.run_id, run.root)
     return str(run.root)
 
 
-def report_iteration(run: RunDir, k: int, manifests: list[dict]) -> None:
-    """A table artifact with iteration k's metrics (k = -1: the evaluation of θ_0)."""
+def report_iteration(run: RunDir, k: int, manifests: list[dict], publish: bool = True) -> None:
+    """Iteration k's lines in the log (k = -1: the evaluation of θ_0), as `ts train --no-prefect` prints
+    them, and (`publish`: a stage of it ran in this flow run) a table artifact with its metrics: a resumed
+    run's skipped iterations published theirs when they ran."""
     merged = {n: v for m in manifests for n, v in m.get("metrics", {}).items()}
     trained = {n: v for n, v in merged.items() if n != "eval/accuracy"}
     if k >= 0:  # the iteration first, then the evaluation of the policy it trained (as ts train --no-prefect)
         get_run_logger().info("iteration %d: %s", k, summary(trained) or "done")
     if "eval/accuracy" in merged:
         get_run_logger().info("%s", evaluation_line(k + 1, merged))
-    rows = iteration_table(k, manifests)
+    rows = iteration_table(k, manifests) if publish else []
     if rows:
         label = "θ_0 evaluation" if k < 0 else f"iteration {k}"
         create_table_artifact(

@@ -1,7 +1,7 @@
 """Prefect tasks for evaluating a checkpoint: a held-out split of the run, or the user's own file.
 
-Each task run is named after the policy step it evaluates (`evaluate-step-4-test`): the flow resolves
-"the latest checkpoint" to a step before it calls the task.
+Each task run is named after the policy it evaluates (`evaluate-θ4-test`; the training flow's evaluations
+are `evaluate-θ<k>`): the flow resolves "the latest checkpoint" to a step before it calls the task.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from thinking_seeds.pipeline.checkpoint_eval import evaluate_checkpoint
 from thinking_seeds.pipeline.data_eval import evaluate_checkpoint_on_data
 
 
-@task(name="evaluate-checkpoint", task_run_name="evaluate-step-{step}-{split}")
+@task(name="evaluate-checkpoint", task_run_name="evaluate-θ{step}-{split}")
 def evaluate_checkpoint_task(
     run_dir: str,
     step: int | None = None,
@@ -29,7 +29,7 @@ def evaluate_checkpoint_task(
     return evaluate_checkpoint(run_dir, step, split, seeded, samples=samples)
 
 
-@task(name="evaluate-on-data", task_run_name="evaluate-step-{step}-{name}")
+@task(name="evaluate-on-data", task_run_name="evaluate-θ{step}-{name}")
 def evaluate_data_task(
     run_dir: str,
     data: str,

@@ -56,8 +56,9 @@ def _outcome(stage: str, run_dir: str, k: int, config_hash: str, upstream: Upstr
 def stage_task(stage: str) -> Task:
     """The Prefect task of `stage`: (run_dir, k, config_hash, upstream[, config]) -> the manifest as a dict.
 
-    Task runs are named `<stage>-<k>` (k = -1: the evaluation of θ_0). Call it with
-    `return_state=True` and take `.result()`: a skipped stage returns its state, not only its value.
+    Task runs are named `<stage>-<k>`, and an evaluation after the policy it evaluates: `evaluate-θ0`
+    (k = -1), `evaluate-θ<k+1>` (iteration k's). Call it with `return_state=True` and take `.result()`: a
+    skipped stage returns its state, not only its value.
     """
 
     def run_stage_task(run_dir: str, k: int, config_hash: str, upstream: Upstream, config: dict | None = None):
@@ -71,11 +72,20 @@ def stage_task(stage: str) -> Task:
     # Prefect keys a task by its function's qualified name: one per stage, as with hand-written tasks.
     run_stage_task.__name__ = run_stage_task.__qualname__ = f"{stage}_task"
     run_stage_task.__doc__ = f"Run (or skip, if its manifest says it is done) the {stage} stage of iteration k."
-    return task(name=stage, task_run_name=stage + "-{k}", cache_policy=NO_CACHE, persist_result=False)(run_stage_task)
+    name = _evaluated_policy if stage == "evaluate" else stage + "-{k}"
+    return task(name=stage, task_run_name=name, cache_policy=NO_CACHE, persist_result=False)(run_stage_task)
 
 
-def call_stage(stage: Task, run: RunDir, k: int, config_hash: str, *inputs: dict, **extra) -> dict:
-    """Run one stage task in the flow and return its manifest (a dict); `inputs` are the manifests it reads."""
+def _evaluated_policy() -> str:
+    """The evaluation's task run name: the policy it evaluates, θ_{k+1} (θ_0 at k = -1), as the docs write it."""
+    from prefect.runtime import task_run
+
+    return f"evaluate-θ{task_run.parameters['k'] + 1}"
+
+
+def call_stage(stage: Task, run: RunDir, k: int, config_hash: str, *inputs: dict, **extra) -> tuple[dict, bool]:
+    """Run one stage task in the flow: (its manifest as a dict, whether it was skipped); `inputs` are the
+    manifests it reads."""
     upstream = {f"{m['stage']}@{m['iteration']}": m for m in inputs}
     state = stage(str(run.root), k, config_hash, upstream, **extra, return_state=True)
-    return state.result()
+    return state.result(), state.name == SKIPPED

@@ -142,8 +142,17 @@ def compare(
         "thinking_seeds:prefix.ratio_of=budget, or grpo:iterations=185 to match compute (the one budget key "
         "a method may set for itself).",
     ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Start the comparison the defaults describe (without --methods or --seeds, ts compare only prints "
+        "its plan: runs, iterations, estimated time).",
+    ),
 ) -> None:
-    """Compare methods over seeds on one budget (resumable), add the SFT control, write the report."""
+    """Compare methods over seeds on one budget (resumable), add the SFT control, write the report.
+    Without --methods or --seeds it prints what it would run and how long that would take, and starts
+    nothing: add --yes to start it."""
     from thinking_seeds.config import ConfigError
     from thinking_seeds.experiments.compare import prepare, write_report
     from thinking_seeds.experiments.spec import ComparisonSpec
@@ -180,7 +189,7 @@ def compare(
             select_follow=select_follow,
             control_seeds=control_seeds,
             method_overrides=method_set,
-            command=command_line(ctx, skip=("report_only", "amend_protocol", "plan", "plan_from", "plan_sd")),
+            command=command_line(ctx, skip=("report_only", "amend_protocol", "plan", "plan_from", "plan_sd", "yes")),
         )  # the command that (re)runs it
         if plan:
             _print_plan(spec, plan_from, plan_sd)
@@ -206,6 +215,16 @@ def compare(
         + (f", base point from {reference}" if reference else "")
         + f"), {parallel} at once"
     )
+    from thinking_seeds.experiments.compare_estimate import estimate
+
+    con.print(estimate(specs, runs_root(), parallel).text(), markup=False, highlight=False)
+    if not (yes or given(ctx, "methods") or given(ctx, "seeds")):  # the defaults: hours of training, unasked
+        con.print(
+            "nothing started: add --yes to run this comparison, or choose with --methods and --seeds",
+            markup=False,
+            highlight=False,
+        )
+        return
     if no_prefect:  # failed runs raise CompareError: the one error handler prints it (exit 2)
         from rich.console import Console
 

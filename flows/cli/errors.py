@@ -163,7 +163,8 @@ class _QuietConsole(logging.Filter):
     """On the terminal only (the API keeps every record): a user's mistake is the one line `ts` prints,
     so Prefect's "Encountered exception ... CheckpointError(...)" and the "Finished in state Failed(...)"
     records that follow it stay off the console; so do the "Finished in state Skipped(...)" of a
-    resumed run's done stages (one resume line says it)."""
+    resumed run's done stages (one resume line says it), and a flow's record marked `ts_printed`
+    (the resume line: `ts train` printed it first)."""
 
     seen_user_error = False
 
@@ -173,6 +174,8 @@ class _QuietConsole(logging.Filter):
         if getattr(record, "ts_user_error", False):
             _QuietConsole.seen_user_error = True
             return False
+        if getattr(record, "ts_printed", False):
+            return False  # a flow's line that `ts` printed itself (the resume line) before the flow started
         if record.name == "prefect.task_runs" and record.getMessage().startswith("Finished in state Skipped("):
             return False  # a resumed run's done stages: `ts train` says it in one line (pipeline/resume.py)
         if _QuietConsole.seen_user_error and record.name in PREFECT_RUN_LOGGERS:

@@ -84,7 +84,9 @@ def test_flow_writes_every_stage(trained):
     # every stage's task run, and seeds-ahead-1: seeds 1 sampled while update 0 ran (pipeline.overlap,
     # on by default on the CPU)
     states = _task_states(trained.state, 2 + 2 * len(STAGES) + 1)
-    assert len(states) == 2 + 2 * len(STAGES) + 1 and {"prepare-0", "evaluate--1", "seeds-ahead-1"} <= set(states)
+    assert len(states) == 2 + 2 * len(STAGES) + 1 and {"prepare-0", "seeds-ahead-1"} <= set(states)
+    # each evaluation is named after the policy it evaluates: θ_0, then θ_{k+1} after update k
+    assert {n for n in states if n.startswith("evaluate")} == {"evaluate-θ0", "evaluate-θ1", "evaluate-θ2"}
     assert {s["name"] for s in states.values()} == {"Completed"}
 
 
@@ -108,11 +110,29 @@ def test_flow_publishes_artifacts(trained):
     assert float(progress[0]["data"]) == pytest.approx(100.0)
 
 
+def _flow_run_log(flow_state) -> list[str]:
+    """The messages of a flow run's log, as the UI shows it (read from the API)."""
+    from prefect.client.orchestration import get_client
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=10)
+    flow_run_id = str(flow_state.state_details.flow_run_id)
+    body = {"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "TIMESTAMP_ASC", "limit": 200, "offset": 0}
+    with get_client(sync_client=True) as client:
+        return [r["message"] for r in client.request("POST", "/logs/filter", json=body).json()]
+
+
 def test_rerun_skips_every_stage_and_rewrites_nothing(in_runs):
+    from thinking_seeds.pipeline.resume import resume_line
+
     run = in_runs.run
     before = _mtimes(run)
+    published = len(_artifacts(artifact_key(RUN_ID, "metrics")))
+    line = resume_line(run, load_saved_config(run.config_path))
     state = train_flow(preset="tiny", run_id=RUN_ID, overrides=in_runs.overrides, return_state=True)
     assert _mtimes(run) == before
+    assert line and line in _flow_run_log(state)  # the UI's log says what `ts train` says: a resume
+    assert len(_artifacts(artifact_key(RUN_ID, "metrics"))) == published  # skipped iterations publish nothing
     states = _task_states(state)
     assert len(states) == 2 + 2 * len(STAGES)
     for name, st in states.items():  # Prefect shows each skip, and why
@@ -133,6 +153,12 @@ def test_deleted_output_is_recomputed_and_nothing_else(in_runs):
     assert changed == {"manifests/iteration=1/verify.json"}
     ran = {name for name, st in _task_states(state).items() if st["name"] != "Skipped"}
     assert ran == {"verify-1"}
+    # iteration 1 ran a stage: its metrics are published again, and only its
+    latest = _artifacts(artifact_key(RUN_ID, "metrics"))[0]
+    assert latest["flow_run_id"] == str(state.state_details.flow_run_id)
+    assert {r["iteration"] for r in json.loads(latest["data"])} == {1}
+    published = [a for a in _artifacts(artifact_key(RUN_ID, "metrics")) if a["flow_run_id"] == latest["flow_run_id"]]
+    assert len(published) == 1
 
 
 def test_changed_output_invalidates_downstream(in_runs):
@@ -179,7 +205,9 @@ def test_evaluate_flow_names_its_task_run_after_the_step(in_runs, tmp_path):
 
     state = evaluate_flow(run_id=RUN_ID, split="test", return_state=True)
     assert state.result()["step"] == 2
-    assert set(_task_states(state, 1)) == {"evaluate-step-2-test"}
+    assert set(_task_states(state, 1)) == {"evaluate-θ2-test"}
+    # the evaluation's progress lines (printed) reach the UI's log, not only the worker's terminal
+    assert any(m.startswith("evaluate θ_2") and "samples" in m for m in _flow_run_log(state)), _flow_run_log(state)
     rows = read_table(in_runs.run.data_dir / "test.parquet").to_pylist()[:2]
     for i, r in enumerate(rows):
         r.update(data_source=f"src{i}", extra_info={"split": "mine", "index": i})
@@ -188,7 +216,7 @@ def test_evaluate_flow_names_its_task_run_after_the_step(in_runs, tmp_path):
     state = evaluate_flow(run_id=RUN_ID, data=str(tmp_path / "mine.parquet"), samples=2, return_state=True)
     out = state.result()
     assert (out["step"], sorted(out["by_source"]), out["metrics"]["samples"]) == (2, ["src0", "src1"], 4)
-    assert set(_task_states(state, 1)) == {"evaluate-step-2-mine"}
+    assert set(_task_states(state, 1)) == {"evaluate-θ2-mine"}
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:

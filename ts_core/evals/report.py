@@ -180,6 +180,7 @@ def write_report(
     runs_dir: Path | None = None,
     timings: dict[str, float] | None = None,
     failures: dict[str, str] | None = None,
+    tables: dict[str, list[dict[str, Any]]] | None = None,
 ) -> Path:
     """Write `reports/report.md` (+ PNG plots) for one run; return the Markdown's path.
 
@@ -187,7 +188,8 @@ def write_report(
     (tables say "no data yet", no plots). A named query that fails (out of DuckDB's memory, past
     QUERY_TIMEOUT_S) leaves a line saying why in place of its table and plot; the rest is written.
     `timings` / `failures`, when given, receive the seconds of each step (`connect`, each named
-    query, `plots`) and {query: why} of the queries that failed, for the report flow's log.
+    query, `plots`) and {query: why} of the queries that failed, for the report flow's log; `tables`
+    receives the rows of each table under "## Tables" (the report flow publishes them as artifacts).
     """
     run = RunDir.for_run(run_id, runs_dir)
     t = time.perf_counter()
@@ -286,13 +288,15 @@ def write_report(
                 "",
             ]
     md += ["## Tables", ""]
-    tables = ("entropy_accuracy", "clip_fraction", "prefix_diversity", "seeded_solve_rate", "runs")
-    for name in [t for t in tables if seeded or t not in ("prefix_diversity", "seeded_solve_rate")]:
+    table_names = ("entropy_accuracy", "clip_fraction", "prefix_diversity", "seeded_solve_rate", "runs")
+    for name in [t for t in table_names if seeded or t not in ("prefix_diversity", "seeded_solve_rate")]:
         md += [f"### {name}", "", f"{NAMED_QUERIES[name][0]} (`ts sql --query {name} --run-id {run_id}`)", ""]
         if name == "clip_fraction" and clip_note:
             md += [clip_note, ""]
             if not results[name].rows and name not in failed:
                 continue
         md.append(f"_the query failed: {failed[name]}_\n" if name in failed else markdown_table(results[name]))
+        if tables is not None and name not in failed:
+            tables[name] = results[name].to_dicts()
     text = "\n".join(md).rstrip() + "\n"
     return atomic_write(reports / "report.md", text)

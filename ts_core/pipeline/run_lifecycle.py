@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.groups_ahead import staleness_due
 from thinking_seeds.pipeline.policy_chain import flush_checkpoints
-from thinking_seeds.pipeline.resume import continued_config, record_extension
+from thinking_seeds.pipeline.resume import continued_config, record_extension, resume_line
 from thinking_seeds.pipeline.run_resources import close_resources, resources_for
 from thinking_seeds.pipeline.seeds_ahead import overlap_due
 from thinking_seeds.pipeline.session import Session
@@ -34,15 +34,18 @@ WorkAhead = tuple[str, Callable[[Session, int], bool]]
 
 
 @contextmanager
-def run_opened(run: RunDir, cfg: RunConfig) -> Iterator[RunConfig]:
+def run_opened(run: RunDir, cfg: RunConfig, on_resume: Callable[[str], None] | None = None) -> Iterator[RunConfig]:
     """Open `run` for training with `cfg` and yield the config it continues with (an existing run: the same
-    config, or more iterations; pipeline/resume.py). On a normal end θ_T's background checkpoint is
-    flushed to disk; on any end everything the run holds in this process is released."""
+    config, or more iterations; pipeline/resume.py). `on_resume` gets the resume line of a run with finished
+    stages (`resume_line`, said before an extension is recorded). On a normal end θ_T's background
+    checkpoint is flushed to disk; on any end everything the run holds in this process is released."""
     check_inputs(run, cfg)  # the data files and the model directory, before the lock makes the run directory
     run.acquire_lock()
     try:
         resources_for(run)  # what the run holds in this process, from here to its close
         cfg = continued_config(run, cfg)
+        if on_resume is not None and (line := resume_line(run, cfg)):
+            on_resume(line)
         record_extension(run, cfg)
         yield cfg
         flush_checkpoints(run, cfg)  # θ_T's checkpoint, written in the background, is on disk
