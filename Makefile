@@ -158,7 +158,7 @@ vllm-env:
 # The engine tests, then vLLM engines inside 1 and 2 Ray rollout workers on a local cluster the test
 # starts and stops (test_vllm_ray.py: the same rollouts and weights as cluster=local; ~2 min on 2 cores).
 test-vllm: vllm-env
-	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --durations=10 tests/integration/test_vllm_engine.py tests/integration/test_vllm_memory.py \
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --durations=10 tests/integration/test_vllm_engine.py tests/integration/test_vllm_memory.py tests/integration/test_vllm_gpu_api.py \
 	  tests/integration/test_vllm_ray.py
 
 # builtin:smollm2 (converted from the PyPI GGUF) and builtin:smollm2-chainsum (+ format warm-up).

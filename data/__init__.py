@@ -14,6 +14,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PRESETS_DIR = HERE / "presets"
 BUNDLED_MODELS_DIR = HERE / "models"
+# passed to every `accelerate launch` so that the user's default accelerate config is never read
+ACCELERATE_NEUTRAL_CONFIG = HERE / "accelerate_neutral.yaml"
 
 
 def models_dir() -> Path:

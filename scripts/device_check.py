@@ -40,7 +40,8 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-from checkout_import import use_checkout  # scripts/, this file's folder: first on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded from its file (tests)
+from checkout_import import use_checkout  # noqa: E402
 
 # The project need not be installed (a bare GPU machine): the package from this checkout, in this process
 # and in every process it starts (the trainer's); docs/scale-up.md "Run on one GPU".
@@ -180,9 +181,10 @@ def planned_peaks(cfg) -> dict[str, float] | None:
     try:
         from thinking_seeds.train.memory_check import model_shape, visible_gpus
         from thinking_seeds.train.memory_plan import plan_processes
+        from thinking_seeds.train.prompt_lengths import longest_prompt_tokens
 
         shape = model_shape(cfg.model.path, cfg.model.lora)
-        procs = plan_processes(shape, cfg, visible_gpus(), prompt_tokens=64)  # chain_sum prompts: < 64 tokens
+        procs = plan_processes(shape, cfg, visible_gpus(), prompt_tokens=longest_prompt_tokens(cfg) or 64)
         return {f"{p.role} on {p.device}": round(p.peak / 2**30, 3) for p in procs}
     except Exception as e:  # noqa: BLE001 - the plan is a comparison, not the check
         print(f"  (no plan: {type(e).__name__}: {e})", flush=True)

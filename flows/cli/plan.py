@@ -22,8 +22,12 @@ def plan(
     host_gib: float | None = typer.Option(
         None, "--host-gib", min=0.0, help="Plan for this much host memory, in GiB, instead of this machine's RAM."
     ),
-    prompt_tokens: int = typer.Option(
-        256, "--prompt-tokens", min=1, help="The longest prompt, in tokens (the config does not know it)."
+    prompt_tokens: int | None = typer.Option(
+        None,
+        "--prompt-tokens",
+        min=1,
+        help="The longest prompt, in tokens. Default: the data's longest (its splits built and tokenized as "
+        "the run will), or 256 when the data cannot be read here.",
     ),
 ) -> None:
     """Print the expected peak memory of every process of a run on each device: weights, gradients,
@@ -34,11 +38,19 @@ def plan(
         raise typer.BadParameter("--gpu-gib goes with --gpus N: add --gpus, or leave out --gpu-gib")
     from thinking_seeds.config import load_config
     from thinking_seeds.train.memory_check import capacities, model_shape, visible_gpus
-    from thinking_seeds.train.memory_fit import refusal
+    from thinking_seeds.train.memory_fit import GPU_MARGIN, refusal, usable
     from thinking_seeds.train.memory_plan import device_totals, gib, plan_processes
 
     cfg = load_config(preset, set_)
     shape = model_shape(cfg.model.path, cfg.model.lora)
+    source = "--prompt-tokens"
+    if prompt_tokens is None:
+        from thinking_seeds.train.memory_plan import PROMPT_TOKENS_DEFAULT
+        from thinking_seeds.train.prompt_lengths import longest_prompt_tokens
+
+        measured = longest_prompt_tokens(cfg)
+        prompt_tokens = measured or PROMPT_TOKENS_DEFAULT
+        source = "the data's longest" if measured else "assumed: the data could not be read here; --prompt-tokens"
     n = visible_gpus() if gpus is None else gpus
     caps = capacities(gpus, gpu_gib * 2**30) if gpus is not None else capacities()
     if host_gib is not None:
@@ -48,7 +60,7 @@ def plan(
     trainable = f", {shape.trainable:,} trainable (LoRA)" if shape.lora_params else ""
     con.print(
         f"model {cfg.model.path}: {shape.params:,} parameters{trainable}, {shape.layers} layers, hidden "
-        f"{shape.hidden}, vocabulary {shape.vocab:,}; prompts of up to {prompt_tokens} tokens (--prompt-tokens)"
+        f"{shape.hidden}, vocabulary {shape.vocab:,}; prompts of up to {prompt_tokens} tokens ({source})"
     )
     con.print(
         "full fine-tune: 16 bytes per parameter (fp32 weights or masters 4 + gradients 4 + AdamW's two moments 8)"
@@ -68,6 +80,8 @@ def plan(
         cap = caps.get(dev)
         where = "host memory" if dev == "cpu" else dev
         room = f"of {gib(cap):.1f} GiB" if cap is not None else "(not visible here: not checked)"
+        if cap is not None and usable(dev, cap) < cap:
+            room += f" ({gib(usable(dev, cap)):.1f} usable: {GPU_MARGIN:.0%} kept for the CUDA caching allocator)"
         con.print(f"{where}: {gib(total):.2f} GiB {room}")
     line = refusal(shape, cfg, caps, n, prompt_tokens)
     if line:

@@ -42,7 +42,7 @@ def train(
     check_inputs(run, cfg)  # a user's data sets and model directory: refuse a bad one before anything is written
     from thinking_seeds.train.memory_check import check_fits
 
-    check_fits(cfg)  # the memory plan (`ts plan`): one line naming the key to change when it cannot fit
+    check_fits(cfg, run.data_dir)  # the memory plan (`ts plan`), at the data's prompts: one line when it cannot fit
     cfg = continued_config(run, cfg)  # an existing run started with another config: one line naming the keys
     writing_to(run.root, f"run the same `ts train --run-id {run_id}` again: it resumes where it stopped")
     con = console()

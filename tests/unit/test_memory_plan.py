@@ -17,7 +17,6 @@ from thinking_seeds.train.memory_check import check_fits, model_shape
 from thinking_seeds.train.memory_fit import refusal
 from thinking_seeds.train.memory_plan import (
     CHECKPOINTING_FROM_PARAMS,
-    LOGPROB_BYTES_CHUNKED,
     LOGPROB_BYTES_FULL,
     activation_bytes,
     device_totals,
@@ -89,9 +88,9 @@ def test_plan_of_a_small_qwen2_is_the_arithmetic(tmp_path):
 
     chunked = load_config("tiny", [s for s in sets if "logprob" not in s] + ["update.logprob_chunk_size=100"])
     t = plan_processes(shape, chunked, gpus=0, prompt_tokens=prompt)[1]
-    assert t.item("log-prob path") == response * V * LOGPROB_BYTES_CHUNKED == 512_000
+    assert t.item("log-prob path") == 100 * V * LOGPROB_BYTES_FULL == 2_000_000  # one chunk of 100 tokens
     # in chunks the head's gradient accumulates while the path is alive: every gradient counts
-    assert t.phase_bytes()["update forward/backward"] == 4 * P + 8 * P + 5_210_112 + 512_000 + 4 * P
+    assert t.phase_bytes()["update forward/backward"] == 4 * P + 8 * P + 5_210_112 + 2_000_000 + 4 * P
 
 
 def test_mixed_precision_and_lora_change_what_is_held(tmp_path):

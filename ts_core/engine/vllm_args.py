@@ -12,7 +12,9 @@ CPU (vLLM's CPU backend, what the repository tests): eager (no torch.compile war
 dtype as configured, an explicit KV cache of the batch's tokens between 0.25 and 4 GiB, 32-token blocks.
 
 CUDA: CUDA graphs (enforce_eager=False), the GPUs of the placement (`device_ids`: indices among the
-visible GPUs, vLLM's own argument, so the process's CUDA_VISIBLE_DEVICES is left alone), and memory:
+visible GPUs, vLLM's own argument, which vLLM 0.32 maps through CUDA_VISIBLE_DEVICES itself
+(EngineArgs._resolve_device_ids), so the process's CUDA_VISIBLE_DEVICES is left alone: checked against the
+installed vLLM's source by tests/integration/test_vllm_gpu_api.py), and memory:
 - a GPU of its own: gpu_memory_utilization = 90% of the memory free at start (vLLM refuses a share above
   what is free, e.g. when a resumed run's trainer already holds memory) and the KV cache takes what the
   weights leave (vLLM's profile);

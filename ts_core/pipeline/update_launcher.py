@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from thinking_seeds.config import RunConfig
+from thinking_seeds.assets import ACCELERATE_NEUTRAL_CONFIG
+from thinking_seeds.config import ConfigError, RunConfig
 from thinking_seeds.config.placement import placement
 from thinking_seeds.engine.models import resolve_device
 from thinking_seeds.store.child_guard import die_with_parent
@@ -33,6 +34,23 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def accelerate_gpu_ids(gpus: tuple[int, ...] | list[int], visible: str | None) -> str:
+    """accelerate's --gpu_ids for the trainer's GPUs `gpus`, indices among the GPUs this process sees: accelerate
+    writes --gpu_ids into the child's CUDA_VISIBLE_DEVICES as they are, so under CUDA_VISIBLE_DEVICES (a
+    `ts compare` job given GPUs 2,3, SLURM, a container) they are translated to the entries of that list --
+    otherwise index 0 would be the machine's first GPU, not this process's."""
+    if visible is None or not visible.strip():
+        return ",".join(str(g) for g in gpus)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    for g in gpus:
+        if g >= len(entries):
+            raise ConfigError(
+                f"trainer GPU {g} is not among the {len(entries)} GPU(s) of CUDA_VISIBLE_DEVICES={visible}: "
+                "set update.gpu_ids (or device) to indices below that count, counting from 0"
+            )
+    return ",".join(entries[g] for g in gpus)
+
+
 def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], bool]:
     """`accelerate launch` and its options for the run's update (up to the module to run), and
     whether the trainer must be told `--cpu`. Shared by the per-update launch, the persistent
@@ -42,14 +60,15 @@ def launch_prefix(cfg: RunConfig, machine_rank: int = 0) -> tuple[list[str], boo
     n, machines = u.num_processes, u.num_machines
     total = n * machines  # accelerate's --num_processes counts the whole group
     precision = u.mixed_precision  # accelerate's own words: no | bf16
-    cmd = [sys.executable, "-m", LAUNCH_MODULE, "--num_processes", str(total), "--num_machines", str(machines)]
+    cmd = [sys.executable, "-m", LAUNCH_MODULE, "--config_file", str(ACCELERATE_NEUTRAL_CONFIG)]
+    cmd += ["--num_processes", str(total), "--num_machines", str(machines)]
     cmd += ["--mixed_precision", precision, "--dynamo_backend", "no"]
     device = resolve_device(cfg.device)  # a device this machine lacks fails here, in one line
     # The trainer processes' GPUs on this machine (update.gpu_ids, or as config/placement.py derives them):
     # accelerate hands rank r the r-th of them as its cuda:0, so no rank lands on the engine's GPU by accident.
     gpus = placement(cfg, torch.cuda.device_count() if device.type == "cuda" else 0).trainer_gpus
     if gpus:
-        cmd += ["--gpu_ids", ",".join(str(g) for g in gpus)]
+        cmd += ["--gpu_ids", accelerate_gpu_ids(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))]
     if total > 1:
         # With Accelerator(cpu=True) this means gloo DDP on CPU (docs/algorithm.md §7).
         cmd += ["--multi_gpu"]
@@ -94,10 +113,10 @@ def without_launcher(cmd: list[str], env: dict[str, str]) -> tuple[list[str], di
 
     with mock.patch.dict(os.environ, env, clear=True):  # what the launcher would read: its own environment
         args = launch_command_parser().parse_args(cmd[3:])
-        args, defaults, _ = _validate_launch_command(args)  # the user's accelerate config file included
+        args, _, _ = _validate_launch_command(args)  # with launch_prefix's neutral config file, never the user's
         simple = not (args.use_deepspeed or args.use_fsdp or args.use_megatron_lm or args.multi_gpu or args.tpu)
-        if not simple or args.num_processes != 1 or args.num_machines != 1 or defaults is not None:
-            return cmd, env  # a group, or a launch a config file shapes: accelerate's launcher decides
+        if not simple or args.num_processes != 1 or args.num_machines != 1:
+            return cmd, env  # a group: accelerate's launcher decides
         direct, child_env = prepare_simple_launcher_cmd_env(args)
     return direct, child_env
 

@@ -53,6 +53,7 @@ def shape_of_config(config, lora=None) -> ModelShape:
         largest_param=max(params.values()),
         largest_layer=largest_layer,
         lora_params=lora_params,
+        max_positions=getattr(text, "max_position_embeddings", None),
     )
 
 
@@ -90,10 +91,14 @@ def capacities(gpus: int | None = None, gpu_bytes: float | None = None) -> dict[
     return caps
 
 
-def check_fits(cfg: RunConfig, prompt_tokens: int = PROMPT_TOKENS_DEFAULT) -> None:
+def check_fits(cfg: RunConfig, data_dir: Path | None = None) -> None:
     """Raise ConfigError (one line naming the key to change) when the run's plan cannot fit the visible
     devices: a GPU's memory, or the host's RAM. Runs on Ray rollout workers plan only this machine's
-    trainer; a run whose model directory is not there yet is left to the model checks."""
+    trainer; a run whose model directory is not there yet is left to the model checks.
+
+    Prompts as long as the model's positions allow (less rollout.max_new_tokens) are planned first: when that
+    fits, no prompt can overflow and the data is not read; else the plan is at the data's longest prompt
+    (train/prompt_lengths.py: the run's splits in `data_dir`, or those prepare will write)."""
     if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
         gpus = 0
     else:
@@ -104,6 +109,12 @@ def check_fits(cfg: RunConfig, prompt_tokens: int = PROMPT_TOKENS_DEFAULT) -> No
         shape = model_shape(cfg.model.path, cfg.model.lora)
     except (OSError, ValueError):
         return  # a run resumed without its base model directory: the model checks speak for it
-    line = refusal(shape, cfg, capacities(), gpus, prompt_tokens)
+    caps = capacities()
+    longest_possible = (shape.max_positions or 0) - cfg.rollout.max_new_tokens
+    if longest_possible > 0 and refusal(shape, cfg, caps, gpus, longest_possible) is None:
+        return
+    from thinking_seeds.train.prompt_lengths import longest_prompt_tokens
+
+    line = refusal(shape, cfg, caps, gpus, longest_prompt_tokens(cfg, data_dir) or PROMPT_TOKENS_DEFAULT)
     if line:
         raise ConfigError(line)

@@ -19,7 +19,20 @@ from thinking_seeds.train.memory_plan import (
     plan_processes,
 )
 
-__all__ = ["refusal"]
+__all__ = ["GPU_MARGIN", "refusal", "usable"]
+
+# The share of a GPU a plan may not use: the CUDA caching allocator reserves more than the tensors alive
+# (fragmentation: blocks split and cached per stream and size class; 5-15% in PyTorch's own notes and what
+# nvidia-smi shows beside max_memory_allocated), and NCCL and cuBLAS take workspaces beyond the CUDA context
+# the plan counts per process. A plan above (1 - GPU_MARGIN) of the card is refused: a 7B fsdp2 x 8 plan at
+# 78.5 of 80 GiB would not have run.
+GPU_MARGIN = 0.10
+
+
+def usable(device: str, capacity: float) -> float:
+    """What a plan may use of `device`'s capacity: all of the host's RAM (the OS and swap decide the rest),
+    a GPU less GPU_MARGIN."""
+    return capacity * (1 - GPU_MARGIN) if device.startswith("cuda") else capacity
 
 
 def _with(cfg: RunConfig, **update) -> RunConfig:
@@ -29,7 +42,7 @@ def _with(cfg: RunConfig, **update) -> RunConfig:
 
 def _fits(shape, cfg, gpus, capacities, prompt_tokens) -> bool:
     totals = device_totals(plan_processes(shape, cfg, gpus, prompt_tokens))
-    return all(t <= capacities[d] for d, t in totals.items() if d in capacities)
+    return all(t <= usable(d, capacities[d]) for d, t in totals.items() if d in capacities)
 
 
 def _advice(shape: ModelShape, cfg: RunConfig, on: list[ProcessPlan], gpus: int, capacities, prompt_tokens) -> str:
@@ -44,7 +57,7 @@ def _advice(shape: ModelShape, cfg: RunConfig, on: list[ProcessPlan], gpus: int,
             if _fits(shape, what, gpus, capacities, prompt_tokens):
                 return f"set update.strategy=fsdp2 with update.num_processes={n} (or model.lora)"
     trainers = [p for p in on if p.role.startswith(("trainer", "pipeline (engine + trainer)"))]
-    cap = capacities[on[0].device]
+    cap = usable(on[0].device, capacities[on[0].device])
     states = max((p.item("weights") + p.item("gradients") + p.item("AdamW") for p in trainers), default=0.0)
     if full and states > 0.9 * cap:  # weights, gradients and AdamW alone leave no room
         if not gpus:  # trainer processes on one host share its memory: sharding does not help there
@@ -79,7 +92,7 @@ def refusal(
     processes = plan_processes(shape, cfg, gpus, prompt_tokens)
     for dev, total in device_totals(processes).items():
         cap = capacities.get(dev)
-        if cap is None or total <= cap:
+        if cap is None or total <= usable(dev, cap):
             continue
         on = [p for p in processes if p.device == dev]
         items: dict[str, float] = {}
@@ -88,8 +101,11 @@ def refusal(
                 items[name] = items.get(name, 0.0) + p.item(name)
         top = ", ".join(f"{n} {gib(b):.1f}" for n, b in sorted(items.items(), key=lambda kv: -kv[1])[:3])
         where = "host memory" if dev == "cpu" else dev
+        room = f"{gib(cap):.1f} GiB"
+        if usable(dev, cap) < cap:
+            room += f", {gib(usable(dev, cap)):.1f} usable ({GPU_MARGIN:.0%} kept for the CUDA caching allocator)"
         return (
-            f"memory: the run needs {gib(total):.1f} GiB on {where}, which has {gib(cap):.1f} GiB "
+            f"memory: the run needs {gib(total):.1f} GiB on {where}, which has {room} "
             f"({' + '.join(sorted({p.role for p in on}))}; largest: {top} GiB); "
             f"{_advice(shape, cfg, on, gpus, capacities, prompt_tokens)}; `ts plan` shows the whole plan"
         )

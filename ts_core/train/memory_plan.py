@@ -18,14 +18,22 @@ Bytes per item (P: parameters, P_t: trainable ones; b: bytes of model.dtype, b_e
                     With gradient checkpointing: tokens × layers × h × s (each layer's input) plus one
                     layer's full activations, recomputed in the backward.
   log-prob path     response tokens × V × LOGPROB_BYTES_FULL (20: the (B, T, V) logits,
-                    update.logprob_chunk_size=null) or LOGPROB_BYTES_CHUNKED (2: through the LM head in
-                    chunks); with chunks every gradient is alive beside it (the head's accumulates)
+                    update.logprob_chunk_size=null); through the LM head in chunks, one chunk's worth:
+                    min(chunk, response tokens) × V × LOGPROB_BYTES_FULL (the backward recomputes a
+                    chunk's logits at a time); with chunks every gradient is alive beside it (the head's
+                    accumulates)
+  AdamW temporaries on a CPU: 2 × the largest parameter (single-tensor AdamW); on a GPU, torch's
+                    default foreach AdamW: P_t × b (one `_foreach_sqrt` temporary of every exp_avg_sq)
+  FSDP2 root        2 × (P − layers × per-layer) × g (embedding, final norm, LM head: fully_shard on the
+                    whole model does not reshard them after the forward; their gradients, unsharded
+                    until the end of the backward; g: the all-gather dtype)
   KV cache          layers × 2 × kv_heads × head_dim × b_e × batch × (prompt + max_new_tokens)
   hand-over         P × b_e per policy held in memory by the pipeline (θ from the persistent trainer)
 
 A process's peak is the largest of its phases (generation; the update's forward/backward; the optimizer
 step), each the sum of what is alive then; a device's total is the sum of its processes' peaks (each
-process's allocator keeps its own peak) plus a CUDA context per process on a GPU.
+process's allocator keeps its own peak) plus a CUDA context per process on a GPU; a GPU's total is
+compared with its memory less a margin for the caching allocator (train/memory_fit.py GPU_MARGIN).
 """
 
 from __future__ import annotations
@@ -39,7 +47,6 @@ from thinking_seeds.engine.token_scores import chunk_tokens
 
 __all__ = [
     "CUDA_CONTEXT_BYTES",
-    "LOGPROB_BYTES_CHUNKED",
     "LOGPROB_BYTES_FULL",
     "Item",
     "ModelShape",
@@ -57,15 +64,13 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # the entropy) through the (B, T, V) logits: 19.8 measured at V = 151,936 on the CPU (fp32 copy of the
 # logits, softmax, p·logits and autograd's saved tensors); bench/memory_plan.py checks it.
 LOGPROB_BYTES_FULL = 20.0
-# The chunked path (update.logprob_chunk_size: engine/token_scores.py) keeps no (tokens, V) tensor; what
-# it costs was measured (bench/memory_plan.py, V = 151,936, hidden 64-256, 512 response tokens): ~2 bytes
-# per (response token × vocabulary entry) above weights, AdamW and every gradient, the same with chunks
-# of 16, 55 or 220 tokens; the LM head's gradient accumulates over the chunks, so all the gradients are
-# counted alive beside it.
-LOGPROB_BYTES_CHUNKED = 2.0
+# The chunked path (update.logprob_chunk_size: engine/token_scores.py) keeps no (tokens, V) tensor: its
+# backward recomputes one chunk's logits at a time, so it holds one chunk of the plain path's tensors
+# (bench/memory_plan.py, V = 151,936: ~0.16 GiB at chunks of 55 tokens, whatever the micro-batch); the LM
+# head's gradient accumulates over the chunks, so all the gradients are counted alive beside it.
 # What a CUDA process holds before its first tensor (context, cuBLAS workspace): ~0.5 GiB on recent GPUs.
 CUDA_CONTEXT_BYTES = 512 * 2**20
-PROMPT_TOKENS_DEFAULT = 256  # a planning assumption (the config does not know its prompts' length)
+PROMPT_TOKENS_DEFAULT = 256  # when the data's prompts cannot be read (train/prompt_lengths.py measures them)
 CHECKPOINTING_FROM_PARAMS = 10**9  # update.gradient_checkpointing unset: on from this many parameters
 
 
@@ -84,6 +89,7 @@ class ModelShape:
     largest_param: int  # elements of the largest parameter tensor (the embedding, at real vocabularies)
     largest_layer: int  # parameters of one decoder layer
     lora_params: int = 0  # trainable adapter parameters under model.lora (0: full fine-tune)
+    max_positions: int | None = None  # max_position_embeddings: no prompt is longer than this less the budget
 
     @property
     def trainable(self) -> int:
@@ -161,9 +167,10 @@ def logprob_path_bytes(response_tokens: int, vocab: int, chunk: int | None) -> t
         return response_tokens * vocab * LOGPROB_BYTES_FULL, (
             f"{response_tokens} response tokens × V {vocab} × {LOGPROB_BYTES_FULL:g} B (the (B, T, V) logits)"
         )
-    return response_tokens * vocab * LOGPROB_BYTES_CHUNKED, (
-        f"{response_tokens} response tokens × V {vocab} × {LOGPROB_BYTES_CHUNKED:g} B (in chunks of "
-        f"{min(chunk, response_tokens)} tokens)"
+    held = min(chunk, response_tokens)
+    return held * vocab * LOGPROB_BYTES_FULL, (
+        f"one chunk: {held} tokens × V {vocab} × {LOGPROB_BYTES_FULL:g} B (of {response_tokens} response tokens, "
+        "a chunk at a time)"
     )
 
 
@@ -215,8 +222,11 @@ def activation_bytes(shape: ModelShape, tokens: int, kind: str, checkpointing: b
     return tokens * (shape.layers * per_layer + fixed)
 
 
-def _trainer_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int) -> tuple[list[Item], list, list]:
-    """The trainer's items, and the names alive in its forward/backward and in its optimizer step."""
+def _trainer_items(
+    shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int, on_gpu: bool
+) -> tuple[list[Item], list, list]:
+    """The trainer's items, and the names alive in its forward/backward and in its optimizer step (`on_gpu`:
+    the trainer runs on CUDA, where AdamW is torch's foreach implementation)."""
     b = DTYPE_BYTES[cfg.model.dtype]
     mixed = cfg.update.mixed_precision == "bf16"
     P, Pt = shape.params, shape.trainable
@@ -246,15 +256,19 @@ def _trainer_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int) 
     grads = "largest gradient" if z.logprob_chunk is None else "gradients"
     fwd = ["weights", "AdamW", "activations", "log-prob path", grads]
     step = ["weights", "AdamW", "gradients", "optimizer temporaries"]
-    # The LM head's gradient lands while the log-prob path is still alive; AdamW's update of one
-    # parameter makes a few temporaries of its size (single-tensor AdamW) .
+    # The LM head's gradient lands while the log-prob path is still alive.
     big = shape.largest_param * b if shards == 1 else shape.largest_layer * b
     if shape.lora_params:  # the frozen base has no gradient; the adapters' matrices are small
         big = 0.0
-    items += [
-        Item("largest gradient", big, "the largest parameter's gradient, at the start of the backward"),
-        Item("optimizer temporaries", 2 * big, "2 × the largest parameter (AdamW's per-tensor temporaries)"),
-    ]
+    items.append(Item("largest gradient", big, "the largest parameter's gradient, at the start of the backward"))
+    if on_gpu:  # torch's CUDA default: foreach AdamW, whose _foreach_sqrt(exp_avg_sq) is one temporary of all
+        items.append(
+            Item("optimizer temporaries", Pt * b / shards, f"P_trainable × {b} B{per} (foreach AdamW's sqrt(v))")
+        )
+    else:  # single-tensor AdamW: a few temporaries of one parameter's size at a time
+        items.append(
+            Item("optimizer temporaries", 2 * big, "2 × the largest parameter (AdamW's per-tensor temporaries)")
+        )
     if mixed:
         copies = 2 * (Pt if shape.lora_params else Pt - shape.embedding_only) / shards
         items.append(Item("autocast copies", copies, f"2 B × trainable matmul weights{per}"))
@@ -262,7 +276,17 @@ def _trainer_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, shards: int) 
     if shards > 1:  # FSDP2: a layer's full parameters are all-gathered around its forward and backward
         g = 2 if mixed else b  # bf16 all-gathers under mixed precision (strategy.py's MixedPrecisionPolicy)
         items.append(Item("all-gathered layer", 2 * shape.largest_layer * g, f"2 decoder layers × {g} B"))
+        root = max(0, shape.params - shape.layers * shape.largest_layer)
+        items.append(
+            Item(
+                "FSDP2 root (unsharded)",
+                2 * root * g,
+                f"2 × {root:,} root parameters × {g} B (embedding, final norm, LM head and their gradients: "
+                "all-gathered through the forward and backward)",
+            )
+        )
         fwd.append("all-gathered layer")
+        fwd.append("FSDP2 root (unsharded)")
     if cfg.loss.kl_coef > 0:
         items.append(Item("reference model", P * b, f"P × {b} B (loss.kl_coef > 0)"))
         fwd.append("reference model")
@@ -304,7 +328,7 @@ def plan_processes(shape: ModelShape, cfg: RunConfig, gpus: int, prompt_tokens: 
     engine_devs, trainer_devs = _devices(cfg, gpus)
     tp = len(engine_devs)
     shards = z.world if cfg.update.strategy == "fsdp2" else 1
-    t_items, fwd, step = _trainer_items(shape, cfg, z, shards)
+    t_items, fwd, step = _trainer_items(shape, cfg, z, shards, on_gpu=trainer_devs[0].startswith("cuda"))
     e_items = _engine_items(shape, cfg, z, tp)
     be = DTYPE_BYTES[cfg.engine_dtype]
     gen = ["engine weights", "KV cache", "sampling logits"]
