@@ -14,6 +14,8 @@ chunks stay in the process and the peak tells the allocator's history. Sides, in
   full       update.logprob_chunk_size=null: the (B, T, V) logits, softmax and autograd's copies
   chunked    update.logprob_chunk_size=0 (the default): the LM head a chunk at a time, recomputed in
              the backward (engine/token_scores.py)
+  ddp        chunked, with the model wrapped in DDP (gloo, one rank), as update.num_processes >= 2
+             trains it: the head is found inside the wrapper, the forward runs through it
 
 Prints each side's median bytes per entry and the chunked / full ratio. Linux only (clear_refs).
 """
@@ -29,7 +31,7 @@ import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-SIDES = {"full": None, "chunked": 0}
+SIDES = {"full": (None, False), "chunked": (0, False), "ddp": (0, True)}  # (logprob_chunk_size, DDP)
 
 
 def _status(key: str) -> int:
@@ -39,7 +41,7 @@ def _status(key: str) -> int:
     raise KeyError(key)
 
 
-def measure(vocab: int, responses: int, tokens: int, chunk: int | None, entropy_grad: bool) -> dict:
+def measure(vocab: int, responses: int, tokens: int, chunk: int | None, entropy_grad: bool, ddp: bool) -> dict:
     """In this process: bytes of peak-RSS growth of one forward + backward (module docstring)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -54,6 +56,13 @@ def measure(vocab: int, responses: int, tokens: int, chunk: int | None, entropy_
     model = Qwen2ForCausalLM(cfg).float().train()
     ctx = [[int(x) for x in torch.randint(1, vocab, (32,))] for _ in range(responses)]
     resp = [[int(x) for x in torch.randint(1, vocab, (tokens,))] for _ in range(responses)]
+    if ddp:  # its buckets are allocated here, before the mark, like the gradients
+        import tempfile
+
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/pg", rank=0, world_size=1)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     for p in model.parameters():  # the gradients are the model's, not the path's: allocated before
         p.grad = torch.zeros_like(p)
     with open("/proc/self/clear_refs", "w") as f:
@@ -76,7 +85,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:  # one measurement: side,entropy_grad
         side, eg = a.child.split(",")
-        print(json.dumps(measure(a.vocab, a.responses, a.tokens, SIDES[side], eg == "1")))
+        print(json.dumps(measure(a.vocab, a.responses, a.tokens, SIDES[side][0], eg == "1", SIDES[side][1])))
         return
     import torch
 
@@ -100,8 +109,8 @@ def main() -> None:
     for k, v in med.items():
         print(f"  {k:34s} {v:.2f}")
     for eg in ("with", "without"):
-        full, ch = med[f"full, entropy {eg} grad"], med[f"chunked, entropy {eg} grad"]
-        print(f"chunked / full (entropy {eg} grad): {ch / full:.3f}")
+        full, ch, ddp = (med[f"{side}, entropy {eg} grad"] for side in SIDES)
+        print(f"chunked / full (entropy {eg} grad): {ch / full:.3f}; ddp / full: {ddp / full:.3f}")
 
 
 if __name__ == "__main__":

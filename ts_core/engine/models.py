@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers.utils import logging as hf_logging
 
 from thinking_seeds.assets import model_path
+from thinking_seeds.engine.turn_end import encode_plain
 from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
 from thinking_seeds.store.weights_check import check_model_dir
 
@@ -194,11 +195,6 @@ def load_model(path: str | Path, dtype: str | torch.dtype = torch.float32, devic
     check_model_dir(p)  # safetensors of the shapes its config builds, before from_pretrained reads them
     with MODEL_LOAD_LOCK:
         tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    if tok.chat_template is None:
-        raise ModelError(
-            f"{p}: the tokenizer has no chat template; set one (tokenizer.chat_template = ...; "
-            "save_pretrained) so prompts are rendered the way the model was trained"
-        )
     with MODEL_LOAD_LOCK:
         model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, use_safetensors=True)
     if device is not None:
@@ -215,7 +211,10 @@ def count_params(model: torch.nn.Module) -> int:
 
 
 def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    """Token ids of a chat prompt, ready for the answer to follow."""
+    """Token ids of a chat prompt, ready for the answer to follow: through the tokenizer's chat template,
+    or, a base model's tokenizer without one, in the plain format of engine/turn_end.py."""
+    if tokenizer.chat_template is None:
+        return encode_plain(tokenizer, messages)
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 returns a BatchEncoding
         ids = ids["input_ids"]

@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from thinking_seeds.engine.lora import is_adapter, merged_state_dict
 from thinking_seeds.engine.prefill import group_width, prefill_groups, prefill_width, unique_contexts
+from thinking_seeds.engine.turn_end import model_eos_ids
 from thinking_seeds.store.weights_check import check_shapes, model_shapes
 from thinking_seeds.transports import live_weights
 
@@ -180,6 +181,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.eos_id = tokenizer.eos_token_id
+        self.eos_ids = model_eos_ids(model, tokenizer)  # every id that ends the model's turn (turn_end.py)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.loaded_from: str | None = None
 
@@ -331,6 +333,7 @@ class HFEngine:
         limit_t = torch.tensor(limits, dtype=torch.long, device=dev)
         done = limit_t <= 0
         lengths = limit_t.clamp(min=0)  # sampled tokens per row, until EOS says otherwise
+        eos = torch.tensor(self.eos_ids, dtype=torch.long, device=dev)
         for t in range(steps):
             logp_all = torch.log_softmax(logits.float() / params.temperature, dim=-1)
             probs = _top_p_filter(logp_all.exp(), params.top_p)
@@ -342,7 +345,7 @@ class HFEngine:
             tokens[:, t] = tok
             logps[:, t] = torch.where(done | forcing, 0.0, logp_all.gather(-1, tok[:, None]).squeeze(-1))
             sampled = t + 1 - n_forced  # tokens this row has sampled, this one included
-            newly = ~done & ~forcing & (tok == self.eos_id)
+            newly = ~done & ~forcing & torch.isin(tok, eos)
             lengths = torch.where(newly, sampled, lengths)
             done = done | newly | (~forcing & (limit_t <= sampled))  # a row at its cap stops (not finished)
             if bool(done.all()) or t == steps - 1:
@@ -365,6 +368,6 @@ class HFEngine:
             n = int(lengths[i])
             ids_i = tokens[i, a : a + n].tolist()
             gens.append(
-                Generation(ids_i, logps[i, a : a + n].tolist(), finished=bool(ids_i) and ids_i[-1] == self.eos_id)
+                Generation(ids_i, logps[i, a : a + n].tolist(), finished=bool(ids_i) and ids_i[-1] in self.eos_ids)
             )
         return gens

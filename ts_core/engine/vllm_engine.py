@@ -52,6 +52,7 @@ from thinking_seeds.config import ConfigError
 from thinking_seeds.config.placement import engine_gpus, placement
 from thinking_seeds.engine import vllm_args
 from thinking_seeds.engine.rollout import Generation, SamplingParams, refuse_overlong, token_limits
+from thinking_seeds.engine.turn_end import eos_ids
 from thinking_seeds.engine.vllm_adapters import (
     ADAPTER_FILE,
     OPTIMIZER_FILE,
@@ -164,8 +165,7 @@ class VLLMEngine(VLLMAdapters):
         _verify(ckpt)
         config = _read_json(ckpt / "config.json")
         gen_cfg = _read_json(ckpt / "generation_config.json") if (ckpt / "generation_config.json").exists() else {}
-        eos = gen_cfg.get("eos_token_id", config.get("eos_token_id"))
-        self.eos_ids: list[int] = sorted(set(eos if isinstance(eos, list) else [eos])) if eos is not None else []
+        self.eos_ids = list(eos_ids(gen_cfg, config))  # every id that ends the model's turn, as HFEngine's
         if not self.eos_ids:
             raise ValueError(f"{ckpt}/config.json has no eos_token_id: the engine could never stop a response")
         self.eos_id = self.eos_ids[0]
