@@ -91,6 +91,8 @@ _HASH_OUT_AT_DEFAULT = {
 DEFAULTS_BEFORE: dict[tuple[str, str], Any] = {
     # padded micro-batches of update.micro_batch_size sequences, until token budgets became the default
     ("update", "max_tokens_per_micro_batch"): None,
+    # whole drafts, cut at λ·|z|, until drafts stopped at their cut λ·T became the default (issue 53)
+    ("prefix", "ratio_of"): "draft",
 }
 
 
