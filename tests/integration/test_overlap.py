@@ -66,18 +66,20 @@ def test_seeds_sampled_ahead_by_other_pool_members_are_not_used(tiny_run, tmp_pa
 
 
 def test_budget_seeds_keep_the_draft_tokens_up_to_the_cut(tiny_run, tmp_path):
-    """ratio_of=budget on iteration 1 of a copy of the tiny run: every seed starts with the seed the
-    draft mode cut from the same draft (same tokens, same behaviour log-probs) and is at most
-    ⌊λ·T⌋ long; the drafts stop there, so fewer tokens are sampled, and none is scored."""
+    """ratio_of=budget (the default since issue 53: the tiny run's) against ratio_of=draft on
+    iteration 1 of a copy of the tiny run: every seed starts with the seed the draft mode cut from
+    the same draft (same tokens, same behaviour log-probs) and is at most ⌊λ·T⌋ long; the drafts stop
+    there, so fewer tokens are sampled, and none is scored."""
+    cfg = load_config("tiny", tiny_run.overrides)
+    assert cfg.prefix.ratio_of == "budget"
     run = copy_run(tiny_run.run, tmp_path)
-    cfg = load_config("tiny", tiny_run.overrides + ["prefix.ratio_of=budget"])
-    s = Session(run, cfg)
+    s = Session(run, load_config("tiny", tiny_run.overrides + ["prefix.ratio_of=draft"]))
     try:
         m = seeds(s, 1)
     finally:
         s.close()
-    got = read_rows(PrefixRow, run.root / m.outputs["prefixes"])
-    want = read_rows(PrefixRow, tiny_run.run.prefixes(1))
+    got = read_rows(PrefixRow, tiny_run.run.prefixes(1))
+    want = read_rows(PrefixRow, run.root / m.outputs["prefixes"])
     T = cfg.rollout.max_new_tokens
     assert [r.seed_id for r in got] == [r.seed_id for r in want]
     longer = 0
@@ -89,4 +91,4 @@ def test_budget_seeds_keep_the_draft_tokens_up_to_the_cut(tiny_run, tmp_path):
         longer += len(b.prefix_token_ids) > n
     assert longer, "no draft ran past its budget: the check would be vacuous"
     assert sum(r.draft_len for r in got) < sum(r.draft_len for r in want)
-    assert read_table(tiny_run.run.prefixes(1)).num_rows == len(got)
+    assert read_table(run.prefixes(1)).num_rows == len(want)  # the copy holds the draft-mode seeds

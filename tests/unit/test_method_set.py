@@ -24,20 +24,20 @@ def _spec(**kw):
 
 
 def test_method_set_gives_one_method_its_own_settings_and_iterations():
-    spec = _spec(method_overrides=["grpo:iterations=5", "thinking_seeds:prefix.ratio_of=budget"])
-    assert spec.method_overrides == {"grpo": ["iterations=5"], "thinking_seeds": ["prefix.ratio_of=budget"]}
+    spec = _spec(method_overrides=["grpo:iterations=5", "thinking_seeds:prefix.ratio_of=draft"])
+    assert spec.method_overrides == {"grpo": ["iterations=5"], "thinking_seeds": ["prefix.ratio_of=draft"]}
     cfgs = {s.run_id: s.config() for s in spec.runs()}  # the shared-budget check lets iterations differ
     assert {r: (c.iterations, c.prefix.ratio_of) for r, c in cfgs.items()} == {
-        "ms-grpo-s0": (5, "draft"),
-        "ms-grpo-s1": (5, "draft"),
-        "ms-thinking_seeds-s0": (4, "budget"),
-        "ms-thinking_seeds-s1": (4, "budget"),
+        "ms-grpo-s0": (5, "budget"),
+        "ms-grpo-s1": (5, "budget"),
+        "ms-thinking_seeds-s0": (4, "draft"),
+        "ms-thinking_seeds-s1": (4, "draft"),
     }  # run ids do not carry the setting; the config hash does
     assert compute_matched(spec.runs()) == {"iterations"}
     # the protocol records each method's settings, so a change later is a changed protocol
     methods = protocol_of(spec, spec.runs())["protocol"]["methods"]
     assert "iterations=5" in methods["grpo"]["overrides"]
-    assert "prefix.ratio_of=budget" in methods["thinking_seeds"]["overrides"]
+    assert "prefix.ratio_of=draft" in methods["thinking_seeds"]["overrides"]
     # the SFT control keeps the shared iterations; its budget check accepts the compute match
     ctrl = control_config("tiny", ("iterations=4",), 0)
     check_same_budget({"a": cfgs["ms-grpo-s0"], "ctrl": ctrl}, compute_matched(spec.runs()))

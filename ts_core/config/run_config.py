@@ -93,6 +93,8 @@ DEFAULTS_BEFORE: dict[tuple[str, str], Any] = {
     ("update", "max_tokens_per_micro_batch"): None,
     # fp32 everywhere, until bf16 became the default on a CUDA GPU (update.mixed_precision=auto, issue #52)
     ("update", "mixed_precision"): "no",
+    # whole drafts, cut at λ·|z|, until drafts stopped at their cut λ·T became the default (issue 53)
+    ("prefix", "ratio_of"): "draft",
 }
 # Settings resolved from a DEFAULTS_BEFORE key when a config is validated: kept with it, at the run's own
 # recorded value (update.recompute_old_logprobs is on exactly when bf16 is in play, unless set).

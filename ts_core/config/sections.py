@@ -241,12 +241,14 @@ class PrefixConfig(_Section):
         False, description="Draw stored seeds for (prompt, checkpoint) from the corpus instead of regenerating."
     )
     ratio_of: Literal["draft", "budget"] = Field(
-        "draft",
-        description="What λ is a fraction of. draft: the whole draft's length |z| (each draft is generated to its "
-        "end, cut at ⌊λ·|z|⌋, and scored: draft_reward). budget: rollout.max_new_tokens T, so the cut is known "
-        "before sampling and each draft is generated only up to ⌊λ·T⌋ tokens (fewer tokens; a draft that ends "
-        "sooner is cut at ⌊λ·|z|⌋ as with draft); the seeds are then longer for drafts longer than their budget, "
-        "and drafts are not scored (draft_reward empty, so filter=correct_draft is refused).",
+        "budget",
+        description="What λ is a fraction of. budget (the default since issue 53; the paper's rule): "
+        "rollout.max_new_tokens T, so the cut is known before sampling and each draft is generated only up to "
+        "⌊λ·T⌋ tokens (0.62x the draft tokens on the tiny preset; a draft that ends sooner is cut at ⌊λ·|z|⌋ as "
+        "with draft); the seeds are then longer for drafts longer than their budget, and drafts are not scored "
+        "(draft_reward empty). draft: the whole draft's length |z| (each draft is generated to its end, cut at "
+        "⌊λ·|z|⌋, and scored: draft_reward); what filter=correct_draft and cut=steps need, so left unset with "
+        "either it is draft. Runs started before the change keep draft (config/run_config.py DEFAULTS_BEFORE).",
     )
     filter: Literal["none", "correct_draft"] = Field(
         "none",
@@ -275,6 +277,15 @@ class PrefixConfig(_Section):
         "prompts, at their tokens' cost (seeding/draft_tokens). 1: one draft per slot, as PrefixRL/QuestA's rule "
         "reads.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_drafts_when_needed(cls, data: Any) -> Any:
+        """ratio_of left unset: draft where the settings read whole drafts (their reward, their step lines)."""
+        if isinstance(data, dict) and "ratio_of" not in data:
+            if data.get("filter") == "correct_draft" or data.get("cut") == "steps":
+                data = {**data, "ratio_of": "draft"}
+        return data
 
     @model_validator(mode="after")
     def _ranges(self, info: ValidationInfo) -> PrefixConfig:
