@@ -106,12 +106,14 @@ def model_shapes(model) -> dict[str, tuple[int, ...]]:
 
 
 def expected_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory)."""
-    from accelerate import init_empty_weights
+    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory).
+    torch.device("meta") and not accelerate's init_empty_weights: that one patches nn.Module for every
+    thread while it is open, and an engine loading in a background thread got meta parameters."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-    with init_empty_weights(include_buffers=False):
+    with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return model_shapes(model)
 
