@@ -77,6 +77,7 @@ def test_seeded_samples_start_with_a_historical_prefix(runs):
     for p in prefixes:
         by_prompt.setdefault(p["prompt_id"], []).append(p)
     model0, tok = load_model(run.pool_root / "step_000000")
+    max_new = load_config("tiny", SMALL).rollout.max_new_tokens
     for r in rollouts:
         p = by_prompt[r["prompt_id"]].pop(0)
         n = r["prefix_len"]
@@ -85,8 +86,11 @@ def test_seeded_samples_start_with_a_historical_prefix(runs):
         assert r["behaviour_logprobs"][:n] == p["behaviour_logprobs"]
         assert len(p["behaviour_logprobs"]) == n
         assert 0.2 <= p["prefix_ratio"] <= 0.6
-        # L = ⌊λ·|z|⌋ (λ is stored as float32, hence the tolerance)
-        assert 0 <= p["prefix_ratio"] * p["draft_len"] - n < 1 + 1e-4
+        # prefix.ratio_of=budget (the default): a draft that ended within its budget B = ⌊λ·T⌋ is cut at
+        # L = ⌊λ·|z|⌋ (λ is stored as float32, hence the tolerance), any other at B (it was stopped there)
+        budget = int(p["prefix_ratio"] * max_new + 1e-4)
+        assert p["draft_len"] <= max_new
+        assert n == min(budget, p["draft_len"]) or 0 <= p["prefix_ratio"] * p["draft_len"] - n < 1 + 1e-4
         if n:
             # The recorded behaviour log-probs are the source checkpoint's own.
             with torch.no_grad():
