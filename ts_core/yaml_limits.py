@@ -27,14 +27,18 @@ class YamlLimitError(ValueError):
 
 def read_bounded(path: Any, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> Any:
     """The YAML document in file `path`, read only if it is at most MAX_YAML_BYTES (YamlLimitError)."""
+    import errno
     import os
     import stat
     from pathlib import Path
 
     path = Path(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not wait for a writer
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):  # said before open(fd) would, naming the descriptor instead of the path
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     with open(fd, "rb") as f:
-        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise YamlLimitError("is not a regular file (a FIFO, device or socket); it is not read")
         if st.st_size > MAX_YAML_BYTES:
