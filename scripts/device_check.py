@@ -21,6 +21,8 @@ recomputed by the trainer):
     fp32 (update.mixed_precision=no), the figure bf16 is compared with.
 `--only WORD ...` keeps the cases whose model/algorithm/device/launcher/mode holds a word (a second try in
 a short GPU lease). The package need not be installed: scripts/checkout_import.py links it from this checkout.
+One file of ~415 lines on purpose: it is what a bare GPU machine runs, its meters (GpuSampler, GenMeter)
+beside the cases they measure.
 Per case: generation tokens/s (every token any engine call sampled, over the time spent in those
 calls), update seconds per iteration and per optimizer step, the max |log-prob| difference between
 the engine and the trainer on the same tokens (the trainer's recompute), and every process's peak GPU
