@@ -16,6 +16,13 @@ recomputed by the trainer):
     layers, tied embeddings: ~200M parameters, most of them the embedding), its tokenizer the chain_sum
     characters padded with filler tokens to V, 256 new tokens: the update's log-prob path and the
     engine's sampling logits at the size users meet.
+    A second real-vocabulary case trains with gradient checkpointing (update.gradient_checkpointing=true:
+    the update mode for models of 1B parameters and more), and the ~100M model's GRPO runs once more in
+    fp32 (update.mixed_precision=no), the figure bf16 is compared with.
+`--only WORD ...` keeps the cases whose model/algorithm/device/launcher/mode holds a word (a second try in
+a short GPU lease). The package need not be installed: scripts/checkout_import.py links it from this checkout.
+One file of ~415 lines on purpose: it is what a bare GPU machine runs, its meters (GpuSampler, GenMeter)
+beside the cases they measure.
 Per case: generation tokens/s (every token any engine call sampled, over the time spent in those
 calls), update seconds per iteration and per optimizer step, the max |log-prob| difference between
 the engine and the trainer on the same tokens (the trainer's recompute), and every process's peak GPU
@@ -69,6 +76,7 @@ QWEN2_REAL_VOCAB = dict(
     vocab_size=QWEN_VOCAB,
 )
 REAL_VOCAB_RUN = ["rollout.max_new_tokens=256"]  # long enough that the log-prob path is the update's largest item
+CHECKPOINTING_RUN = [*REAL_VOCAB_RUN, "update.gradient_checkpointing=true"]
 RUN = [
     "eval.every=1000",
     "eval.prompts=8",
@@ -229,7 +237,8 @@ def run_case(
         "algorithm": algorithm,
         "device": device,
         "launcher": launcher,
-        "precision": "bf16",
+        "precision": "fp32" if "update.mixed_precision=no" in extra else "bf16",
+        "mode": " ".join(e for e in extra if e.startswith("update.")) or "default",
         "iterations": iterations,
         "status": "error",
     }
@@ -243,7 +252,7 @@ def run_case(
                 f"model.path={model_path}",
                 f"algorithm={algorithm}",
                 f"device={device}",
-                "update.mixed_precision=bf16",
+                "update.mixed_precision=bf16",  # also the default on CUDA (auto); fp32 cases override it
                 f"iterations={iterations}",
                 f"update.launcher={launcher}",
                 *RUN,
@@ -251,7 +260,8 @@ def run_case(
             ],
         )
         case["plan_gib"] = planned_peaks(cfg)
-        assert cfg.update.recompute_old_logprobs and cfg.engine_dtype == "bfloat16"
+        if case["precision"] == "bf16":
+            assert cfg.update.recompute_old_logprobs and cfg.engine_dtype == "bfloat16"
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -308,11 +318,31 @@ def run_case(
     return case
 
 
+def summary_line(case: dict) -> str:
+    """One case's GPU memory beside the plan: what each process's allocator peaked at, what nvidia-smi saw
+    it hold (context and cache included), and what `ts plan` expected, in GiB."""
+    plan = case.get("plan_gib") or {}
+    smi = {p["role"]: p["max_used_gib"] for p in case.get("gpu_processes") or []}
+    planned = ", ".join(f"{k} {v}" for k, v in plan.items())
+    return (
+        f"  -> {case['model']}/{case['algorithm']}/{case['device']}/{case['launcher']} [{case['precision']}, "
+        f"{case['mode']}] {case['status']}: pipeline peak {case.get('peak_gpu_mem_gib')} (smi {smi.get('pipeline')}), "
+        f"trainer peak {case.get('trainer_peak_gpu_mem_gib')} (smi {smi.get('trainer')}); plan: {planned or None}; "
+        f"{case.get('gen_tokens_per_s')} tokens/s, {case.get('update_s_per_step')} s/step"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "device_check_out"))
     ap.add_argument("--cpu-only", action="store_true", help="only the CPU half (what CI runs)")
     ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="run only the cases whose model/algorithm/device/launcher/mode holds one",
+    )
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     cuda = torch.cuda.is_available()
@@ -345,14 +375,24 @@ def main() -> int:
             qwen = Path(tmp) / "qwen2-real-vocab"
             nq = build_qwen2_real_vocab(qwen)
             cases.insert(5, ("qwen2-v151936", str(qwen), nq, "cuda", "grpo", "accelerate", REAL_VOCAB_RUN))
+        if not res["gpu"]["skipped"]:
+            # The real vocabulary's second update mode (the first: the chunked head, the default), and the
+            # ~100M model in fp32 beside its bf16 run (tokens/s and update time, bf16 against fp32).
+            cases.insert(6, ("qwen2-v151936", str(qwen), nq, "cuda", "grpo", "accelerate", CHECKPOINTING_RUN))
+            cases.insert(7, ("llama-100m", str(llama), n, "cuda", "grpo", "accelerate", ["update.mixed_precision=no"]))
+        if a.only:
+            cases = [c for c in cases if any(w in f"{c[0]}/{c[4]}/{c[3]}/{c[5]}/{' '.join(c[6])}" for w in a.only)]
         for name, path, n, device, algorithm, launcher, extra in cases:
             case = run_case(name, path, algorithm, device, a.iterations, runs, n, launcher, extra)
+            print(summary_line(case), flush=True)
             res["cases"].append(case)
             (a.out / "device_check.json").write_text(json.dumps(res, indent=2))  # partial results survive a kill
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     (a.out / "device_check.json").write_text(json.dumps(res, indent=2))
     cols = (
         "model",
+        "precision",
+        "mode",
         "algorithm",
         "device",
         "launcher",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The device check of issue #16 (docs/scale-up.md, "Run on one GPU"): the plain loop on CUDA in bf16 and its
 # CPU half, figures to $OUT/device_check.json: on CUDA also a real vocabulary (a random Qwen2 at
-# V = 151,936) and every process's peak GPU memory (pipeline, trainer) beside `ts plan`'s. Under 8
-# minutes on one H200 before the real-vocabulary case was added (not yet timed with it).
+# V = 151,936, chunked head and gradient checkpointing), the ~100M model in fp32 beside bf16, and every
+# process's peak GPU memory (pipeline, trainer) beside `ts plan`'s. Under 8 minutes on one H200 before the
+# real-vocabulary cases were added (not yet timed with them: `--only llama qwen` keeps a subset).
 #
 #   scripts/device_check.sh              # GPU cases (when torch sees a GPU) + the CPU case
 #   scripts/device_check.sh --cpu-only   # the CPU case only (CI: tests/e2e/test_device_check.py, slow)

@@ -42,6 +42,8 @@ def plan(
     from thinking_seeds.train.memory_plan import device_totals, gib, plan_processes
 
     cfg = load_config(preset, set_)
+    if gpus and cfg.device == "auto":  # auto on the machine planned for: its GPUs, and its defaults (bf16)
+        cfg = load_config(preset, [*set_, "device=cuda"])
     shape = model_shape(cfg.model.path, cfg.model.lora)
     source = "--prompt-tokens"
     if prompt_tokens is None:

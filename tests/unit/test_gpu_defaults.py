@@ -56,3 +56,29 @@ def test_an_old_run_resumed_on_a_gpu_keeps_fp32_and_its_hash(tmp_path):
         kept = keep_defaults_before(saved, today)  # ... and the old run continues in fp32, as it started
         assert kept.update.mixed_precision == "no" and kept.update.recompute_old_logprobs is False
         assert changed_settings(saved, kept) == {} and kept.config_hash() == old.config_hash()
+
+
+def test_bf16_on_cuda_turns_on_tf32_and_fp32_keeps_exact_matmuls():
+    """The update's autocast (train/micro_loss.py) on a CUDA model: TF32 for what autocast leaves in fp32; with
+    mixed_precision=no nothing changes. No GPU here: a stand-in whose parameters say they are on CUDA."""
+    import types
+    import warnings
+
+    import torch
+
+    from thinking_seeds.train.micro_loss import autocast
+
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    on_cuda = types.SimpleNamespace(parameters=lambda: iter([types.SimpleNamespace(device=torch.device("cuda", 0))]))
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        with autocast(load_config("tiny", ["device=cuda", "update.mixed_precision=no"]), on_cuda):
+            pass
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.autocast("cuda") without a GPU warns and disables itself
+            with autocast(load_config("tiny", ["device=cuda"]), on_cuda):
+                pass
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags

@@ -174,6 +174,7 @@ def test_ts_plan_prints_every_process_and_the_16_bytes(tmp_path):
         assert text in r.output
     assert "log-prob path" in r.output and "activations with gradient_checkpointing=" in r.output
     assert "host memory:" in r.output and r.output.rstrip().endswith("fits")
+    assert re.search(r"prompts of up to \d+ tokens \(the data's longest\)", r.output), r.output  # not 256
 
 
 def test_ts_plan_exits_2_with_the_line_for_a_7b_on_one_gpu(tmp_path):

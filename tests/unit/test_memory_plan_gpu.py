@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 
+from typer.testing import CliRunner
+
 from thinking_seeds.config import load_config
+from thinking_seeds.flows.cli import app
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.train import memory_check
 from thinking_seeds.train.memory_check import check_fits, model_shape
@@ -122,3 +125,12 @@ def test_check_fits_plans_the_datas_prompts(tmp_path, monkeypatch, verified_run)
         assert "memory: the run needs" in str(e)
     else:
         raise AssertionError("a host one prompt token too small was not refused")
+
+
+def test_ts_plan_for_another_machines_gpus_plans_its_gpu_defaults():
+    """device=auto planned for --gpus N is auto on that machine: CUDA, so bf16 with fp32 masters (this one has
+    no GPU, where auto means fp32)."""
+    r = CliRunner().invoke(app, ["plan", "--gpus", "1", "--gpu-gib", "80"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert "trainer rank 0 on cuda:0" in r.output and "(fp32 masters)" in r.output and "autocast copies" in r.output
+    assert "foreach AdamW" in r.output and "72.0 usable" in r.output
