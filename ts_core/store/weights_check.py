@@ -106,12 +106,18 @@ def model_shapes(model) -> dict[str, tuple[int, ...]]:
 
 
 def expected_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory)."""
-    from accelerate import init_empty_weights
+    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory).
+
+    torch's device context is per thread (accelerate's init_empty_weights patches torch for every
+    thread: a load in another thread then built its weights on meta), and transformers' class-level
+    switches are shared, so the build holds MODEL_LOAD_LOCK like every from_pretrained of ours."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
+
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-    with init_empty_weights(include_buffers=False):
+    with MODEL_LOAD_LOCK, torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return model_shapes(model)
 
