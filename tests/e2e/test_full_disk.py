@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +81,25 @@ def test_export_on_a_full_disk_says_so_in_one_line_and_leaves_nothing(tmp_path, 
     assert (tmp_path / "rc").read_text().strip() == "2" and len(lines) == 1 and "Traceback" not in err, err
     assert "disk is full" in lines[0] and str(out) in lines[0] and "ts export" in lines[0], lines[0]
     assert (tmp_path / "left").read_text().strip() == ""  # no hidden half-copy beside --out
+
+
+def test_a_runs_dir_entry_this_user_may_not_read_is_one_line(request, subprocess_env):
+    """`ts runs` over a runs folder holding an entry the user may not enter (PermissionError): one line."""
+    top = Path(tempfile.mkdtemp(prefix="ts-perm-"))  # pytest's own tmp folders are 0700: another user is stopped there
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    runs = top / "runs"
+    (runs / "theirs" / "metrics").mkdir(parents=True)
+    (runs / "mine").mkdir()
+    (runs / "mine" / "config.yaml").write_text("seed: 0\n")
+    os.chmod(runs / "theirs", 0)
+    for p in (top, runs, runs / "mine"):
+        os.chmod(p, 0o755)
+    cmd = [sys.executable, "-m", "thinking_seeds.flows.cli", "runs", "--runs-dir", str(runs)]
+    if os.geteuid() == 0:  # root reads anything: run it as nobody
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: no user here that a folder's permissions stop")
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env, timeout=300)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "theirs" in lines[0] and "permission" in lines[0].lower(), lines[0]
