@@ -41,7 +41,9 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, tuple[str, tuple[int,
     exactly (every tensor's bytes inside the data, the data ending with the file); CheckpointError else.
     Reads the header only: no tensor, no pickle."""
     path = Path(path)
-    fd = open_regular(path)
+    # links followed: a Hugging Face cache links its files to blobs; a run's checkpoint files were
+    # checked to stay inside it (verify_checkpoint) before this is called
+    fd = open_regular(os.path.realpath(path))
     try:
         size = os.fstat(fd).st_size
         head = os.pread(fd, 8, 0)
