@@ -114,6 +114,7 @@ def test_a_run_folder_linked_out_of_the_runs_dir_is_refused(hostile, tmp_path):
     assert _tree(elsewhere) == kept and (elsewhere / "policy" / ".tmp_step_000009_x").is_dir()
     res = _ts("runs", "--runs-dir", str(run.root.parent))
     assert res.exit_code == 0 and "evil" not in res.output, res.output  # `ts runs` does not list it
+    _refused(_ts("sql", "select count(*) from metrics", "--run-id", "evil", "--runs-dir", str(run.root.parent)), "evil")
 
 
 def test_a_link_in_a_step_folder_is_not_exported(hostile, tmp_path):
@@ -239,3 +240,21 @@ def test_a_fifo_in_place_of_a_split_is_refused_without_waiting(hostile):
         _refused(train(), "validation.parquet", "FIFO")
     finally:
         done.set()
+
+
+def test_sql_does_not_read_through_a_link_out_of_the_run(hostile):
+    run, victim, _, _, _ = hostile
+    import pyarrow.parquet as pq
+
+    base = str(run.root.parent)
+    query = ("sql", "select count(*) as n from rollouts", "--run-id", run.run_id, "--format", "csv", "--runs-dir", base)
+    res = _ts(*query)
+    total = int(res.output.split()[-1])
+    linked = run.rollouts(1)
+    rows = pq.read_metadata(linked).num_rows
+    copy = victim / "rollouts.parquet"
+    copy.write_bytes(linked.read_bytes())
+    linked.unlink()
+    linked.symlink_to(copy)
+    res = _ts(*query)
+    assert res.exit_code == 0 and int(res.output.split()[-1]) == total - rows > 0, res.output

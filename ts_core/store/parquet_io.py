@@ -7,7 +7,6 @@ content hash of each output.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -150,8 +149,9 @@ def read_table(
 
 def content_hash(path: str | os.PathLike[str]) -> str:
     """sha256 hex digest of the file's bytes (for stage manifests and cache keys)."""
+    from thinking_seeds.store.contained import bounded_hash  # it imports DataError from here
+
     path = Path(path)
     if not path.is_file():
         raise DataError(f"cannot hash {path}: file not found; {_fix_hint(path, missing=True)}")
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    return bounded_hash(path, follow=True)  # streamed, bounded, never a FIFO or a device

@@ -65,7 +65,7 @@ from typing import Any
 import duckdb
 
 from thinking_seeds.store.parquet_io import DataError
-from thinking_seeds.store.run_dir import check_run_id, runs_root
+from thinking_seeds.store.run_dir import check_run_id, run_entry, runs_root
 from thinking_seeds.store.sql_guard import QueryError, check_read_only, keywords
 from thinking_seeds.store.sql_queries import NAMED_QUERIES
 from thinking_seeds.store.sql_views import VIEWS, list_runs, register_views, view_columns
@@ -135,7 +135,7 @@ def connect(
             check_run_id(run_id)
         except ValueError as e:
             raise DataError(str(e)) from None
-        root = base / run_id
+        root = run_entry(base, run_id)  # a link out of the runs folder: refused in one line
         if not root.is_dir():
             known = ", ".join(p.name for p in list_runs(base)) or "none"
             raise DataError(

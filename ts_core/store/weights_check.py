@@ -41,7 +41,9 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, tuple[str, tuple[int,
     exactly (every tensor's bytes inside the data, the data ending with the file); CheckpointError else.
     Reads the header only: no tensor, no pickle."""
     path = Path(path)
-    fd = open_regular(path)
+    # links followed: a Hugging Face cache links its files to blobs; a run's checkpoint files were
+    # checked to stay inside it (verify_checkpoint) before this is called
+    fd = open_regular(os.path.realpath(path))
     try:
         size = os.fstat(fd).st_size
         head = os.pread(fd, 8, 0)
@@ -107,13 +109,17 @@ def model_shapes(model) -> dict[str, tuple[int, ...]]:
 
 def expected_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory).
-    torch.device("meta") and not accelerate's init_empty_weights: that one patches nn.Module for every
-    thread while it is open, and an engine loading in a background thread got meta parameters."""
+
+    torch's device context is per thread (accelerate's init_empty_weights patches torch for every
+    thread: a load in another thread then built its weights on meta), and transformers' class-level
+    switches are shared, so the build holds MODEL_LOAD_LOCK like every from_pretrained of ours."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
+
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-    with torch.device("meta"):
+    with MODEL_LOAD_LOCK, torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return model_shapes(model)
 
