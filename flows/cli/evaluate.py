@@ -69,7 +69,7 @@ def eval_(
     if data is not None:
         from thinking_seeds.data.sources import load_dataset
 
-        load_dataset(data)  # a missing or wrongly typed file: one line naming it
+        load_dataset(data, limit=prompts)  # a missing or wrongly typed file: one line naming it
     if no_prefect:
         res = _evaluate_here(run, step, split.value, data, reward, samples, prompts, max_new_tokens)
     else:

@@ -109,7 +109,7 @@ def evaluate_checkpoint_on_data(
     step = policy_step(run, step)
     run.check_config()  # before anything the config names is imported: a run directory is data until then
     path = Path(data_path)
-    rows = load_dataset(path)[:prompts]
+    rows = load_dataset(path, limit=prompts)
     cfg = load_saved_config(run.config_path)
     # A copy, not a validated assignment: the run's checks tie reward to data.source (reasoning-gym data
     # is scored by its checkers), but what is scored here is the file, whatever the run trained on.
