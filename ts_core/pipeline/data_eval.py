@@ -21,6 +21,7 @@ from typing import Any
 
 from thinking_seeds.config import load_saved_config
 from thinking_seeds.config.sections import RewardConfig
+from thinking_seeds.config.sections_loop import MAX_EVAL_SEQUENCES
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.evals.benchmark import ScoredSample, benchmark_metrics, math_verify_pairs
 from thinking_seeds.evals.evaluation import evaluate_prompts
@@ -118,6 +119,11 @@ def evaluate_checkpoint_on_data(
     n = cfg.eval.samples if samples is None else samples
     if n < 1:
         raise DataError(f"--samples must be >= 1, got {n}")
+    if n * len(rows) > MAX_EVAL_SEQUENCES:  # every response is held until scored (evals/evaluation.py)
+        raise DataError(
+            f"{path}: {len(rows):,} prompts x --samples {n} = {n * len(rows):,} responses held at once, more than "
+            f"{MAX_EVAL_SEQUENCES:,}; lower --samples or take fewer rows with --prompts N"
+        )
     budget = max_new_tokens or cfg.rollout.max_new_tokens
     s = Session(run, cfg)
     t = Timer()
