@@ -48,7 +48,9 @@ def eval_(
         "(math_verify, reasoning_gym) instead of the run's reward.",
     ),
     samples: int | None = typer.Option(None, "--samples", min=1, help="Samples per prompt (default eval.samples)."),
-    prompts: int | None = typer.Option(None, "--prompts", min=1, help="With --data: only the first N prompts."),
+    prompts: int | None = typer.Option(
+        None, "--prompts", min=1, help="With --data: only the first N prompts (the file is read no further)."
+    ),
     max_new_tokens: int | None = typer.Option(
         None, "--max-new-tokens", min=1, help="With --data: the response cap (default rollout.max_new_tokens)."
     ),
@@ -60,6 +62,10 @@ def eval_(
         raise typer.BadParameter("--reward, --prompts and --max-new-tokens go with --data FILE.parquet")
     if data is not None and given(ctx, "split"):
         raise typer.BadParameter("--split goes with a run's own held-out data: leave out --data, or leave out --split")
+    from thinking_seeds.config.sections_loop import MAX_EVAL_SAMPLES
+
+    if samples is not None and samples > MAX_EVAL_SAMPLES:  # every response is held until scored
+        raise typer.BadParameter(f"--samples {samples} is more than {MAX_EVAL_SAMPLES:,} (eval.samples's bound)")
     run = existing_run(run_id)  # before Prefect starts: a wrong run, step, file or damaged weights is one line
     from thinking_seeds.pipeline.policy_steps import policy_step
     from thinking_seeds.store.checkpoints import verify_checkpoint
@@ -70,7 +76,7 @@ def eval_(
     if data is not None:
         from thinking_seeds.data.sources import load_dataset
 
-        load_dataset(data)  # a missing or wrongly typed file: one line naming it
+        load_dataset(data, limit=prompts)  # a missing or wrongly typed file: one line naming it
     if no_prefect:
         res = _evaluate_here(run, step, split.value, data, reward, samples, prompts, max_new_tokens)
     else:

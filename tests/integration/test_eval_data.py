@@ -87,6 +87,15 @@ def test_eval_errors_are_one_line(run, tmp_path):
     assert r.exit_code == 2 and "has no policy step 9 (it has 0-2)" in " ".join(r.output.split()), r.output
     r = CliRunner().invoke(app, ["eval", "tiny", "--data", str(tmp_path / "nope.parquet"), "--runs-dir", base])
     assert r.exit_code == 2 and "nope.parquet" in r.output and "Traceback" not in r.output, r.output
+    # every response is held until scored: 17 prompts x 65,536 samples is refused before the model loads
+    row = read_table(_benchmark(run, tmp_path / "mine.parquet")).to_pylist()[0]
+    many = [{**row, "extra_info": {"split": "mine", "index": i}} for i in range(17)]
+    pq.write_table(pa.Table.from_pylist(many), tmp_path / "many.parquet")
+    args = ["eval", "tiny", "--data", str(tmp_path / "many.parquet"), "--samples", "65536", "--no-prefect"]
+    r = CliRunner().invoke(app, [*args, "--runs-dir", base])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "17 prompts x --samples 65536 = 1,114,112 responses held at once, more than 1,048,576" in lines[0]
 
 
 def test_eval_split_prints_one_object(run):

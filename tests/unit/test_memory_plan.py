@@ -208,3 +208,24 @@ def test_the_plan_resolves_checkpointing_as_the_trainer_does():
     from thinking_seeds.train import trainer
 
     assert CHECKPOINTING_FROM_PARAMS == trainer.CHECKPOINTING_FROM_PARAMS
+
+
+def test_the_plan_holds_the_evaluations_responses_in_host_memory(tmp_path):
+    d = _model_dir(tmp_path, "small", SMALL)
+    shape = model_shape(d)
+    sets = [f"model.path={d}", "rollout.max_new_tokens=32", "eval.prompts=8", "eval.samples=4"]
+    per = 16 * 8 + 32 * 44 + 1024  # per response: prompt tokens × 8 B + response tokens × 44 B + 1 KiB
+    engine, _ = plan_processes(shape, load_config("tiny", [*sets, "device=cpu"]), gpus=0, prompt_tokens=16)
+    assert engine.item("evaluation responses") == 8 * 4 * per
+    assert engine.phase_bytes()["evaluation"] == engine.phase_bytes()["generation"] + 8 * 4 * per
+    for launcher in ("in_process", "accelerate"):  # on a GPU: the pipeline's host memory
+        cfg = load_config("tiny", [*sets, "device=cuda", f"update.launcher={launcher}"])
+        host = [p for p in plan_processes(shape, cfg, gpus=1, prompt_tokens=16) if p.device == "cpu"]
+        assert [p.role for p in host] == ["pipeline (host memory)"] and host[0].peak >= 8 * 4 * per
+
+    r = runner.invoke(app, ["plan", "--set", "device=cpu", "--set", "eval.samples=16384"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and "evaluation responses" in r.output and "64 prompts × 16384 samples" in r.output
+    r = runner.invoke(
+        app, ["plan", "--set", "device=cpu", "--set", "eval.samples=16384", "--host-gib", "4"], env={"COLUMNS": "250"}
+    )
+    assert r.exit_code == 2 and "lower eval.samples to 8192 (from 16384)" in r.output, r.output

@@ -92,12 +92,18 @@ def _on_cuda(device: str) -> bool:
     return torch.cuda.is_available()
 
 
+# The most iterations a run may have: far past any run (a million updates), and a bound on what a run's
+# bookkeeping walks (a manifest per iteration and stage); `iterations=10**20` was a MemoryError traceback.
+MAX_ITERATIONS = 1_000_000
+
+
 class RunConfig(_Section):
     algorithm: AlgorithmName = Field("thinking_seeds", description="Method preset (docs/algorithm.md §4).")
-    iterations: int = Field(10, ge=1, description="Training iterations.")
+    iterations: int = Field(10, ge=1, le=MAX_ITERATIONS, description="Training iterations.")
     started_iterations: int | None = Field(
         None,
         ge=1,
+        le=MAX_ITERATIONS,
         description="Set by `ts train` on a run it extends (iterations raised): the iterations the run was started "
         "with. The config hash keeps that value, so the run's finished stages stay done; not for --set.",
     )

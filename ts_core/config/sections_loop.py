@@ -14,6 +14,8 @@ from pydantic import Field, model_validator
 from thinking_seeds.config.section_base import LORA_REQUESTS_DEFAULT, _Section
 
 __all__ = [
+    "MAX_EVAL_SAMPLES",
+    "MAX_EVAL_SEQUENCES",
     "AdvantageConfig",
     "CheckpointConfig",
     "ClusterConfig",
@@ -22,6 +24,14 @@ __all__ = [
     "PipelineConfig",
     "RolloutConfig",
 ]
+
+
+# An evaluation samples prompts x samples responses and holds them all until it scores them (evals/
+# evaluation.py; train/memory_plan.py counts their host memory, `ts plan` shows it): ~2**20 of them is
+# gigabytes at a few hundred tokens each, and far past what pass@k needs. eval.samples=10**9 was a
+# MemoryError traceback.
+MAX_EVAL_SAMPLES = 65_536
+MAX_EVAL_SEQUENCES = 2**20
 
 
 class RolloutConfig(_Section):
@@ -230,13 +240,24 @@ class CheckpointConfig(_Section):
 
 class EvalConfig(_Section):
     every: int = Field(5, ge=1, description="Evaluate every this many iterations (and at the end).")
-    prompts: int = Field(64, ge=1, description="Held-out prompts per evaluation.")
-    samples: int = Field(16, ge=1, description="Samples per prompt (pass@k for k up to this).")
+    prompts: int = Field(
+        64,
+        ge=1,
+        le=MAX_EVAL_SEQUENCES,
+        description="Held-out prompts per evaluation (prompts × samples ≤ 2^20: all held until scored).",
+    )
+    samples: int = Field(
+        16,
+        ge=1,
+        le=MAX_EVAL_SAMPLES,
+        description="Samples per prompt (pass@k for k up to this; prompts × samples ≤ 2^20).",
+    )
     temperature: float = Field(1.0, gt=0.0, description="Evaluation sampling temperature.")
     split: Literal["validation", "test"] = Field("validation", description="Held-out split.")
     test_samples: int = Field(
         16,
         ge=1,
+        le=MAX_EVAL_SAMPLES,
         description="Samples per prompt of a comparison's final evaluation on the whole "
         "test split (pass@k for k up to this).",
     )
@@ -246,6 +267,16 @@ class EvalConfig(_Section):
         "(λ ~ U[prefix.ratio_min, ratio_max], or U[0.2, 0.6] for whole-trajectory and on-policy methods) "
         "for the explorable-space pass@k.",
     )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> EvalConfig:
+        if self.prompts * self.samples > MAX_EVAL_SEQUENCES:
+            raise ValueError(
+                f"eval.samples={self.samples} x eval.prompts={self.prompts} = {self.prompts * self.samples:,} "
+                f"responses held at once, more than {MAX_EVAL_SEQUENCES:,} (train/memory_plan.py: their host memory); "
+                "lower eval.samples or eval.prompts"
+            )
+        return self
 
 
 class PipelineConfig(_Section):

@@ -1,5 +1,8 @@
 """Reading a verl-schema data-set file (ours or a user's) into `Prompt`s, with one-line errors.
 
+Rows are read in batches and reading stops at the rows asked for (`load_dataset(path, limit)`), so
+`ts eval --data FILE --prompts 2` costs two rows whatever the file holds.
+
 `load_dataset` checks the columns' types before it reads a row, so a wrongly typed user file is refused
 naming the file and the column; `check_user_data` runs that check for `data.source=parquet` before a
 run writes anything, and remembers files already found good in this process.
@@ -8,16 +11,23 @@ run writes anything, and remembers files already found good in this process.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from thinking_seeds.data.prompts import Message, Prompt
-from thinking_seeds.store.parquet_io import DataError, read_table
+from thinking_seeds.store.parquet_io import DataError, read_batches
 from thinking_seeds.store.schemas import DATASET_OPTIONAL_COLUMNS, DATASET_SCHEMA
 
 __all__ = ["check_user_data", "load_dataset"]
+
+# Rows converted to Python at a time: a few MB of ordinary prompts, so a large file is never whole in memory.
+_BATCH_ROWS = 4096
+# The columns a Prompt is made of (any others in a user's file are never read into Python).
+_READ_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info", "target")
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -85,13 +95,13 @@ _COLUMN_TYPES = {
 }
 
 
-def _check_column_types(table: pa.Table, path: Path) -> None:
+def _check_column_types(schema: pa.Schema, path: Path) -> None:
     """DataError naming the first column whose type load_dataset cannot read, the expected and found
     types and how to write the column (the usual slip: a dict column saved as JSON text)."""
     for name, (ok, expected, how) in _COLUMN_TYPES.items():
-        if name not in table.column_names:
+        if name not in schema.names:
             continue
-        found = table.schema.field(name).type
+        found = schema.field(name).type
         if not ok(found):
             raise DataError(
                 f"{path}: column {name!r} has type {found}, expected {expected} (verl's data-set schema); "
@@ -99,29 +109,37 @@ def _check_column_types(table: pa.Table, path: Path) -> None:
             )
 
 
-def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
-    """Read a verl-schema Parquet file (DATASET_SCHEMA; `ability`, `extra_info`, `target` may be
-    absent) into Prompts. DataError names the file and the column or row that is wrong."""
-    path = Path(path)
-    table = read_table(path, schema=DATASET_SCHEMA, optional=DATASET_OPTIONAL_COLUMNS)
-    if table.num_rows == 0:
+def _rows(path: Path, limit: int | None) -> Iterator[dict[str, Any]]:
+    """The file's rows as dicts of the columns load_dataset reads, the first `limit` of them (None: all),
+    read in batches: a file of millions of rows costs the rows taken, not the file."""
+    batch = max(1, min(limit, _BATCH_ROWS)) if limit is not None else _BATCH_ROWS
+    schema, rows, batches = read_batches(
+        path, schema=DATASET_SCHEMA, optional=DATASET_OPTIONAL_COLUMNS, batch_size=batch, columns=_READ_COLUMNS
+    )
+    if rows == 0:
         raise DataError(
             f"{path} has no rows: a data set needs at least one prompt; check how the file was made "
             "(a filter that dropped every row?) or point to another file"
         )
-    _check_column_types(table, path)
-    extra_info = table.column("extra_info").to_pylist() if "extra_info" in table.column_names else None
-    targets = table.column("target").to_pylist() if "target" in table.column_names else None
+    _check_column_types(schema, path)
+    left = rows if limit is None else min(limit, rows)
+    with closing(batches):
+        for b in batches:
+            yield from b.slice(0, left).to_pylist()
+            left -= min(left, b.num_rows)
+            if left == 0:
+                return
+
+
+def load_dataset(path: str | os.PathLike[str], limit: int | None = None) -> list[Prompt]:
+    """Read a verl-schema Parquet file (DATASET_SCHEMA; `ability`, `extra_info`, `target` may be
+    absent) into Prompts: its first `limit` rows (None: all), reading no further. DataError names
+    the file and the column or row that is wrong."""
+    path = Path(path)
     prompts: list[Prompt] = []
     seen_ids: dict[str, int] = {}
-    for row, (source, messages, reward_model) in enumerate(
-        zip(
-            table.column("data_source").to_pylist(),
-            table.column("prompt").to_pylist(),
-            table.column("reward_model").to_pylist(),
-            strict=True,
-        )
-    ):
+    for row, r in enumerate(_rows(path, limit)):
+        source, messages, reward_model = r["data_source"], r["prompt"], r["reward_model"]
         ground_truth = (reward_model or {}).get("ground_truth")
         if ground_truth is None or str(ground_truth).strip() == "":
             raise DataError(
@@ -135,7 +153,7 @@ def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
             )
         if not source:
             raise DataError(f"{path}: row {row} has an empty 'data_source'")
-        info = (extra_info[row] if extra_info is not None else None) or {}
+        info = r.get("extra_info") or {}
         if info.get("split") is not None and info.get("index") is not None:
             prompt_id = f"{info['split']}-{info['index']}"
         else:
@@ -153,7 +171,7 @@ def load_dataset(path: str | os.PathLike[str]) -> list[Prompt]:
                 ground_truth=str(ground_truth),
                 data_source=source,
                 rg_entry=info.get("rg_entry"),
-                target=targets[row] if targets is not None else None,
+                target=r.get("target"),
             )
         )
     return prompts

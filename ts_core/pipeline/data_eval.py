@@ -21,6 +21,7 @@ from typing import Any
 
 from thinking_seeds.config import load_saved_config
 from thinking_seeds.config.sections import RewardConfig
+from thinking_seeds.config.sections_loop import MAX_EVAL_SEQUENCES
 from thinking_seeds.data.sources import Prompt, load_dataset
 from thinking_seeds.evals.benchmark import ScoredSample, benchmark_metrics, math_verify_pairs
 from thinking_seeds.evals.evaluation import evaluate_prompts
@@ -109,7 +110,7 @@ def evaluate_checkpoint_on_data(
     step = policy_step(run, step)
     run.check_config()  # before anything the config names is imported: a run directory is data until then
     path = Path(data_path)
-    rows = load_dataset(path)[:prompts]
+    rows = load_dataset(path, limit=prompts)
     cfg = load_saved_config(run.config_path)
     # A copy, not a validated assignment: the run's checks tie reward to data.source (reasoning-gym data
     # is scored by its checkers), but what is scored here is the file, whatever the run trained on.
@@ -118,6 +119,11 @@ def evaluate_checkpoint_on_data(
     n = cfg.eval.samples if samples is None else samples
     if n < 1:
         raise DataError(f"--samples must be >= 1, got {n}")
+    if n * len(rows) > MAX_EVAL_SEQUENCES:  # every response is held until scored (evals/evaluation.py)
+        raise DataError(
+            f"{path}: {len(rows):,} prompts x --samples {n} = {n * len(rows):,} responses held at once, more than "
+            f"{MAX_EVAL_SEQUENCES:,}; lower --samples or take fewer rows with --prompts N"
+        )
     budget = max_new_tokens or cfg.rollout.max_new_tokens
     s = Session(run, cfg)
     t = Timer()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,24 +133,47 @@ def record_extension(run: RunDir, cfg: RunConfig) -> None:
         atomic_write(run.root / EXTENSION_FILE, json.dumps({"iterations": cfg.iterations}) + "\n")
 
 
+def _order(iterations: int) -> Iterator[tuple[int, str]]:
+    """The run's stages in the order they run: prepare, the evaluation of θ_0, then each iteration's."""
+    yield 0, "prepare"
+    yield -1, "evaluate"
+    for k in range(iterations):
+        for s in STAGES:
+            yield k, s
+
+
+def _done_stages(run: RunDir, iterations: int, config_hash: str) -> set[tuple[int, str]]:
+    """The (iteration, stage) pairs with a manifest of this config: read from the iterations that have a
+    manifest folder, so the cost follows the run's progress, not its `iterations`."""
+    done = set()
+    for folder in run.manifest_path(0, "prepare").parent.parent.glob("iteration=*"):
+        tail = folder.name.removeprefix("iteration=")
+        if not tail.lstrip("-").isdigit() or int(tail) >= iterations:
+            continue
+        k = int(tail)
+        stages = ("evaluate",) if k == -1 else (("prepare",) if k == 0 else ()) + STAGES
+        for s in stages:
+            if (m := run.read_manifest(k, s)) is not None and m.config_hash == config_hash:
+                done.add((k, s))
+    return done
+
+
 def resume_line(run: RunDir, cfg: RunConfig) -> str | None:
     """One line for a run that has finished stages ("resuming demo: 47 stages done, continuing at
     iteration 6 (continuation)"); None for a new run. Counts manifests of this config (reads no output)."""
-    order = [(0, "prepare"), (-1, "evaluate")] + [(k, s) for k in range(cfg.iterations) for s in STAGES]
-    h = cfg.config_hash()
-    done = [(k, s) for k, s in order if (m := run.read_manifest(k, s)) is not None and m.config_hash == h]
+    done = _done_stages(run, cfg.iterations, cfg.config_hash())
     if not done:
         return None
     before = saved_config(run).iterations if run.config_path.is_file() else 0
     head = f"resuming {run.run_id}"
     if 0 < before < cfg.iterations:
         head = f"extending {run.run_id} from {before} to {cfg.iterations} iterations"
-    todo = [(k, s) for k, s in order if (k, s) not in set(done)]
-    if not todo:
+    first = next((x for x in _order(cfg.iterations) if x not in done), None)  # lazy: stops at the first gap
+    if first is None:
         return (
             f"run {run.run_id} is complete ({len(done)} stages, {cfg.iterations} iterations): checking its files "
             "(a stage whose files are damaged is redone)"
         )
-    k, s = todo[0]
+    k, s = first
     at = f"iteration {k} ({s})" if k >= 0 else "the evaluation of θ_0"
     return f"{head}: {len(done)} stage{'s' if len(done) != 1 else ''} done, continuing at {at}"

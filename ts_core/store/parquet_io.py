@@ -8,7 +8,7 @@ content hash of each output.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from thinking_seeds.store.atomic import atomic_write, shareable  # shareable: re-exported
 
-__all__ = ["DataError", "content_hash", "read_table", "shareable", "write_table_atomic"]
+__all__ = ["DataError", "content_hash", "read_batches", "read_table", "shareable", "write_table_atomic"]
 
 
 class DataError(ValueError):
@@ -111,6 +111,35 @@ def _fix_hint(path: Path, missing: bool) -> str:
     )
 
 
+def _unreadable(path: Path, e: BaseException) -> DataError:
+    """The DataError for a file Arrow could not read: out of memory is said as such (a small file of
+    millions of rows can expand past the machine's memory), anything else is a damaged file."""
+    if isinstance(e, MemoryError):  # pa.ArrowMemoryError is one too
+        return DataError(
+            f"out of memory reading Parquet file {path} ({path.stat().st_size:,} bytes on disk): its rows expand "
+            "past this machine's memory; read fewer rows (ts eval --prompts N) or split the file"
+        )
+    return DataError(
+        f"cannot read Parquet file {path}: it is truncated or corrupt ({e}); {_fix_hint(path, missing=False)}"
+    )
+
+
+def _check_file(path: Path) -> None:
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "not found"
+        raise DataError(f"Parquet file {what}: {path}; {_fix_hint(path, missing=True)}")
+
+
+def _check_columns(path: Path, names: list[str], schema: pa.Schema | None, optional: Iterable[str]) -> None:
+    if schema is not None:
+        have = set(names) | set(optional)
+        missing = [n for n in schema.names if n not in have]
+        if missing:
+            raise DataError(
+                f"Parquet file {path} lacks column(s) {missing}; found {names}. Expected schema: {_schema_text(schema)}"
+            )
+
+
 def read_table(
     path: str | os.PathLike[str],
     schema: pa.Schema | None = None,
@@ -121,30 +150,51 @@ def read_table(
     - missing file -> names the path; for a file a run writes itself, which stage to redo
     - truncated / corrupt file -> names the path; a run's own file may be deleted and its stage
       redone, any other file (a user's data set) is never called disposable: export it again
+    - more rows than memory -> says so (not "corrupt"), and how to read fewer (`read_batches`)
     - with `schema`: every schema column except those in `optional` must be present, or the
       error names the missing ones and the expected schema. Types are not cast on read, so user
       files with compatible layouts (e.g. extra struct fields) still load.
     """
     path = Path(path)
-    if not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else "not found"
-        raise DataError(f"Parquet file {what}: {path}; {_fix_hint(path, missing=True)}")
+    _check_file(path)
     try:
         table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(
-            f"cannot read Parquet file {path}: it is truncated or corrupt ({e}); {_fix_hint(path, missing=False)}"
-        ) from e
-    if schema is not None:
-        skip = set(optional)
-        present = set(table.column_names)
-        missing = [n for n in schema.names if n not in present and n not in skip]
-        if missing:
-            raise DataError(
-                f"Parquet file {path} lacks column(s) {missing}; found {table.column_names}. "
-                f"Expected schema: {_schema_text(schema)}"
-            )
+    except (pa.ArrowException, OSError, MemoryError) as e:
+        raise _unreadable(path, e) from e
+    _check_columns(path, table.column_names, schema, optional)
     return table
+
+
+def read_batches(
+    path: str | os.PathLike[str],
+    schema: pa.Schema | None = None,
+    optional: Iterable[str] = (),
+    batch_size: int = 1024,
+    columns: Iterable[str] | None = None,
+) -> tuple[pa.Schema, int, Iterator[pa.RecordBatch]]:
+    """(the file's Arrow schema, its row count, its rows in batches of at most `batch_size`: of the
+    `columns` the file has, default all), with read_table's checks and errors: for a reader that may
+    stop early, so memory follows the rows read, not the file (a 70 KB file can hold 5 million rows).
+    Only the footer is read before the first batch is asked for."""
+    path = Path(path)
+    _check_file(path)
+    try:
+        file = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, MemoryError) as e:
+        raise _unreadable(path, e) from e
+    names = file.schema_arrow.names
+    _check_columns(path, names, schema, optional)
+    read = None if columns is None else [c for c in columns if c in names]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from file.iter_batches(batch_size=batch_size, columns=read)
+        except (pa.ArrowException, OSError, MemoryError) as e:
+            raise _unreadable(path, e) from e
+        finally:
+            file.close()
+
+    return file.schema_arrow, file.metadata.num_rows, batches()
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:

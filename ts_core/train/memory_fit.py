@@ -1,7 +1,8 @@
 """Whether a run's memory plan (train/memory_plan.py) fits the devices it is given, and if not, the one
-line that says which key to change: the first change, in a fixed order, whose plan fits (sharding the
-trainer over more GPUs, gradient checkpointing, a smaller micro-batch), else what remains to say (give
-the engine its own GPU, LoRA, the KV cache). Pure: the capacities come from the caller
+line that says which key to change: the first change, in a fixed order, whose plan fits (fewer evaluation
+samples where the evaluation's responses are most of it, sharding the trainer over more GPUs, gradient
+checkpointing, a smaller micro-batch), else what remains to say (give the engine its own GPU, LoRA, the
+KV cache). Pure: the capacities come from the caller
 (train/memory_check.py on this machine, `ts plan --gpus` for another).
 """
 
@@ -49,6 +50,14 @@ def _advice(shape: ModelShape, cfg: RunConfig, on: list[ProcessPlan], gpus: int,
     """The key to change for a device that overflows: the first change (in this order) whose plan fits."""
     u = cfg.update
     full = cfg.model.lora is None
+    responses = sum(p.item("evaluation responses") for p in on)
+    if responses > 0.5 * sum(p.peak for p in on):  # the evaluation's prompts × samples responses
+        e = cfg.eval
+        for smaller in sorted({max(1, e.samples // 2**i) for i in range(1, 17)}, reverse=True):
+            what = cfg.model_copy(update={"eval": e.model_copy(update={"samples": smaller})})
+            if smaller < e.samples and _fits(shape, what, gpus, capacities, prompt_tokens):
+                return f"lower eval.samples to {smaller} (from {e.samples}) or eval.prompts (all held until scored)"
+        return "lower eval.prompts and eval.samples (an evaluation holds all its prompts × samples responses)"
     if on[0].device == "cpu" and gpus:  # a GPU run's host memory: the policies handed over to the engine
         return "use a machine with more RAM, or update.launcher=in_process (the engine takes θ in process)"
     if full and gpus > 1:  # shard the trainer's 16 bytes per parameter over more GPUs

@@ -29,6 +29,11 @@ Bytes per item (P: parameters, P_t: trainable ones; b: bytes of model.dtype, b_e
                     until the end of the backward; g: the all-gather dtype)
   KV cache          layers × 2 × kv_heads × head_dim × b_e × batch × (prompt + max_new_tokens)
   hand-over         P × b_e per policy held in memory by the pipeline (θ from the persistent trainer)
+  evaluation        eval.prompts × eval.samples responses, all held in host memory until scored
+                    (evals/evaluation.py), each 8 B per prompt token (its context list) + 44 B per
+                    response token (token ids as Python ints, 8 + 32 B, and ~4 B of decoded text) +
+                    ~1 KiB of objects (its output, verdict, sample row); tracemalloc on synthetic
+                    responses of 256 + 512 tokens: 25.2 KB each, the formula 25.6 KB
 
 A process's peak is the largest of its phases (generation; the update's forward/backward; the optimizer
 step), each the sum of what is alive then; a device's total is the sum of its processes' peaks (each
@@ -54,6 +59,7 @@ __all__ = [
     "RunSizes",
     "activation_bytes",
     "device_totals",
+    "evaluation_item",
     "gib",
     "plan_processes",
     "run_sizes",
@@ -70,6 +76,9 @@ LOGPROB_BYTES_FULL = 20.0
 # head's gradient accumulates over the chunks, so all the gradients are counted alive beside it.
 # What a CUDA process holds before its first tensor (context, cuBLAS workspace): ~0.5 GiB on recent GPUs.
 CUDA_CONTEXT_BYTES = 512 * 2**20
+EVAL_BYTES_PER_PROMPT_TOKEN = 8  # the evaluation's host memory per response (module docstring)
+EVAL_BYTES_PER_RESPONSE_TOKEN = 44
+EVAL_BYTES_PER_RESPONSE = 1024
 PROMPT_TOKENS_DEFAULT = 256  # when the data's prompts cannot be read (train/prompt_lengths.py measures them)
 CHECKPOINTING_FROM_PARAMS = 10**9  # update.gradient_checkpointing unset: on from this many parameters
 
@@ -310,6 +319,35 @@ def _engine_items(shape: ModelShape, cfg: RunConfig, z: RunSizes, tp: int) -> li
     ]
 
 
+def evaluation_item(cfg: RunConfig, prompt_tokens: int = PROMPT_TOKENS_DEFAULT) -> Item:
+    """The host memory of one evaluation's responses (eval.prompts × eval.samples), held until scored."""
+    e, new = cfg.eval, cfg.rollout.max_new_tokens
+    per = EVAL_BYTES_PER_PROMPT_TOKEN * prompt_tokens + EVAL_BYTES_PER_RESPONSE_TOKEN * new + EVAL_BYTES_PER_RESPONSE
+    return Item(
+        "evaluation responses",
+        e.prompts * e.samples * per,
+        f"{e.prompts} prompts × {e.samples} samples × ({prompt_tokens} × {EVAL_BYTES_PER_PROMPT_TOKEN} + {new} × "
+        f"{EVAL_BYTES_PER_RESPONSE_TOKEN} + {EVAL_BYTES_PER_RESPONSE}) B, held until scored",
+    )
+
+
+def _add_evaluation(out: list[ProcessPlan], item: Item) -> None:
+    """Put the evaluation's responses in the pipeline's host memory: beside the engine's generation when
+    the pipeline runs on the CPU (its own phase: the evaluation samples with the same engine), else in the
+    pipeline's host-memory entry, held with the policies handed over (made for it under in_process)."""
+    pipeline = next(p for p in out if p.role.startswith("pipeline (engine"))
+    if pipeline.device == "cpu":
+        pipeline.items.append(item)
+        pipeline.phases["evaluation"] = [*pipeline.phases["generation"], item.name]
+        return
+    host = next((p for p in out if p.role == "pipeline (host memory)"), None)
+    if host is None:
+        out.append(ProcessPlan("pipeline (host memory)", "cpu", [item], {"held": [item.name]}))
+    else:
+        host.items.append(item)
+        host.phases["held"].append(item.name)
+
+
 def _devices(cfg: RunConfig, gpus: int) -> tuple[list[str], list[str]]:
     """(engine devices, trainer rank devices on this machine): the run's placement (config/placement.py)
     on `gpus` visible GPUs."""
@@ -343,6 +381,7 @@ def plan_processes(shape: ModelShape, cfg: RunConfig, gpus: int, prompt_tokens: 
         out.append(p)
         for d in engine_devs[1:]:
             out.append(ProcessPlan("engine (tensor parallel)", d, e_items, {"generation": gen}))
+        _add_evaluation(out, evaluation_item(cfg, prompt_tokens))
         return out
     for d in engine_devs:
         out.append(ProcessPlan("pipeline (engine)", d, list(e_items), {"generation": gen}))
@@ -367,6 +406,7 @@ def plan_processes(shape: ModelShape, cfg: RunConfig, gpus: int, prompt_tokens: 
                 {"update forward/backward": fwd, "optimizer step": step},
             )
         )
+    _add_evaluation(out, evaluation_item(cfg, prompt_tokens))
     return out
 
 

@@ -117,7 +117,7 @@ def build_tiny_model(
     try:  # the work folder and the verifier's workers go on any end but a kill -9
         cand_root = Path(state_dir) / "candidates" if state_dir is not None else work
         splits = spec.build_splits(work / "data", data_cfg)
-        val_prompts = load_dataset(splits["validation"])[:eval_prompts]
+        val_prompts = load_dataset(splits["validation"], limit=eval_prompts)
         pairs = warmup_pairs(spec, splits, corpus_size, seed, data_cfg, keep_out_train=rl_train_size is not None)
 
         model, tok, init_report = _start_model(spec, init, seed, model_size)
