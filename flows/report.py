@@ -36,12 +36,15 @@ def report_flow(run_id: str) -> str:
     and return its path; the log has how long it took, step by step (the corpus-report deployment runs
     every 6 h)."""
     t = time.perf_counter()
-    print(f"report of run {run_id}: compacting its metrics files")
-    parts = compact(RunDir.for_run(run_id).root)
+    root = RunDir.for_run(run_id).root
+    parts = []
+    if root.is_dir():  # else write_report says in one line that there is no such run
+        print(f"report of run {run_id}: compacting its metrics files")
+        parts = compact(root)
+        print(f"compacted: {len(parts)} new or refreshed part(s); running the named queries and drawing the plots")
     timings: dict[str, float] = {"compact": time.perf_counter() - t}
     failures: dict[str, str] = {}
     tables: dict[str, list[dict[str, Any]]] = {}
-    print(f"compacted: {len(parts)} new or refreshed part(s); running the named queries and drawing the plots")
     path = write_report(run_id, timings=timings, failures=failures, tables=tables)
     steps = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
     print(f"report written in {time.perf_counter() - t:.1f} s ({steps}): {path}")

@@ -43,7 +43,8 @@ class ReportedOnce(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if os.environ.get("TS_DEBUG"):
             return True
-        exc = record.exc_info[1] if record.exc_info else None
+        # the exception, or the one an earlier filter took off the record with its traceback
+        exc = record.exc_info[1] if record.exc_info else getattr(record, "ts_exception", None)
         if exc is not None and id(exc) in _reported_errors:
             return False  # "Engine execution exited with unexpected exception" and the engine's own
         return not (

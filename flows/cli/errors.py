@@ -114,6 +114,7 @@ class _MessageOnlyForUserErrors(logging.Filter):
         if exc is not None and is_user_error(exc) and not os.environ.get("TS_DEBUG"):
             record.exc_info, record.exc_text = None, None
             record.ts_user_error = True  # for the console: `ts` prints this one itself (_QuietConsole)
+            record.ts_exception = exc  # which one it was, for the filters after this one (flows/run_errors.py)
         return True
 
 

@@ -83,10 +83,11 @@ def test_a_user_error_in_a_deployed_flow_is_one_line_in_state_log_and_terminal(c
     flow_run_id, code, terminal = _as_a_deployment_runs_it(flow, parameters)
     state, log = _state_and_log(flow_run_id)
 
-    assert code == 1  # Prefect's engine ends a failed flow run's process so
+    assert code in (0, 1)  # the engine's process ends: 1 under Prefect 3.7; 0 under 3.9 (the run's outcome is handled)
     assert state["type"] == "FAILED" and said in state["message"] and "\n" not in state["message"], state
     assert [line for line in log if said in line] == [state["message"]], log  # said once, as the state says it
     assert not [line for line in log if "Traceback" in line or "File " in line], log
+    assert not [line for line in log + terminal if "exited with unexpected exception" in line], (log, terminal)
     assert [line for line in terminal if said in line] == [f"prefect.flow_runs ERROR {state['message']}"], terminal
     assert not [line for line in terminal if "Traceback" in line], terminal
 
@@ -96,4 +97,4 @@ def test_ts_debug_keeps_prefects_tracebacks(runs_dir, monkeypatch):
     flow, parameters, said = CASES["preset=nosuch"]
     flow_run_id, code, terminal = _as_a_deployment_runs_it(flow, parameters)
     _, log = _state_and_log(flow_run_id)
-    assert code == 1 and any("Traceback" in line for line in log) and any("Traceback" in line for line in terminal)
+    assert code in (0, 1) and any("Traceback" in line for line in log) and any("Traceback" in line for line in terminal)
