@@ -5,7 +5,8 @@ and exit code 2, never a traceback: ts_core's ConfigError / DataError / Checkpoi
 ModelError / QueryError and any other ValueError (pydantic's ValidationError among them), a path
 that is a folder, a file or nothing where it must not be (IsADirectoryError and kin: `_PATH_ERRORS`),
 RunLockedError, DuckDB errors, a comparison whose runs failed (CompareError: the line, then the
-failed runs' log tails), and click's usage errors (a missing or bad option). Ctrl-C is one line
+failed runs' log tails), a process of the run that died (ProcessDied, pipeline/process_died.py: the
+line, then its log's last lines), and click's usage errors (a missing or bad option). Ctrl-C is one line
 and the shell's 130. TS_DEBUG=1 shows the traceback instead.
 
 Ctrl-C is remembered as well as raised: a library that computes in C (DuckDB, pyarrow) may turn the
@@ -61,6 +62,7 @@ def is_user_error(e: BaseException) -> bool:
         ("thinking_seeds.store.run_dir", "RunLockedError"),
         ("duckdb", "Error"),
         ("thinking_seeds.experiments.jobs", "CompareError"),
+        ("thinking_seeds.pipeline.process_died", "ProcessDied"),
     ):
         cls = _loaded_class(module, name)
         if cls is not None and isinstance(e, cls):
@@ -171,6 +173,15 @@ def _click_exceptions() -> Any:
     return exceptions
 
 
+def _with_details() -> tuple[type, ...]:
+    """The errors whose message is a line, a blank line and supporting text (log tails) to print under it."""
+    found = (
+        _loaded_class("thinking_seeds.experiments.jobs", "CompareError"),
+        _loaded_class("thinking_seeds.pipeline.process_died", "ProcessDied"),
+    )
+    return tuple(c for c in found if c is not None)
+
+
 def _path_error_line(e: OSError) -> str:
     """A path error as one line: the path (the target of a rename, not its temporary source), what is
     wrong with it, how to fix it. One raised with a message of its own keeps that message."""
@@ -217,8 +228,7 @@ def handled() -> Iterator[None]:
         if not is_user_error(e):
             raise  # a bug (or typer.Exit, click's help): as it is
         head, _, details = (str(e) or type(e).__name__).partition("\n\n")
-        compare_error = _loaded_class("thinking_seeds.experiments.jobs", "CompareError")
-        if compare_error is None or not isinstance(e, compare_error):
+        if not isinstance(e, _with_details()):
             head, details = str(e) or type(e).__name__, ""  # everything else: the whole message on one line
         if isinstance(e, OSError):  # a path error (is_user_error): the path, not the errno's digits
             head = _path_error_line(e)
