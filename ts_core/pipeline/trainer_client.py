@@ -154,8 +154,8 @@ class PersistentTrainer:
         if code is None and what.endswith(SOCKET_CLOSED):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = self.proc.wait(timeout=EXIT_WAIT_S)
-            if code is not None:  # the exit status says more than the closed socket
-                what = what.removesuffix(SOCKET_CLOSED)
+        if code is not None:  # the exit status says more than the closed socket
+            what = what.removesuffix(SOCKET_CLOSED)
         text = self.log_text()
         kept = self.run.root / LOG_NAME  # the socket's folder, and its log, go with the trainer
         try:
