@@ -5,7 +5,8 @@ and exit code 2, never a traceback: ts_core's ConfigError / DataError / Checkpoi
 ModelError / QueryError and any other ValueError (pydantic's ValidationError among them), a path
 that is a folder, a file or nothing where it must not be (IsADirectoryError and kin: `_PATH_ERRORS`),
 RunLockedError, DuckDB errors, a comparison whose runs failed (CompareError: the line, then the
-failed runs' log tails), and click's usage errors (a missing or bad option). Ctrl-C is one line
+failed runs' log tails), a process of the run that died (ProcessDied, pipeline/process_died.py: the
+line, then its log's last lines), and click's usage errors (a missing or bad option). Ctrl-C is one line
 and the shell's 130. TS_DEBUG=1 shows the traceback instead.
 
 Ctrl-C is remembered as well as raised: a library that computes in C (DuckDB, pyarrow) may turn the
@@ -97,6 +98,7 @@ def is_user_error(e: BaseException) -> bool:
         ("thinking_seeds.store.run_dir", "RunLockedError"),
         ("duckdb", "Error"),
         ("thinking_seeds.experiments.jobs", "CompareError"),
+        ("thinking_seeds.pipeline.process_died", "ProcessDied"),
     ):
         cls = _loaded_class(module, name)
         if cls is not None and isinstance(e, cls):
@@ -211,6 +213,15 @@ def _click_exceptions() -> Any:
     return exceptions
 
 
+def _with_details() -> tuple[type, ...]:
+    """The errors whose message is a line, a blank line and supporting text (log tails) to print under it."""
+    found = (
+        _loaded_class("thinking_seeds.experiments.jobs", "CompareError"),
+        _loaded_class("thinking_seeds.pipeline.process_died", "ProcessDied"),
+    )
+    return tuple(c for c in found if c is not None)
+
+
 def _path_error_line(e: OSError) -> str:
     """A path error as one line: the path (the target of a rename, not its temporary source), what is
     wrong with it, how to fix it. One raised with a message of its own keeps that message."""
@@ -224,11 +235,10 @@ def _path_error_line(e: OSError) -> str:
 def user_error_text(e: BaseException) -> tuple[str, str]:
     """What `ts` says of a user error (`is_user_error`): one line (a path error's path, what is wrong with
     it and how to fix it; any other message with its line breaks made spaces), and the details to print
-    under it (a CompareError's failed runs' log tails, after its blank line; otherwise none)."""
+    under it (a CompareError's failed runs' or a ProcessDied's log tails, after its blank line; otherwise none)."""
     text = _path_error_line(e) if isinstance(e, OSError) else str(e) or type(e).__name__
     details = ""
-    compare_error = _loaded_class("thinking_seeds.experiments.jobs", "CompareError")
-    if compare_error is not None and isinstance(e, compare_error):
+    if isinstance(e, _with_details()):
         text, _, details = text.partition("\n\n")
     return " ".join(text.split()), details
 

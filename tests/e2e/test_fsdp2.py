@@ -22,13 +22,16 @@ from thinking_seeds.transports import live_weights
 pytestmark = pytest.mark.slow
 
 
-def _update(run: RunDir, cfg, tmp_path, name: str, launcher: str, strategy: str, budget: int | None = None):
+def _update(
+    run: RunDir, cfg, tmp_path, name: str, launcher: str, strategy: str, budget: int | None = None, recompute=False
+):
     """θ_1, its optimizer state and the metrics of a copy of `run` updated by two processes."""
     dst = RunDir(tmp_path / name / run.run_id)
     shutil.copytree(run.root, dst.root)
     c = cfg.model_copy(deep=True)
     c.update.launcher, c.update.num_processes, c.update.strategy = launcher, 2, strategy
     c.update.max_tokens_per_micro_batch = budget
+    c.update.recompute_old_logprobs = recompute or c.update.recompute_old_logprobs
     c.checkpoint.every = 1  # θ_1 and its AdamW state on disk too, to compare the optimizer state
     save_config(c, dst.config_path)  # the trainer processes read the run's config.yaml
     try:
@@ -86,8 +89,11 @@ def test_token_budget_on_two_processes_fsdp2_and_ddp(verified_run, tmp_path):
     plans = [plan(batch, c, 0, r, 2) for r in range(2)]
     empty = sum(1 for p in plans for _, micro in p for m in micro if not m)
     assert empty > 0, "the test needs ranks with unequal micro-batch counts"
-    ddp, ddp_opt, ddp_m = _update(run, cfg, tmp_path, "ddp-budget", "accelerate_per_update", "ddp", budget)
-    got, got_opt, m = _update(run, cfg, tmp_path, "fsdp2-budget", "accelerate_per_update", "fsdp2", budget)
+    # π_old recomputed too: each rank scores its own micro-batches, the shorter plan a one-token forward
+    # for each missing one, so fsdp2's all-gathers pair up there as well (train/update_loop.py)
+    ddp, ddp_opt, ddp_m = _update(run, cfg, tmp_path, "ddp-budget", "accelerate_per_update", "ddp", budget, True)
+    got, got_opt, m = _update(run, cfg, tmp_path, "fsdp2-budget", "accelerate_per_update", "fsdp2", budget, True)
+    assert m["actor/engine_logprob_diff/max"] == pytest.approx(ddp_m["actor/engine_logprob_diff/max"], abs=1e-6)
     _close(got, ddp)
     _close(got_opt, ddp_opt)
     assert m["actor/optimizer_steps"] == ddp_m["actor/optimizer_steps"] == cfg.update.mini_batches

@@ -9,7 +9,9 @@ train/trainer_server.py), on CPU processes (slow: each launch imports torch and 
   (a ValueError in the trainer) comes back as a ValueError; idle ranks outlast the collective timeout;
 - the trainer is gone when the run ends;
 - a run killed (kill -9) after an update in the trainer resumes bit-identically: the relaunched
-  trainer reloads θ_k from disk.
+  trainer reloads θ_k from disk;
+- `ts train` whose trainer is killed (kill -9) says so in one line (process, signal, likely cause, log,
+  rerun) with the log's last lines under it, exits 2, and the same command resumes the run.
 
 Same weights as in process (1 and 2 processes): e2e/test_update_processes.py; a kill -9 of the
 run stops its trainer: the orphan test there.
@@ -18,10 +20,14 @@ run stops its trainer: the orphan test there.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -29,6 +35,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers.resume import _same_state, _state, kill_and_resume
+from tests.helpers.resume_driver import HOOK_DIR
 from tests.helpers.tiny import MOVING, TINY_RUN_ID
 from tests.helpers.update_run import update_done
 from thinking_seeds.config import load_config, save_config
@@ -107,7 +114,8 @@ def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
     assert not worker.is_alive(), "the pipeline hangs on a dead trainer"
     assert time.monotonic() - t0 < 30
     assert len(caught) == 1 and isinstance(caught[0], TrainerDied), caught
-    assert "persistent trainer died in the update of iteration 0" in str(caught[0])
+    assert f"persistent trainer (pid {trainer.worker_pid}) died in the update of iteration 0" in str(caught[0])
+    assert "killed by SIGKILL" in str(caught[0])
     assert not _trainers() and trainer.proc.poll() is not None  # dropped, and nothing left running
     assert slow.read_manifest(0, "update") is None
 
@@ -164,7 +172,7 @@ def test_idle_ranks_outlast_the_collective_timeout(verified_run, tmp_path, monke
     try:
         trainer = trainer_for(idle, c).ready()
         time.sleep(10.0)
-        assert trainer.proc.poll() is None, trainer.tail()
+        assert trainer.proc.poll() is None, trainer.log_text()[-3000:]
         m = update(Session(idle, c), 0)
     finally:
         close_trainers()
@@ -206,3 +214,55 @@ def test_a_trainer_that_never_got_a_job_stops_at_once(verified_run, tmp_path):
         close_trainers()
         assert time.monotonic() - t0 < 5.0
         assert trainer.proc.poll() is not None and not _trainers()
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_ts_train_says_a_killed_trainer_in_one_line_then_resumes(tiny_overrides, subprocess_env, tmp_path):
+    """kill -9 of the persistent trainer in the middle of an update (what the OOM killer does): `ts train`
+    ends with one error line (the process, its signal, the likely cause, the log, the rerun) and the log's
+    last lines under it, exit 2, no traceback; the same command again resumes the run to its end."""
+    runs = tmp_path / "runs"
+    marker = tmp_path / "paused"
+    env = dict(subprocess_env, TS_RUNS_DIR=str(runs))
+    paused = dict(
+        env,
+        PYTHONPATH=os.pathsep.join(p for p in (str(HOOK_DIR), env.get("PYTHONPATH")) if p),
+        # the trainer blocks at the rename that publishes θ_1 (pause_hook/sitecustomize.py)
+        TS_TEST_PAUSE_AT=f"rename|{RunDir.for_run('killed', runs).policy(1)}|{marker}",
+    )
+    sets = [f"--set={o}" for o in tiny_overrides + MOVING + ["update.launcher=accelerate"]]
+    cmd = [sys.executable, "-m", "thinking_seeds.flows.cli", "train", "--run-id", "killed", "--no-prefect", *sets]
+    proc = subprocess.Popen(cmd, env=paused, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the update never reached θ_1's rename"
+            time.sleep(0.1)
+        trainer_pid = int(marker.read_text().split()[0])
+        assert trainer_pid != proc.pid  # the trainer's process, not the pipeline's
+        os.kill(trainer_pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, (out, err)
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    assert len(errors) == 1, err
+    head, tail = lines[errors[0]], lines[errors[0] + 1 :]
+    pattern = (
+        rf"^error: persistent trainer \(pid {trainer_pid}\) died in the (update of iteration 0|checkpoint write): "
+        r"killed by SIGKILL \(out of host or GPU memory\? .*`ts plan`"
+    )
+    assert re.search(pattern, head), head
+    assert "rerun the same command to resume" in head
+    kept = RunDir.for_run("killed", runs).root / "trainer.log"
+    assert f"full log: {kept}" in head and kept.is_file()
+    logged = [line.strip() for line in kept.read_text().splitlines() if line.strip()][-5:]
+    assert [line.strip() for line in tail] == logged and all(line.startswith("  ") for line in tail), err
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    run = RunDir.for_run("killed", runs)
+    assert all(run.read_manifest(k, "update") is not None for k in (0, 1))

@@ -93,6 +93,9 @@ def _case(rank: int, world: int, ckpt: str, mode: str, sets: list[str]) -> dict:
             model, tok, opt = strategy.load_sharded(Path(ckpt), cfg, device, world, rank == 0, prepare=prepare)
             report["meta_before_shard"] = seen[0]
         report["tied"] = model.lm_head.weight is model.model.embed_tokens.weight
+        from thinking_seeds.engine.token_scores import supports_head_scores
+
+        report["chunked_head"] = supports_head_scores(model)  # fully_shard's class keeps a plain head
         report["fraction"] = strategy.shard_fraction(model)
         report["opt_steps"] = sorted(float(s["step"]) for s in opt.state.values()) if opt.state else []
         loaded, loaded_opt = strategy.gathered(model, opt, cfg, rank == 0)  # what the load put in place

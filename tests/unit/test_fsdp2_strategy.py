@@ -65,6 +65,7 @@ def test_rank0_loads_and_broadcasts_and_trains_as_full_loads(cases, ckpt):
     assert meta[1]["meta_before_shard"] and not meta[0]["meta_before_shard"]  # only rank 0 held the weights
     for r in meta:
         assert r["tied"] and 0.45 < r["fraction"] < 0.6
+        assert r["chunked_head"]  # the update's LM head in chunks under fsdp2 too (engine/token_scores.py)
         assert r["opt_steps"] and set(r["opt_steps"]) == {1.0}  # the checkpoint's AdamW state came along
     # What the load put in place is the checkpoint's AdamW state, on either path.
     names = [n for n, _ in tiny_model(ckpt).named_parameters()]

@@ -50,3 +50,22 @@ def test_the_hand_over_is_cast_to_the_engine_dtype_and_arrives_as_sent():
     engine.load_state_dict(own)  # what it made of the fp32 tensors before
     for name, t in engine.state_dict().items():
         assert torch.equal(got[name], t), name
+
+
+def test_the_hand_over_sends_each_tensor_once_in_order_whatever_its_layout():
+    """send_weights' staging (a tensor's host copy queued before the previous one is written): the bytes
+    arrive in the header's order, non-contiguous, tied and 0-d tensors included."""
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    state = {"a": base.t(), "b": torch.ones(5, dtype=torch.bfloat16), "tied": base.t(), "c": torch.tensor(7.0)}
+    header = weights_header(state)
+    assert [h[0] for h in header] == ["a", "b", "c"]
+    a, b = socket.socketpair()
+    b.settimeout(60)  # a sender that fails must not hang the test
+    with a.makefile("wb") as fa, b.makefile("rb") as fb:
+        sender = threading.Thread(target=send_weights, args=(fa, state))
+        sender.start()
+        got = PersistentTrainer.receive_weights(SimpleNamespace(file=fb), header, "test")
+        sender.join()
+    a.close()
+    b.close()
+    assert got.keys() == {"a", "b", "c"} and all(torch.equal(got[k], state[k]) for k in got)

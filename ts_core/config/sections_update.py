@@ -56,8 +56,9 @@ class UpdateConfig(_Section):
     packed: bool = Field(
         False,
         description="With max_tokens_per_micro_batch: run each micro-batch as one row of concatenated sequences, "
-        "positions restarting per sequence and no padding (transformers' packed-sequence masks: varlen kernels on "
-        "flash attention, a block-diagonal mask on sdpa/eager, where attention still spans the whole row).",
+        "positions restarting per sequence and no padding (transformers' packed-sequence masks: flash-attention's "
+        "varlen kernels where flash-attn is installed and the forward runs bf16 on CUDA, chosen by the trainer and "
+        "said in its log; else a block-diagonal mask on sdpa, where attention still spans the whole row).",
     )
     logprob_chunk_size: int | None = Field(
         0,

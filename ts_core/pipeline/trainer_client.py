@@ -18,7 +18,9 @@ socket lives in a private temp directory, not in the run directory (`socket_dir`
 path is short). The trainer's output goes to a log file next to it; its tail is in every error.
 
 Never a hang: every wait (the trainer's start, each job) polls the launcher process every
-`POLL_S`; its exit, or EOF on the socket, raises TrainerDied with the log's tail at once. The start
+`POLL_S`; its exit, or EOF on the socket, raises TrainerDied at once: one line naming the process, its
+exit signal or code and the likely cause, the log's last lines under it (pipeline/process_died.py), the
+whole log copied to the run's folder (`trainer.log`: the socket's folder goes with the trainer). The start
 has a deadline (`START_TIMEOUT_S`); a job has none, since an update may legitimately take hours, but
 a trainer that dies in it is reported within `POLL_S`, and one hung in a collective raises there
 after the trainer's collective timeout (30 minutes, trainer_server.py) and exits. After any failure
@@ -47,6 +49,7 @@ import time
 from pathlib import Path
 
 from thinking_seeds.config import RunConfig
+from thinking_seeds.pipeline.process_died import ProcessDied, died, how_it_ended
 from thinking_seeds.pipeline.run_resources import drop_process, held_process, hold, stop_everywhere
 from thinking_seeds.pipeline.update_launcher import launch_env, launch_prefix, without_launcher
 from thinking_seeds.store.child_guard import die_with_parent
@@ -65,10 +68,13 @@ from thinking_seeds.transports.trainer_socket import (
 START_TIMEOUT_S = 600.0  # imports + process group on a loaded 2-core box take 5-30 s; a GPU node's NCCL more
 POLL_S = 0.2
 STOP_TIMEOUT_S = 30.0
+SOCKET_CLOSED = ": its socket closed"
+EXIT_WAIT_S = 10.0  # a closed socket comes before the exit status (a launcher stops its other ranks first)
+RESUME = "rerun the same command to resume the run from its last finished stage (θ_k is reloaded from disk)"
 
 
-class TrainerDied(RuntimeError):
-    """The persistent trainer exited, closed its socket, or did not start in time."""
+class TrainerDied(ProcessDied):
+    """The persistent trainer exited, closed its socket, or did not start in time (one line: process_died.py)."""
 
 
 def trainer_command(run: RunDir, cfg: RunConfig, sock_path: Path) -> list[str]:
@@ -137,16 +143,27 @@ class PersistentTrainer:
         self.deadline = time.monotonic() + START_TIMEOUT_S
 
     # -- liveness --------------------------------------------------------------------------
-    def tail(self, n: int = 3000) -> str:
+    def log_text(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-n:]
+            return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
 
     def _died(self, what: str) -> TrainerDied:
         code = self.proc.poll()
-        state = f"exit {code}" if code is not None else "still running"
-        return TrainerDied(f"persistent trainer {what} ({state}):\n{self.tail()}\ncommand: {' '.join(self.cmd)}")
+        if code is None and what.endswith(SOCKET_CLOSED):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.proc.wait(timeout=EXIT_WAIT_S)
+        if code is not None:  # the exit status says more than the closed socket
+            what = what.removesuffix(SOCKET_CLOSED)
+        text = self.log_text()
+        kept = self.run.root / LOG_NAME  # the socket's folder, and its log, go with the trainer
+        try:
+            kept.write_text(text)
+        except OSError:
+            kept = self.log_path
+        pid = getattr(self, "worker_pid", self.proc.pid)  # rank 0's, once it said hello
+        return died(f"persistent trainer (pid {pid}) {what}", how_it_ended(code, text), kept, text, RESUME, TrainerDied)
 
     def _wait_readable(self, sock: socket.socket, deadline: float | None, what: str) -> None:
         with selectors.DefaultSelector() as sel:
@@ -181,7 +198,7 @@ class PersistentTrainer:
         self._wait_readable(self.conn, None, what)
         line = self.file.readline()
         if not line:
-            raise self._died(what + ": its socket closed")
+            raise self._died(what + SOCKET_CLOSED)
         return decode(line)
 
     # -- jobs ------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from thinking_seeds.config import RunConfig, load_saved_config
+from thinking_seeds.engine.attention import use_packed_attention
 from thinking_seeds.engine.lora import load_policy
 from thinking_seeds.engine.models import load_model, release_cached_memory, resolve_device
 from thinking_seeds.store.atomic import atomic_write
@@ -116,6 +117,9 @@ def load_state(
     def for_training(model) -> None:
         model.train()
         model.config.use_cache = False
+        if cfg.update.packed:  # flash-attention's variable-length kernels where they run (engine/attention.py)
+            half = cfg.update.mixed_precision == "bf16" or cfg.model.dtype in ("bfloat16", "float16")
+            use_packed_attention(model, device, half)
         if gradient_checkpointing(cfg, model):
             # non-reentrant: no input needs requires_grad (LoRA), and it nests with the head's own checkpoints
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

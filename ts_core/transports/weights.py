@@ -7,13 +7,16 @@ holds in transports/live_weights.py for its engine). No file: measured against a
 /dev/shm on the same bytes, the socket took 0.45-0.76x its time (bench/weight_handoff.py).
 
 The header is [name, dtype, shape] per tensor, in the order their bytes follow; a tensor tied to an
-earlier one (the same storage) is sent once, under the first name. On CUDA the hook for IPC handles
-instead of bytes is `send_weights` / `receive_weights`.
+earlier one (the same storage) is sent once, under the first name. A GPU tensor reaches the host through
+pinned memory with a non-blocking copy, queued before the previous tensor's bytes are written, so the
+device-to-host copy of tensor i+1 runs while the socket takes tensor i (`_on_host`; was one synchronous
+`.to("cpu")` into pageable memory per tensor); at most two tensors' staging is held at a time. On CUDA
+the hook for IPC handles instead of bytes is `send_weights` / `receive_weights`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 def weights_header(state: dict) -> list[list]:
@@ -26,9 +29,40 @@ def send_weights(f, state: dict) -> None:
     (no file; received by `receive_weights`)."""
     import torch
 
-    for t in _unique(state).values():
-        f.write(memoryview(t.detach().to("cpu").contiguous().view(torch.uint8).numpy()))
+    for t in _on_host(_unique(state).values()):
+        f.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))  # reshape: a 0-d tensor too
     f.flush()
+
+
+def _on_host(tensors) -> Iterator:
+    """Each tensor, contiguous on the host, in order; a GPU tensor's copy into pinned memory is queued
+    (non-blocking, on the current stream: after the update's kernels) before the previous one is yielded."""
+    pending = None
+    for t in tensors:
+        started = _start_copy(t.detach())
+        if pending is not None:
+            yield _finish(*pending)
+        pending = started
+    if pending is not None:
+        yield _finish(*pending)
+
+
+def _start_copy(t):
+    import torch
+
+    if t.device.type != "cuda":
+        return t.to("cpu").contiguous(), None
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)  # torch's caching host allocator reuses it
+    host.copy_(t, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    return host, done
+
+
+def _finish(host, done):
+    if done is not None:
+        done.synchronize()  # this tensor's copy only; the next one's keeps running
+    return host
 
 
 def receive_weights(f, header: list, closed: Callable[[], Exception]) -> dict:
@@ -39,7 +73,7 @@ def receive_weights(f, header: list, closed: Callable[[], Exception]) -> dict:
     out = {}
     for name, dtype, shape in header:
         t = torch.empty(shape, dtype=getattr(torch, dtype))
-        buf, got = memoryview(t.view(torch.uint8).numpy()).cast("B"), 0
+        buf, got = memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B"), 0
         while got < len(buf):
             n = f.readinto(buf[got:])
             if not n:
