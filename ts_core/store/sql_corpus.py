@@ -1,5 +1,7 @@
-"""The views of `ts sql` over the prefix corpus: prefixes (the files themselves), and the two
-views derived from them that the diversity queries read, ngram_counts and prefix_groups.
+"""The views of `ts sql` over the prefix corpus: prefixes (the files themselves), and the views
+derived from them that the diversity queries read: ngram_counts and prefix_groups, and the roll-ups
+ngram_keys and ngram_per_iteration (store/rollups.py: what prefix_diversity and
+prefix_diversity_history read, so their cost follows the run's blocks and iterations, not its rows).
 
 For each prefix file the derived views read the smallest thing that stands for it:
 
@@ -8,6 +10,9 @@ For each prefix file the derived views read the smallest thing that stands for i
                     aggregates beside the file (store/prefix_aggregates.py), else the 3-grams of the
                     file itself
     prefix_groups   a fresh compacted part, else the aggregates, else the file itself
+    ngram_keys, ngram_per_iteration
+                    a fresh compacted part (one per block), else their SQL over the 3-grams that
+                    ngram_counts reads for the file (its aggregates, else the file)
 
 so a live run (never compacted) answers from files ~1/20 of its corpus, and a run written before the
 aggregates existed reads as before. Every source gives the same rows up to the order of rows and,
