@@ -3,6 +3,12 @@
     python bench/corpus.py [--rows 1000000,10000000] [--rows-per-iteration 4096] [--repeat 3]
                            [--root /tmp/ts-corpus/bench] [--before COMMIT] [--keep] [--reuse] [--skip-report]
     python bench/corpus.py --live --rows 1000000 [--prefixes-per-file 64] [--repeat 3] [--before COMMIT]
+    python bench/corpus.py --scaling RUN_1M,RUN_10M --before COMMIT [--repeat 3] [--root DIR]
+
+--scaling (issue 53): every named query end to end on a live 1M-prefix run at 64 per file and a
+compacted 10M-row run, before (COMMIT) and after (this checkout), interleaved, with the ratio of the
+10M time to the 1M time on each side (the two runs: `build(..., twin=False)` and
+bench/corpus_replicate.py, docs/performance.md says how).
 
 Builds, for each size, a run directory with the real contracts and nothing trained (no model, no
 GPU), then measures. What a corpus holds:
