@@ -3,6 +3,12 @@
     python bench/corpus.py [--rows 1000000,10000000] [--rows-per-iteration 4096] [--repeat 3]
                            [--root /tmp/ts-corpus/bench] [--before COMMIT] [--keep] [--reuse] [--skip-report]
     python bench/corpus.py --live --rows 1000000 [--prefixes-per-file 64] [--repeat 3] [--before COMMIT]
+    python bench/corpus.py --scaling RUN_1M,RUN_10M --before COMMIT [--repeat 3] [--root DIR]
+
+--scaling (issue 53): every named query end to end on a live 1M-prefix run at 64 per file and a
+compacted 10M-row run, before (COMMIT) and after (this checkout), interleaved, with the ratio of the
+10M time to the 1M time on each side (the two runs: `build(..., twin=False)` and
+bench/corpus_replicate.py, docs/performance.md says how).
 
 Builds, for each size, a run directory with the real contracts and nothing trained (no model, no
 GPU), then measures. What a corpus holds:
@@ -611,6 +617,52 @@ def live(base: Path, run_id: str, repeat: int, tree: Path, label: str, behind: b
         with_parts(True)
 
 
+def scaling(runs: list[Path], repeat: int, tree: Path, label: str) -> None:
+    """Issue 53: every named query end to end (`ts sql --query NAME --run-id ID -f csv`, a fresh process)
+    on each run of `runs` (a live 1M-prefix run at 64 per file, a compacted 10M-row run), before (the
+    code at `label`) and after (this checkout), interleaved on the same files, then each side's ratio
+    of the second run's time to the first's. Each run is compacted first by this checkout (as a run
+    compacts behind itself, or `ts compact`): it writes the parts the code before reads too, and the
+    roll-ups only this checkout reads."""
+    from thinking_seeds.store.compaction import compact
+    from thinking_seeds.store.sql_queries import NAMED_QUERIES
+
+    for run in runs:
+        t, c, written = _timed(lambda r=run: compact(r))
+        files = sum(1 for _ in (run / "corpus/prefixes").glob("iteration=*"))
+        print(
+            f"  {run.name}: {files} iteration folders; parts written now: {len(written)} in {t:.1f} s ({c:.1f} s CPU)"
+        )
+    cmds = [("select 1", ["sql", "select 1"])]
+    cmds += [(n, ["sql", "--query", n, "--timeout", "0"]) for n in NAMED_QUERIES]
+    print(f"  end to end, best of {repeat} (wall s / CPU s), before = the code at {label}, after = this checkout")
+    print(f"  (load {_uptime()})")
+    head = "".join(f"{r.name + ' ' + side:>22s}" for r in runs for side in ("before", "after"))
+    print(f"    {'':26s}{head}   {'after/before':>14s}   {'ratio ' + runs[-1].name + '/' + runs[0].name:>24s}")
+    for name, args in cmds:
+        best: dict[tuple[str, str], tuple[float, float]] = {}
+        for _ in range(repeat):
+            for run in runs:
+                for side in ("before", "after"):
+                    got = measured(
+                        run.parent, [*args, "--run-id", run.name, "-f", "csv"], tree if side == "before" else None
+                    )
+                    old = best.get((run.name, side), (float("inf"), float("inf")))
+                    best[(run.name, side)] = (min(old[0], got[0]), min(old[1], got[1]))
+        cells = "".join(
+            f"{best[(r.name, side)][0]:>13.2f} / {best[(r.name, side)][1]:5.2f}"
+            for r in runs
+            for side in ("before", "after")
+        )
+        speed = " ".join(f"{best[(r.name, 'after')][0] / best[(r.name, 'before')][0]:.2f}x" for r in runs)
+        grow = "  ".join(
+            f"{side} {best[(runs[-1].name, side)][0] / best[(runs[0].name, side)][0]:.2f}x"
+            for side in ("before", "after")
+        )
+        print(f"    {name:26s}{cells}   {speed:>14s}   {grow:>24s}", flush=True)
+    print(f"  (load {_uptime()})")
+
+
 def report(base: Path, run_id: str) -> None:
     """write_report in a fresh process (what the corpus-report deployment runs), with its steps."""
     probe = (
@@ -672,6 +724,14 @@ def main() -> None:
         action="store_true",
         help=f"only the live-run comparison (never compacted; --before defaults to {LIVE_BEFORE} with it)",
     )
+    ap.add_argument(
+        "--scaling",
+        default=None,
+        metavar="RUN_DIR,RUN_DIR",
+        help="only issue 53's comparison: every named query on these runs (a live 1M run at 64 per file, a "
+        "compacted 10M one: built with bench/corpus_replicate.py and --keep), before (--before) and after, "
+        "and the ratio of the second's time to the first's",
+    )
     args = ap.parse_args()
     args.before = args.before or (LIVE_BEFORE if args.live else BEFORE)
     import duckdb
@@ -684,6 +744,9 @@ def main() -> None:
     )
     args.root.mkdir(parents=True, exist_ok=True)
     tree = before_tree(args.root, args.before)
+    if args.scaling:
+        scaling([Path(p) for p in args.scaling.split(",")], args.repeat, tree, args.before)
+        return
     if not args.skip_demo and not args.live:
         demo_start(args.root, max(args.repeat, 5), tree)
     for rows in (int(x) for x in args.rows.split(",")):

@@ -77,8 +77,8 @@ def test_a_live_run_compacts_behind_itself_and_reads_one_block_of_small_files(ru
     _same(_answers(base / "live", "live"), _answers(base / "plain", "live"))
     from thinking_seeds.store.sql_files import view_files
 
-    rollout_files = view_files(live.root, "rollouts", "rollouts/iteration=*/rollouts.parquet")
-    assert len(rollout_files) == 3 + ITERATIONS - 12  # three parts, then the tail's files
+    rollout_parts, rollout_files = view_files(live.root, "rollouts", "rollouts/iteration=*/rollouts.parquet")
+    assert (len(rollout_parts), len(rollout_files)) == (3, ITERATIONS - 12)  # three parts, then the tail's files
     # the aggregates read one by one: the tail's only (the plain run reads every iteration's)
     live_read = {p for p in read if str(p).startswith(str(live.root))}
     assert live_read == {live.prefixes(k) for k in range(12, ITERATIONS)}

@@ -131,6 +131,7 @@ class Part:
     rows: dict[str, int] = field(default_factory=dict)  # path relative to the run -> its rows (parts since rows)
 
     folders: dict[str, int] = field(default_factory=dict)  # folder relative to the run -> mtime_ns (FOLDERS)
+    schema: pa.Schema | None = field(default=None, compare=False)  # its Arrow schema, from the footer read once
 
     def fresh(self, run_dir: Path) -> bool:
         """Whether every file the part copies is still exactly what it copied."""
@@ -182,15 +183,17 @@ def parts(run_dir: Path, view: str) -> list[Part]:
         if path.is_symlink() or link_out(run_dir, path) is not None:  # never read through a link out of the run
             continue
         try:
-            meta = pq.read_metadata(path).metadata or {}
+            footer = pq.read_metadata(path)
+            meta = footer.metadata or {}
             recorded = json.loads(meta[_SOURCES_KEY])
             sources = {k: (int(v[0]), int(v[1])) for k, v in recorded.items()}
             rows = {k: int(v[2]) for k, v in recorded.items() if len(v) > 2}
             folders = {k: int(v) for k, v in json.loads(meta.get(_FOLDERS_KEY, b"{}")).items()}
             first = int(path.name.split("=", 1)[1].split("-", 1)[0])
+            schema = footer.schema.to_arrow_schema()
         except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):
             continue
-        out.append(Part(path, first, sources, rows, folders))
+        out.append(Part(path, first, sources, rows, folders, schema))
     return out
 
 

@@ -1,5 +1,7 @@
-"""The views of `ts sql` over the prefix corpus: prefixes (the files themselves), and the two
-views derived from them that the diversity queries read, ngram_counts and prefix_groups.
+"""The views of `ts sql` over the prefix corpus: prefixes (the files themselves), and the views
+derived from them that the diversity queries read: ngram_counts and prefix_groups, and the roll-ups
+ngram_keys and ngram_per_iteration (store/rollups.py: what prefix_diversity and
+prefix_diversity_history read, so their cost follows the run's blocks and iterations, not its rows).
 
 For each prefix file the derived views read the smallest thing that stands for it:
 
@@ -8,6 +10,9 @@ For each prefix file the derived views read the smallest thing that stands for i
                     aggregates beside the file (store/prefix_aggregates.py), else the 3-grams of the
                     file itself
     prefix_groups   a fresh compacted part, else the aggregates, else the file itself
+    ngram_keys, ngram_per_iteration
+                    a fresh compacted part (one per block), else their SQL over the 3-grams that
+                    ngram_counts reads for the file (its aggregates, else the file)
 
 so a live run (never compacted) answers from files ~1/20 of its corpus, and a run written before the
 aggregates existed reads as before. Every source gives the same rows up to the order of rows and,
@@ -30,6 +35,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from thinking_seeds.store.compaction import Part
 from thinking_seeds.store.prefix_aggregates import (
     AGGREGATES_NAME,
     AGGREGATES_SCHEMA,
@@ -56,6 +62,7 @@ from thinking_seeds.store.schemas import (
 )
 from thinking_seeds.store.sql_files import (
     PARQUET_VIEWS,
+    checked_parts,
     dataset,
     file_order,
     fresh_parts,
@@ -171,7 +178,7 @@ def register_corpus_views(
         return
     pattern = PARQUET_VIEWS["prefixes"][0]
     # each view's fresh compacted parts, and the prefix files none of them stands for
-    covered: dict[str, tuple[list[Path], list[Path]]] = {}
+    covered: dict[str, tuple[list[Part], list[Path]]] = {}
     for view in wanted:
         found = [fresh_parts(run, view, pattern) for run in runs]
         covered[view] = ([p for ps, _ in found for p in ps], sorted((f for _, fs in found for f in fs), key=file_order))
@@ -182,7 +189,7 @@ def register_corpus_views(
         tag, schema, row_group, rows_sql, rollup = _DERIVED[view]
         parts_, uncovered = covered[view]
         base = PREFIX_GROUPS_SCHEMA if row_group == SUMMARY_ROW_GROUP else NGRAM_COUNTS_SCHEMA
-        con.register(f"_ts_{tag}_parts", dataset(readable_files(parts_, schema, damaged), schema))
+        con.register(f"_ts_{tag}_parts", dataset(checked_parts(parts_, schema, damaged), schema))
         stored = _row_group_views(
             con, f"_ts_{tag}_aggs", [aggs[f] for f in uncovered if f in aggs], row_group, base.names
         )

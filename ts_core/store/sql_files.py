@@ -33,6 +33,7 @@ __all__ = [
     "footers",
     "fresh_parts",
     "fresh_parts_of",
+    "checked_parts",
     "iteration_of",
     "listed",
     "quoted",
@@ -186,37 +187,53 @@ def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def fresh_parts(run: Path, kind: str, pattern: str) -> tuple[list[Path], list[Path]]:
+def fresh_parts(run: Path, kind: str, pattern: str) -> tuple[list[Part], list[Path]]:
     """(the run's compacted parts of `kind` that are still fresh, every file of `pattern` none of them
     stands for): store/compaction.py's parts replace their files only while those are unchanged.
     The iteration folders a fresh part vouches for by their mtime are not listed (compaction.FOLDERS:
     one stat per folder, not a listing and a stat per file)."""
     parts_, skip, covered = fresh_parts_of(run, (kind,))
-    return [p.path for p in parts_], [Path(f) for f in listed(run, pattern, skip) if f not in covered]
+    return parts_, [Path(f) for f in listed(run, pattern, skip) if f not in covered]
 
 
 def fresh_parts_of(run: Path, kinds: tuple[str, ...]) -> tuple[list[Part], set[str], set[str]]:
     """(fresh parts of `kinds`, the folders they vouch for and the files they stand for, as path
-    strings), for `listed(..., skip=)`."""
+    strings), for `listed(..., skip=)`. Kinds in order of preference: a block a fresh part of an
+    earlier kind stands for is not checked again for a later one."""
     root = os.fspath(run) + os.sep
-    fresh, skip = [], set()
+    fresh, skip, blocks = [], set(), set()
     for kind in kinds:
         for p in compacted_parts(run, kind):
+            if p.first in blocks:
+                continue
             same = p.unchanged_folders(run)
             if same is None:
                 continue
             fresh.append(p)
             skip |= {root + f for f in same}
+        blocks |= {p.first for p in fresh}
     covered = {root + rel for p in fresh for rel in p.sources}  # strings: cheaper than Paths (and os.path.join)
     return fresh, skip, covered
 
 
-def view_files(run: Path, view: str, pattern: str) -> list[Path]:
+def checked_parts(parts_: list[Part], contract: pa.Schema, damaged: list[str]) -> list[tuple[Path, pa.Schema]]:
+    """(path, schema) of each part whose columns read as the contract's (`readable_files` for parts,
+    from the footer `compaction.parts` read already); each one that does not is reported in `damaged`."""
+    out = []
+    for p in parts_:
+        bad = [f for f in p.schema if f.name in contract.names and not _compatible(f.type, contract.field(f.name).type)]
+        if bad:
+            damaged.append(f"compacted part {p.path}: column {bad[0].name!r} is {bad[0].type}: run `ts compact` again")
+        else:
+            out.append((p.path, p.schema))
+    return out
+
+
+def view_files(run: Path, view: str, pattern: str) -> tuple[list[Part], list[Path]]:
     """The files a view reads in one run: fresh compacted parts and the files they do not stand for."""
     if view not in COMPACTED_VIEWS:
-        return [Path(f) for f in listed(run, pattern)]
-    parts_, rest = fresh_parts(run, view, pattern)
-    return parts_ + rest
+        return [], [Path(f) for f in listed(run, pattern)]
+    return fresh_parts(run, view, pattern)
 
 
 def file_order(f: Path | str) -> tuple:

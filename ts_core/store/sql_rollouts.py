@@ -13,7 +13,14 @@ import duckdb
 
 from thinking_seeds.store.rollups import ROLLOUT_GROUPS_SCHEMA, rollout_groups_sql
 from thinking_seeds.store.schemas import ROLLOUT_SCHEMA
-from thinking_seeds.store.sql_files import PARQUET_VIEWS, dataset, file_order, fresh_parts, readable_files
+from thinking_seeds.store.sql_files import (
+    PARQUET_VIEWS,
+    checked_parts,
+    dataset,
+    file_order,
+    fresh_parts,
+    readable_files,
+)
 
 __all__ = ["register_rollout_groups"]
 
@@ -24,7 +31,7 @@ def register_rollout_groups(con: duckdb.DuckDBPyConnection, runs: list[Path], da
     parts = [p for ps, _ in found for p in ps]
     files = sorted((f for _, fs in found for f in fs), key=file_order)
     schema = ROLLOUT_GROUPS_SCHEMA
-    con.register("_ts_rgroups_parts", dataset(readable_files(parts, schema, damaged), schema))
+    con.register("_ts_rgroups_parts", dataset(checked_parts(parts, schema, damaged), schema))
     con.register("_ts_rgroups_src", dataset(readable_files(files, ROLLOUT_SCHEMA, damaged), ROLLOUT_SCHEMA))
     sel = ", ".join(ROLLOUT_GROUPS_SCHEMA.names)
     con.execute(

@@ -38,6 +38,7 @@ from thinking_seeds.store.sql_catalog import VIEWS
 from thinking_seeds.store.sql_corpus import register_corpus_views, register_prefixes
 from thinking_seeds.store.sql_files import (
     PARQUET_VIEWS,
+    checked_parts,
     dataset,
     file_order,
     readable_files,
@@ -86,11 +87,14 @@ def register_views(
     for view, (pattern, contract) in PARQUET_VIEWS.items():
         if view not in wanted:
             continue
-        files = sorted((f for run in runs for f in view_files(run, view, pattern)), key=file_order)
+        found = [view_files(run, view, pattern) for run in runs]
+        parts_ = checked_parts([p for ps, _ in found for p in ps], contract, damaged)
+        files = sorted((f for _, fs in found for f in fs), key=file_order)
         if view == "prefixes":
             register_prefixes(con, readable_files(files, PREFIX_FILE_SCHEMA, damaged), "prefixes")
             continue
-        con.register(f"_ts_{view}", dataset(readable_files(files, contract, damaged), contract))
+        readable = sorted(parts_ + readable_files(files, contract, damaged), key=lambda x: file_order(x[0]))
+        con.register(f"_ts_{view}", dataset(readable, contract))
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
     register_corpus_views(con, runs, damaged, wanted)
     if "rollout_groups" in wanted:
