@@ -227,9 +227,13 @@ def test_a_fifo_in_place_of_a_split_is_refused_without_waiting(hostile):
     split.unlink()
     os.mkfifo(split)
 
-    def unblock():  # the old code waited for a writer forever: give it EOF after 20 s, so it fails instead
-        if not done.wait(20):
-            with open(split, "wb"):
+    def unblock():  # the old code waited for a writer forever: after 20 s give every reader EOF, so it fails
+        if done.wait(20):
+            return
+        while not done.wait(0.5):
+            try:
+                os.close(os.open(split, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO while no reader waits
+            except OSError:
                 pass
 
     done = threading.Event()
