@@ -28,5 +28,6 @@ def test_eval_two_prompts_of_five_million_rows(tiny_run, tmp_path, subprocess_en
         rc, peaks[rows], out = peak_rss_mib(cmd, cap_mib=1024, env=subprocess_env)
         assert rc == 0, out[-3000:]
         assert '"prompts": 2' in out, out[-3000:]
+    print(f"peak resident memory of ts eval --prompts 2: {peaks} MiB")  # shown with -s, for the record
     added = peaks[5_000_000] - peaks[2]
     assert added < 50, f"the 5M-row file added {added:.0f} MiB (peaks {peaks} MiB)"

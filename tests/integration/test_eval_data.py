@@ -105,3 +105,14 @@ def test_eval_split_prints_one_object(run):
     assert type(m["prompts"]) is int and m["samples"] == 4 * m["prompts"]
     assert all(type(c) is int for c in m["status"].values()) and "avg@4" in m and "pass@4" in m
     assert "accuracy" not in m and not any(k.startswith("status_") for k in m)
+
+
+def test_a_split_evaluation_past_the_responses_bound_is_refused_before_sampling(run):
+    from thinking_seeds.config import ConfigError
+    from thinking_seeds.pipeline.checkpoint_eval import evaluate_checkpoint
+
+    # eval.prompts=4 validation prompts x 300,000 samples: every response would be held until scored
+    with pytest.raises(ConfigError, match=r"4 validation prompts x 300000 samples = 1,200,000 responses held at once"):
+        evaluate_checkpoint(run.root, None, "validation", samples=300_000)
+    with pytest.raises(ConfigError, match=r"8 test prompts x 131100 samples = 1,048,800 responses"):
+        evaluate_checkpoint(run.root, None, "test", all_prompts=True, samples=131_100)  # the whole split

@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from thinking_seeds.config import load_saved_config
+from thinking_seeds.config import ConfigError, load_saved_config
+from thinking_seeds.config.sections_loop import MAX_EVAL_SEQUENCES
 from thinking_seeds.pipeline.policy_steps import policy_step
 from thinking_seeds.pipeline.session import Session, Timer
 from thinking_seeds.pipeline.stage_evaluate import evaluate_policy, time_metrics
@@ -42,6 +43,16 @@ def latest_policy_step(run: RunDir) -> int:
     if not ckpts:
         raise FileNotFoundError(f"run {run.root} has no policy checkpoint under {run.policy_root}; train it first")
     return ckpts[-1].step
+
+
+def _check_responses(prompts: int, samples: int, what: str) -> None:
+    """ConfigError, in one line, for more responses than an evaluation may hold (EvalConfig's bound: every
+    response is kept until scored), before the model is loaded."""
+    if prompts * samples > MAX_EVAL_SEQUENCES:
+        raise ConfigError(
+            f"{what} = {prompts * samples:,} responses held at once, more than {MAX_EVAL_SEQUENCES:,}; lower "
+            "--samples (eval.test_samples for a run's final test)"
+        )
 
 
 def evaluate_checkpoint(
@@ -72,12 +83,12 @@ def evaluate_checkpoint(
         raise FileNotFoundError(f"run {run.run_id} has no {split!r} split (it has {have})")
     cfg = load_saved_config(run.config_path)
     cfg.eval.split = split  # validated assignment: only validation | test
-    if samples is not None:
-        cfg.eval.samples = samples
+    n = cfg.eval.samples if samples is None else samples
     s = Session(run, cfg)
     try:
-        if all_prompts:
-            cfg.eval.prompts = len(s.prompts(split))
+        prompts = len(s.prompts(split)) if all_prompts else cfg.eval.prompts
+        _check_responses(prompts, n, f"{prompts} {split} prompts x {n} samples")
+        cfg.eval = cfg.eval.model_copy(update={"prompts": prompts, "samples": n})  # checked together, just above
         t = Timer()
         per_prompt = per_prompt_path(run, stage or f"evaluate-{split}", step)
         metrics = evaluate_policy(

@@ -49,7 +49,7 @@ def hard_subset(
     spec = get_task(task)
     with tempfile.TemporaryDirectory(prefix="ts-hard-") as work:
         sizes = {} if train_size is None else {"train_size": train_size}
-        rows = load_dataset(spec.build_splits(Path(work), DataConfig(source=task, **sizes))[split])[:prompts]
+        rows = load_dataset(spec.build_splits(Path(work), DataConfig(source=task, **sizes))[split], limit=prompts)
     model, tok = load_model(model_dir)
     model.eval()
     engine = HFEngine(model, tok, batch_size=256)

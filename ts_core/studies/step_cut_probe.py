@@ -106,7 +106,7 @@ def step_cut_probe(
     spec = get_task("game24")
     with tempfile.TemporaryDirectory(prefix="ts-probe-") as work:
         sizes = {} if train_size is None else {"train_size": train_size}
-        rows = load_dataset(spec.build_splits(Path(work), DataConfig(source="game24", **sizes))[split])[:prompts]
+        rows = load_dataset(spec.build_splits(Path(work), DataConfig(source="game24", **sizes))[split], limit=prompts)
     model, tok = load_model(model_dir)
     model.eval()
     engine = HFEngine(model, tok, batch_size=256)
