@@ -14,6 +14,7 @@
 Re-running with the same run id resumes: a stage whose manifest is on disk, with the same config,
 intact outputs and the same upstream digests, is skipped (its task run ends in state "Skipped");
 the run directory's manifests are the only record of what is done (see `tasks/stage_task.py`).
+A Prefect server that goes away under the flow stops it at the end of the stage (flows/api_watch.py).
 
     ts train --preset tiny --run-id demo --set iterations=2
 """
@@ -28,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from thinking_seeds.config import RunConfig, load_config
+from thinking_seeds.flows.api_watch import stop_if_api_lost, stops_when_api_lost, while_api_answers
 from thinking_seeds.flows.prefect_logs import prefect_console
 from thinking_seeds.flows.run_errors import user_errors_in_one_line
 from thinking_seeds.pipeline.graph import STAGES
@@ -93,7 +95,8 @@ class TrainProgress(AbstractContextManager):
         self.bar.update(self.task_id, advance=1, description=f"{self.run.run_id}: {what}")
 
     def iteration_done(self, k: int) -> None:
-        update_progress_artifact(
+        while_api_answers(  # a dead server: the run stops here (flows/api_watch.py)
+            update_progress_artifact,
             self.artifact_id,
             progress=100.0 * self.done / self.total,
             description=f"run {self.run.run_id}: iteration {k} done",
@@ -118,6 +121,7 @@ def iteration_table(k: int, manifests: list[dict]) -> list[dict]:
 
 @flow(name="train", flow_run_name="train-{run_id}", log_prints=True)
 @user_errors_in_one_line
+@stops_when_api_lost  # inside: its exit on a lost server is not a user error
 def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] | None = None) -> str:
     """Train (or resume) run `run_id` with `preset` and dotted `overrides`; returns the run directory."""
     log = get_run_logger()
@@ -138,6 +142,7 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 if not skipped:
                     ran.add(k)
                 bar.step(k, task.name, m)
+                stop_if_api_lost(task.name, k)  # the server is gone: stop here, the stage is done
                 return m
 
             fresh = not run.manifest_path(0, "prepare").exists()
@@ -183,6 +188,9 @@ def report_iteration(run: RunDir, k: int, manifests: list[dict], publish: bool =
     rows = iteration_table(k, manifests) if publish else []
     if rows:
         label = "θ_0 evaluation" if k < 0 else f"iteration {k}"
-        create_table_artifact(
-            rows, key=artifact_key(run.run_id, "metrics"), description=f"run {run.run_id}: metrics of {label}"
+        while_api_answers(  # a dead server: the run stops here (flows/api_watch.py)
+            create_table_artifact,
+            rows,
+            key=artifact_key(run.run_id, "metrics"),
+            description=f"run {run.run_id}: metrics of {label}",
         )

@@ -46,10 +46,11 @@ def _cmd(p: psutil.Process) -> str:
 
 
 def interrupt_when(
-    args: list[str], ready, env: dict, cwd: Path, timeout: float = 600.0, kill_main: bool = False
+    args: list[str], ready, env: dict, cwd: Path, timeout: float = 600.0, kill_main: bool = False, act=None
 ) -> Interrupted:
     """Run `ts *args`; once `ready(command lines of its descendants, output so far)` holds, SIGINT its
-    group (a terminal's Ctrl-C), or with `kill_main` SIGKILL its main process alone (kill -9 PID)."""
+    group (a terminal's Ctrl-C), or with `kill_main` SIGKILL its main process alone (kill -9 PID), or
+    call `act(its descendants)` (kill one of them). `seconds` counts from then to the exit of `ts`."""
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(
             TS + args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True, text=True
@@ -70,7 +71,9 @@ def interrupt_when(
             kids = _children(me)  # everything it started, the guard included
             before = len(text)
             t0 = time.monotonic()
-            if kill_main:
+            if act is not None:
+                act(kids)
+            elif kill_main:
                 os.kill(proc.pid, signal.SIGKILL)
             else:
                 os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C

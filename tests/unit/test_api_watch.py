@@ -1,0 +1,79 @@
+"""flows/api_watch.py against a real HTTP server on loopback that answers /health, then goes away:
+the temporary server is lost after two refused probes, a user's server only after OUTAGE_S of
+failures (a restart shorter than that is ridden out). Probes every 0.1 s here (1 s in a run). The line
+a stage's end prints, and the exit: tests/e2e/test_ctrl_c_prefect.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from thinking_seeds.flows import api_watch
+from thinking_seeds.flows.api_watch import ApiWatch
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(200 if self.path == "/api/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve(port: int = 0) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _stop(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+def _lost_within(watch: ApiWatch, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while watch.lost is None and time.monotonic() < end:
+        time.sleep(0.02)
+    return watch.lost is not None
+
+
+@pytest.fixture(autouse=True)
+def fast_probes(monkeypatch):
+    monkeypatch.setattr(api_watch, "PROBE_EVERY_S", 0.1)
+    monkeypatch.setattr(api_watch, "OUTAGE_S", 0.6)
+
+
+def test_the_temporary_server_gone_is_lost_after_two_refused_probes():
+    server = _serve()
+    watch = ApiWatch(f"http://127.0.0.1:{server.server_port}/api/", temporary=True)
+    try:
+        assert not _lost_within(watch, 0.5)  # it answers
+        _stop(server)
+        t0 = time.monotonic()
+        assert _lost_within(watch, 2.0)
+        assert time.monotonic() - t0 < 0.5  # two probes 0.1 s apart, not OUTAGE_S
+        where = f"http://127.0.0.1:{server.server_port}/api"
+        assert watch.lost == f"the Prefect server at {where} refuses connections (its process is gone)"
+    finally:
+        watch.close()
+
+
+def test_a_users_server_restart_is_ridden_out_and_a_longer_outage_is_not():
+    server = _serve()
+    port = server.server_port
+    watch = ApiWatch(f"http://127.0.0.1:{port}/api", temporary=False)
+    try:
+        _stop(server)
+        assert not _lost_within(watch, 0.4)  # refused, but a restart may bring it back
+        server = _serve(port)  # back within OUTAGE_S
+        assert not _lost_within(watch, 0.8)  # the outage clock restarted
+        _stop(server)
+        assert _lost_within(watch, 2.0)
+        assert "has not answered for 1 s" in watch.lost  # OUTAGE_S, rounded
+    finally:
+        watch.close()
