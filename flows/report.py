@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from thinking_seeds.evals.report import write_report
 from thinking_seeds.flows.run_errors import user_errors_in_one_line
 from thinking_seeds.store.compaction import compact
 from thinking_seeds.store.run_dir import RunDir
-from thinking_seeds.tasks.artifacts import artifact_key
 
 MAX_EMBEDDED_PLOT_BYTES = 2_000_000  # a larger PNG is named, not embedded (the artifact lives in Prefect's database)
 
@@ -50,13 +48,21 @@ def report_flow(run_id: str) -> str:
     print(f"report written in {time.perf_counter() - t:.1f} s ({steps}): {path}")
     for name, why in failures.items():
         print(f"named query {name} failed, its table says so: {why}")
-    publish_report(run_id, path, tables)
-    print(f"published: artifact {artifact_key(run_id, 'report')} and {len(tables)} table(s)")
+    from prefect.context import FlowRunContext
+
+    if FlowRunContext.get() is not None:  # a flow run (`report_flow.fn` alone has no Prefect API to publish to)
+        key = publish_report(run_id, path, tables)
+        print(f"published: artifact {key} and {len(tables)} table(s)")
     return str(path)
 
 
-def publish_report(run_id: str, path: Path, tables: dict[str, list[dict[str, Any]]]) -> None:
-    """The report as a Markdown artifact with its plots embedded, and each of its tables as a table artifact."""
+def publish_report(run_id: str, path: Path, tables: dict[str, list[dict[str, Any]]]) -> str:
+    """The report as a Markdown artifact with its plots embedded, and each of its tables as a table artifact;
+    returns the Markdown artifact's key."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact  # Prefect's client: in a flow run
+
+    from thinking_seeds.tasks.artifacts import artifact_key  # here: the tasks package imports torch
+
     create_markdown_artifact(
         _with_plots_embedded(path.read_text(), path.parent),
         key=artifact_key(run_id, "report"),
@@ -68,6 +74,7 @@ def publish_report(run_id: str, path: Path, tables: dict[str, list[dict[str, Any
             key=artifact_key(run_id, "report", name),
             description=f"run {run_id}: {name} (`ts sql --query {name} --run-id {run_id}`)",
         )
+    return artifact_key(run_id, "report")
 
 
 def _with_plots_embedded(markdown: str, folder: Path) -> str:
