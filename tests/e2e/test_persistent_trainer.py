@@ -231,6 +231,8 @@ def test_ts_train_says_a_killed_trainer_in_one_line_then_resumes(tiny_overrides,
         TS_TEST_PAUSE_AT=f"rename|{RunDir.for_run('killed', runs).policy(1)}|{marker}",
     )
     sets = [f"--set={o}" for o in tiny_overrides + MOVING + ["update.launcher=accelerate"]]
+    # the plain loop: under Prefect the checkpoint write that is paused here runs behind the next stages,
+    # and a stage reading θ_1 may fail first, with a one-line CheckpointError about θ_1 instead of this line
     cmd = [sys.executable, "-m", "thinking_seeds.flows.cli", "train", "--run-id", "killed", "--no-prefect", *sets]
     proc = subprocess.Popen(cmd, env=paused, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

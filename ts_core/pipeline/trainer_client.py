@@ -196,7 +196,10 @@ class PersistentTrainer:
 
     def _read(self, what: str) -> dict:
         self._wait_readable(self.conn, None, what)
-        line = self.file.readline()
+        try:
+            line = self.file.readline()
+        except ConnectionResetError:  # a trainer killed with unread bytes on its socket: gone, as at EOF
+            line = b""
         if not line:
             raise self._died(what + SOCKET_CLOSED)
         return decode(line)

@@ -75,7 +75,10 @@ def receive_weights(f, header: list, closed: Callable[[], Exception]) -> dict:
         t = torch.empty(shape, dtype=getattr(torch, dtype))
         buf, got = memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B"), 0
         while got < len(buf):
-            n = f.readinto(buf[got:])
+            try:
+                n = f.readinto(buf[got:])
+            except ConnectionResetError:  # the sender died with unread bytes on the socket
+                n = 0
             if not n:
                 raise closed()
             got += n
