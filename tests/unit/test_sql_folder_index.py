@@ -19,13 +19,16 @@ from thinking_seeds.store.compaction import COMPACTED, compact, parts
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.parquet_io import write_table_atomic
 from thinking_seeds.store.prefix_aggregates import write_prefix_aggregates
+from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA, ROLLOUT_SCHEMA, with_derived_prefix_columns
 from thinking_seeds.store.sql import NAMED_QUERIES, connect, run_named, views_in
 
 
-@pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    monkeypatch.setattr(compaction, "BLOCK", 2)
+@pytest.fixture(scope="module", autouse=True)
+def small_blocks():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compaction, "BLOCK", 2)
+        yield
 
 
 def _rollouts(k: int, shift: float = 0.0) -> pa.Table:
@@ -103,11 +106,27 @@ def _files_say(run, tmp_path) -> dict[str, list[tuple]]:
     return _answers(bare)
 
 
-def test_a_part_vouches_for_its_folders(tmp_path, monkeypatch):
-    run = _run(tmp_path, 5)  # iteration 4 started: blocks 0-1 and 2-3 finished
-    want = _files_say(run, tmp_path)
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory):
+    """A run of 5 iterations (blocks 0-1 and 2-3 finished), its folders settled, compacted; and what
+    its files say."""
+    base = tmp_path_factory.mktemp("compacted")
+    run = _run(base, 5)
+    want = _files_say(run, base)
     _settle(run.root)
     assert compact(run.root)
+    return run, want
+
+
+def _copy(compacted, tmp_path):
+    """A copy of the compacted run (copytree keeps files' and folders' mtimes: its parts stay fresh)."""
+    run, want = compacted
+    shutil.copytree(run.root.parent, tmp_path / "runs")
+    return RunDir.for_run("a", tmp_path / "runs"), want
+
+
+def test_a_part_vouches_for_its_folders(compacted, tmp_path, monkeypatch):
+    run, want = _copy(compacted, tmp_path)
     for kind in compaction.PATTERNS:
         if kind == "rollouts":
             continue  # small files are copied too, but only their roll-up is read by a named query
@@ -129,7 +148,7 @@ def test_a_part_vouches_for_its_folders(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sql_files.os, "stat", stat)
     monkeypatch.setattr(sql_files.os, "scandir", scandir)
-    got = _answers(tmp_path)
+    got = _answers(run.root.parent)
     monkeypatch.undo()
     _same(got, want)
     # a vouched folder is stat'ed, never listed, and no file in it is stat'ed
@@ -139,31 +158,26 @@ def test_a_part_vouches_for_its_folders(tmp_path, monkeypatch):
     assert {p for p in opened if p in vouched} == vouched
 
 
-def test_files_written_after_compaction_are_read(tmp_path):
+def test_files_written_after_compaction_are_read(compacted, tmp_path):
     """A run killed (kill -9) and resumed redoes iteration 2's stages and a later `ts eval` adds a file
     to iteration 3's folder, after its block was compacted: no part is updated, the files are read."""
-    run = _run(tmp_path, 5)
-    _settle(run.root)
-    compact(run.root)
-    before = _answers(tmp_path)
+    run, before = _copy(compacted, tmp_path)
     _iteration(run, 2, shift=0.25)
     run.write_metrics(3, "evaluate-validation", {"eval/accuracy": 0.9})
-    got = _answers(tmp_path)
+    got = _answers(run.root.parent)
     assert got != before
     _same(got, _files_say(run, tmp_path))
     assert {p.name for p in compact(run.root)} == {"iterations=000002-000003.parquet"}
-    _same(_answers(tmp_path), got)  # compacted again: the new files in the parts, the same answers
+    _same(_answers(run.root.parent), got)  # compacted again: the new files in the parts, the same answers
 
 
-def test_an_extended_run_reads_its_new_iterations(tmp_path):
-    run = _run(tmp_path, 5)
-    _settle(run.root)
-    compact(run.root)
+def test_an_extended_run_reads_its_new_iterations(compacted, tmp_path):
+    run, _ = _copy(compacted, tmp_path)
     for k in range(5, 9):  # `ts train` extended the run: iterations 5-8, blocks 4-5 and 6-7 finished
         _iteration(run, k)
-    got = _answers(tmp_path)
+    got = _answers(run.root.parent)
     _same(got, _files_say(run, tmp_path))
     _settle(run.root)
     written = compact(run.root)
     assert {p.name for p in written} == {"iterations=000004-000005.parquet", "iterations=000006-000007.parquet"}
-    _same(_answers(tmp_path), got)
+    _same(_answers(run.root.parent), got)
