@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +40,7 @@ from thinking_seeds.store.checkpoint_format import (
     rebuild_hint,
 )
 from thinking_seeds.store.contained import bounded_hash, inside
+from thinking_seeds.store.load_lock import MODEL_LOAD_LOCK  # re-exported
 from thinking_seeds.store.optimizer_state import OptimizerSnapshot, save_optimizer_state
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.weights_check import read_header
@@ -337,15 +337,6 @@ def verified(path: Path) -> CheckpointInfo:
     info = verify_checkpoint(path)
     _VERIFIED[key] = (sig, info)
     return info
-
-
-# One model load at a time per process. transformers' from_pretrained swaps class attributes of
-# PreTrainedModel while it loads (transformers/initialization.py: no_tie_weights, no_init_weights):
-# two loads in two threads (pipeline.overlap's seeds-ahead thread, Prefect's task threads) can each
-# restore the other's swap and leave tie_weights a no-op for the rest of the process, after which
-# every load of a model with tied embeddings has lm_head on the meta device ("Cannot copy out of
-# meta tensor"). Every from_pretrained of ours (models, adapters) runs under this lock.
-MODEL_LOAD_LOCK = threading.RLock()
 
 
 def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

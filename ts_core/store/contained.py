@@ -23,7 +23,7 @@ import os
 import stat
 from pathlib import Path
 
-from thinking_seeds.store.parquet_io import DataError
+from thinking_seeds.store.data_error import DataError
 
 __all__ = [
     "MAX_FILE_GB_ENV",
@@ -124,7 +124,8 @@ def read_small(path: str | os.PathLike[str], limit: int = 64 << 20) -> bytes:
         size = os.fstat(fd).st_size
         if size > limit:
             raise DataError(f"{os.fspath(path)} is {size} bytes, more than the {limit} it may have; it is not read")
-        return os.pread(fd, limit + 1, 0)[:limit]
+        # the file's size, not the limit: pread allocates what it is asked for (64 MiB per manifest read)
+        return os.pread(fd, size + 1, 0)[:limit]
     finally:
         os.close(fd)
 

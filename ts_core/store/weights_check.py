@@ -116,7 +116,7 @@ def expected_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
+    from thinking_seeds.store.load_lock import MODEL_LOAD_LOCK
 
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
     with MODEL_LOAD_LOCK, torch.device("meta"):
