@@ -23,7 +23,7 @@ import os
 import stat
 from pathlib import Path
 
-from thinking_seeds.store.parquet_io import DataError
+from thinking_seeds.store.data_error import DataError
 
 __all__ = [
     "MAX_FILE_GB_ENV",

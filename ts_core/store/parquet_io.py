@@ -15,13 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thinking_seeds.store.atomic import atomic_write, shareable  # shareable: re-exported
+from thinking_seeds.store.contained import bounded_hash
+from thinking_seeds.store.data_error import DataError  # re-exported: where every reader imports it from
 
 __all__ = ["DataError", "content_hash", "read_table", "shareable", "write_table_atomic"]
-
-
-class DataError(ValueError):
-    """A data file is missing, corrupt, or does not match its contract. The message says which
-    file (and column / row where it applies) and how to fix it."""
 
 
 def _schema_text(schema: pa.Schema) -> str:
@@ -149,8 +146,6 @@ def read_table(
 
 def content_hash(path: str | os.PathLike[str]) -> str:
     """sha256 hex digest of the file's bytes (for stage manifests and cache keys)."""
-    from thinking_seeds.store.contained import bounded_hash  # it imports DataError from here
-
     path = Path(path)
     if not path.is_file():
         raise DataError(f"cannot hash {path}: file not found; {_fix_hint(path, missing=True)}")
