@@ -17,8 +17,7 @@ from transformers.utils import logging as hf_logging
 
 from thinking_seeds.assets import model_path
 from thinking_seeds.engine.turn_end import encode_plain
-from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK
-from thinking_seeds.store.weights_check import check_model_dir
+from thinking_seeds.store.checkpoints import MODEL_LOAD_LOCK, check_model_dir
 
 # Per-file "Loading weights" bars on every checkpoint swap drown our own progress display.
 hf_logging.disable_progress_bar()

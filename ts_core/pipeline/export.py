@@ -18,11 +18,10 @@ from pathlib import Path
 import yaml
 
 from thinking_seeds.engine.lora import is_adapter, merged_model
-from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, verified
+from thinking_seeds.store.checkpoints import MANIFEST_NAME, OPTIMIZER_NAME, check_model_dir, verified
 from thinking_seeds.store.contained import open_regular
 from thinking_seeds.store.parquet_io import shareable
 from thinking_seeds.store.run_dir import RunDir
-from thinking_seeds.store.weights_check import check_model_dir
 
 __all__ = ["ExportError", "export_policy"]
 

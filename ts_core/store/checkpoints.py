@@ -43,7 +43,7 @@ from thinking_seeds.store.contained import bounded_hash, inside
 from thinking_seeds.store.load_lock import MODEL_LOAD_LOCK  # re-exported
 from thinking_seeds.store.optimizer_state import OptimizerSnapshot, save_optimizer_state
 from thinking_seeds.store.parquet_io import DataError
-from thinking_seeds.store.weights_check import read_header
+from thinking_seeds.store.weights_check import check_shapes, model_shapes, read_header
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -60,6 +60,7 @@ __all__ = [
     "rebuild_hint",
     # defined here
     "FrozenModel",
+    "check_model_dir",
     "cpu_state_dict",
     "load_checkpoint",
     "save_checkpoint",
@@ -343,8 +344,6 @@ def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32) -> tuple[Pre
     """Verify, then load (model, tokenizer) from a checkpoint: safetensors only, no network, no remote code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from thinking_seeds.store.weights_check import check_model_dir
-
     path = Path(path)
     verified(path)
     check_model_dir(path)  # the shapes its config builds, from the headers, before from_pretrained
@@ -354,3 +353,27 @@ def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32) -> tuple[Pre
         )
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     return model, tokenizer
+
+
+def expected_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
+    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory).
+
+    torch's device context is per thread (accelerate's init_empty_weights patches torch for every
+    thread: a load in another thread then built its weights on meta), and transformers' class-level
+    switches are shared, so the build holds MODEL_LOAD_LOCK like every from_pretrained of ours."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+    with MODEL_LOAD_LOCK, torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return model_shapes(model)
+
+
+def check_model_dir(model_dir: Path) -> None:
+    """Every model .safetensors file of `model_dir` (not the optimizer state) is one, of the shapes its
+    config.json builds: CheckpointError (one line) before from_pretrained reads a byte of it."""
+    files = [f for f in sorted(Path(model_dir).glob("*.safetensors")) if f.name != "optimizer.safetensors"]
+    for f in files:
+        read_header(f)
+    if files and (Path(model_dir) / "config.json").is_file() and not (Path(model_dir) / "adapter_config.json").exists():
+        check_shapes(files, expected_shapes(Path(model_dir)))

@@ -1,5 +1,10 @@
-"""DataError, in a module of its own (store/parquet_io.py re-exports it): the containment checks of
-store/contained.py raise it too, and parquet_io hashes through them."""
+"""DataError: a data file is missing, corrupt, or not what its contract says (one line, exit 2).
+
+Its own module so that store/contained.py (which store/parquet_io.py hashes through) can raise it;
+everyone imports it from store/parquet_io.py, as before.
+"""
+
+from __future__ import annotations
 
 __all__ = ["DataError"]
 

@@ -196,7 +196,6 @@ def read_batches(
 
 def content_hash(path: str | os.PathLike[str]) -> str:
     """sha256 hex digest of the file's bytes (for stage manifests and cache keys)."""
-
     path = Path(path)
     if not path.is_file():
         raise DataError(f"cannot hash {path}: file not found; {_fix_hint(path, missing=True)}")

@@ -5,7 +5,8 @@ can hold a pickle named `model.safetensors` with a manifest to match, or a tenso
 Loaders would then print a hundred-line SafetensorError or RuntimeError traceback (or, for a pickle
 read by a careless loader, run code). Here the file's header -- 8 bytes of length, then JSON naming
 each tensor's dtype, shape and byte range -- is read and checked on its own (no tensor is loaded,
-nothing is unpickled), and its shapes are compared with the model's before anything is copied in.
+nothing is unpickled), and its shapes are compared with the model's before anything is copied in
+(the model a directory's config.json builds: store/checkpoints.py check_model_dir).
 Errors are CheckpointError: one line naming the file and the tensor.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from thinking_seeds.store.checkpoint_format import CheckpointError
 from thinking_seeds.store.contained import open_regular
 
-__all__ = ["check_shapes", "expected_shapes", "model_shapes", "read_header"]
+__all__ = ["check_shapes", "model_shapes", "read_header"]
 
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit on the JSON header
 _DTYPE_BYTES = {
@@ -105,30 +106,3 @@ def check_shapes(files: Iterable[Path], expected: Mapping[str, tuple[int, ...]])
 def model_shapes(model) -> dict[str, tuple[int, ...]]:
     """{name: shape} of a built model's state dict."""
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
-
-
-def expected_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory).
-
-    torch's device context is per thread (accelerate's init_empty_weights patches torch for every
-    thread: a load in another thread then built its weights on meta), and transformers' class-level
-    switches are shared, so the build holds MODEL_LOAD_LOCK like every from_pretrained of ours."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from thinking_seeds.store.load_lock import MODEL_LOAD_LOCK
-
-    config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-    with MODEL_LOAD_LOCK, torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return model_shapes(model)
-
-
-def check_model_dir(model_dir: Path) -> None:
-    """Every model .safetensors file of `model_dir` (not the optimizer state) is one, of the shapes its
-    config.json builds: CheckpointError (one line) before from_pretrained reads a byte of it."""
-    files = [f for f in sorted(Path(model_dir).glob("*.safetensors")) if f.name != "optimizer.safetensors"]
-    for f in files:
-        read_header(f)
-    if files and (Path(model_dir) / "config.json").is_file() and not (Path(model_dir) / "adapter_config.json").exists():
-        check_shapes(files, expected_shapes(Path(model_dir)))
