@@ -89,13 +89,15 @@ def api_post(api: str, path: str, body: dict) -> list | dict:
 
 class Stack(NamedTuple):
     """What `_deployed` yields: `run(*prefect args)` (asserts exit 0, returns stdout), the logs folder,
-    the API's URL, the workers started so far (the current one last) and `start_worker(extra_env)`."""
+    the API's URL, the workers started so far (the current one last), `start_worker(extra_env)` and
+    `restart_server()` (kill -9, start again on the same port and database; returns the seconds it was down)."""
 
     run: Callable[..., str]
     logs: Path
     api: str
     workers: list[subprocess.Popen]
     start_worker: Callable[[dict[str, str] | None], subprocess.Popen]
+    restart_server: Callable[[], float]
 
 
 @contextmanager
@@ -139,8 +141,32 @@ def _deployed(
             start_new_session=True,
         )
 
-    server = start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port), extra_env=server_env)
+    servers = [start("server", "server", "start", "--host", "127.0.0.1", "--port", str(port), extra_env=server_env)]
     workers: list[subprocess.Popen] = []
+
+    def wait_until_up() -> None:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{api}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            assert servers[-1].poll() is None, (logs / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (
+                "prefect server did not come up:\n" + (logs / "server.log").read_text()[-3000:]
+            )
+            time.sleep(0.5)
+
+    def restart_server() -> float:
+        t0 = time.monotonic()
+        _stop(servers[-1], signal.SIGKILL)
+        servers.append(
+            start("server-1", "server", "start", "--host", "127.0.0.1", "--port", str(port), extra_env=server_env)
+        )
+        wait_until_up()
+        return time.monotonic() - t0
 
     def start_worker(extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         args = ("worker", "start", "--pool", "ts-process", *worker_args)
@@ -148,30 +174,17 @@ def _deployed(
         return workers[-1]
 
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{api}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (logs / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (
-                "prefect server did not come up:\n" + (logs / "server.log").read_text()[-3000:]
-            )
-            time.sleep(0.5)
-
+        wait_until_up()
         run("work-pool", "create", "ts-process", "--type", "process")
         out = run("--no-prompt", "deploy", "--all")
         for name in ("train/train", "evaluate/nightly", "report/corpus-report"):
             assert f"Deployment '{name}' successfully created" in out, out
         start_worker(worker_env)
-        yield Stack(run, logs, api, workers, start_worker)
+        yield Stack(run, logs, api, workers, start_worker, restart_server)
     finally:
         for worker in workers:
             _stop(worker, signal.SIGINT)
-        _stop(server, signal.SIGTERM)
+        _stop(servers[-1], signal.SIGTERM)
 
 
 def _run_training(run, logs: Path, run_id: str, overrides: list[str]) -> None:
