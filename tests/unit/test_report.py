@@ -1,4 +1,5 @@
-"""thinking_seeds.evals.report / flows.report: the Markdown report and its plots over a hand-made run."""
+"""thinking_seeds.evals.report: the Markdown report and its plots over a hand-made run (the report flow that
+wraps it: tests/integration/test_report_flow.py)."""
 
 from __future__ import annotations
 
@@ -60,15 +61,6 @@ def test_report_of_an_empty_run(tmp_path):
     assert not list(path.parent.glob("*.png"))
     with pytest.raises(DataError, match="no run 'missing'"):
         write_report("missing", tmp_path)
-
-
-def test_report_flow_wraps_write_report(report, monkeypatch):
-    pytest.importorskip("prefect")
-    from thinking_seeds.flows.report import report_flow
-
-    base, path = report
-    monkeypatch.setenv("TS_RUNS_DIR", str(base))
-    assert report_flow.fn("syn") == str(path)  # the flow body, without starting a Prefect server
 
 
 def test_format_cell():

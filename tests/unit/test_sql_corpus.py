@@ -278,19 +278,6 @@ def test_prefix_diversity_history(syn):
     con.close()
 
 
-def test_report_flow_logs_its_time(syn, monkeypatch, capsys):
-    pytest.importorskip("prefect")
-    from thinking_seeds.flows.report import report_flow
-
-    monkeypatch.setenv("TS_RUNS_DIR", str(syn))
-    path = report_flow.fn("syn")
-    out = capsys.readouterr().out
-    assert f": {path}" in out and "report written in " in out
-    for step in ("connect", *NAMED_QUERIES, "plots"):
-        assert f"{step} " in out
-    assert (syn / "syn" / "reports" / "prefix_diversity.png").stat().st_size > 5000
-
-
 def test_report_survives_a_failing_query(syn, tmp_path, monkeypatch):
     """A named query that runs out of memory (or time) costs its table, not the report."""
     import shutil
