@@ -23,7 +23,8 @@ export PREFECT_HOME="$WORK/prefect-home" PREFECT_API_URL="http://127.0.0.1:$PORT
 export PREFECT_SERVER_ANALYTICS_ENABLED=false TS_RUNS_DIR="$WORK/runs" OMP_NUM_THREADS=1
 "$BIN/prefect" server start --host 127.0.0.1 --port "$PORT" >"$WORK/server.log" 2>&1 &
 SERVER=$!
-trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; rm -rf "$WORK"' EXIT
+# the script's own status, not the stopped server's (wait would return its 143)
+trap 'rc=$?; kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; rm -rf "$WORK"; exit $rc' EXIT
 
 for _ in $(seq 240); do
   curl -sf "$PREFECT_API_URL/health" >/dev/null && break
