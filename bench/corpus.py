@@ -54,6 +54,9 @@ interleaved: before, after, before, after, ...):
   4. the report (`write_report`, what the corpus-report deployment runs) with its step timings.
 
 Every figure depends on the machine's load: run `uptime` next to it (BENCHMARKS.md).
+
+One script past 400 lines on purpose: its modes build the same corpora and time the same queries, and
+the before/after sides must share that code to be comparable.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ max_memory_allocated, reported with each update as perf/cuda_max_memory_gib, the
 per process the most nvidia-smi saw it hold (CUDA context and allocator cache included: sampled every
 0.5 s) -- beside what `ts plan` expected for each (train/memory_plan.py). All to
 DIR/device_check.json; a table on stdout. Exit status 1 if any case failed.
+
+One script past 400 lines on purpose: the device tool runs it whole on a machine lent for minutes, with
+the project not installed (scripts/checkout_import.py), so its cases and their report stay in one file.
 """
 
 from __future__ import annotations

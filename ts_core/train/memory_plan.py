@@ -39,6 +39,9 @@ A process's peak is the largest of its phases (generation; the update's forward/
 step), each the sum of what is alive then; a device's total is the sum of its processes' peaks (each
 process's allocator keeps its own peak) plus a CUDA context per process on a GPU; a GPU's total is
 compared with its memory less a margin for the caching allocator (train/memory_fit.py GPU_MARGIN).
+
+One file past 400 lines on purpose: every item above and the constant it is charged with are read
+together, and `ts plan`'s accuracy tests (tests/unit/test_memory_plan*.py) check the file as one.
 """
 
 from __future__ import annotations
