@@ -35,7 +35,7 @@ def _api(api: str, method: str, path: str, body: dict | None = None):
 
 
 def test_a_user_error_in_a_deployment_is_one_line_in_state_log_and_worker_terminal(tmp_path):
-    with _deployed(tmp_path) as (run, logs):
+    with _deployed(tmp_path) as (run, logs, *_):
         api = _api_url(run)
         ids = {}
         for case, (deployment, params, _) in CASES.items():
