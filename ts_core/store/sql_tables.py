@@ -90,7 +90,8 @@ def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
         for f, n, size in counted:  # 94k files at 1M prefixes of 64 per file: one split each
             pieces = f.rsplit(os.sep, depth)  # [base, run, (corpus,) view, iteration=K, name]
             folder, name = pieces[-2], pieces[-1]
-            k = int(folder[10:]) if folder.startswith("iteration=") else iteration_of(f)
+            tail = folder[10:]  # an archived run's corpus is one `iteration=all` file: -1, as iteration_of says
+            k = int(tail) if folder.startswith("iteration=") and tail.lstrip("-").isdigit() else iteration_of(f)
             keyed.append((pieces[1], k, name, n, size))
         for run_id, k, _, n, size in sorted(keyed):
             rows.append({"run_id": run_id, "view": view, "iteration": k, "rows": n, "bytes": size})
