@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +41,6 @@ from thinking_seeds.store.checkpoint_format import (
     rebuild_hint,
 )
 from thinking_seeds.store.contained import bounded_hash, inside
-from thinking_seeds.store.load_lock import MODEL_LOAD_LOCK  # re-exported
 from thinking_seeds.store.optimizer_state import OptimizerSnapshot, save_optimizer_state
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.weights_check import check_shapes, model_shapes, read_header
@@ -355,18 +355,35 @@ def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32) -> tuple[Pre
     return model, tokenizer
 
 
+# One model load at a time per process. transformers' from_pretrained swaps class attributes of
+# PreTrainedModel while it loads (transformers/initialization.py: no_tie_weights, no_init_weights):
+# two loads in two threads (pipeline.overlap's seeds-ahead thread, Prefect's task threads) can each
+# restore the other's swap and leave tie_weights a no-op for the rest of the process, after which
+# every load of a model with tied embeddings has lm_head on the meta device ("Cannot copy out of
+# meta tensor"). Every from_pretrained of ours (models, adapters) runs under this lock.
+MODEL_LOAD_LOCK = threading.RLock()
+_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {}  # config.json's text -> its shapes (a few per process)
+
+
 def expected_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory).
+    """{name: shape} of the model `model_dir`'s config.json builds, built on the meta device (no memory),
+    once per config: every pool member and policy step of a run shares one config.json, and the build
+    grows with the model (seconds at 7B), so it is not paid per load.
 
     torch's device context is per thread (accelerate's init_empty_weights patches torch for every
     thread: a load in another thread then built its weights on meta), and transformers' class-level
     switches are shared, so the build holds MODEL_LOAD_LOCK like every from_pretrained of ours."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-    with MODEL_LOAD_LOCK, torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return model_shapes(model)
+    key = (Path(model_dir) / "config.json").read_text(encoding="utf-8")
+    if key not in _SHAPES:
+        config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+        with MODEL_LOAD_LOCK, torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        if len(_SHAPES) >= 8:
+            _SHAPES.clear()
+        _SHAPES[key] = model_shapes(model)
+    return _SHAPES[key]
 
 
 def check_model_dir(model_dir: Path) -> None:
