@@ -20,6 +20,7 @@ they are.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 from collections.abc import Callable
@@ -85,4 +86,12 @@ def user_errors_in_one_line(fn: F) -> F:
             get_run_logger().error("%s", said, extra={"ts_user_error": True})
             return Failed(message=line, data=e)
 
+    # Prefect validates a flow's parameters against the signature it reads through __wrapped__, with
+    # the string annotations of `from __future__ import annotations`, and resolves them in the globals
+    # of the function it was given: this module's, where ComparisonSpec is not. The signature with its
+    # annotations already evaluated in the flow's own module needs no resolving.
+    try:
+        run.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
+    except NameError:  # an annotation only imported under TYPE_CHECKING: Prefect resolves it as before
+        pass
     return run  # type: ignore[return-value]

@@ -102,8 +102,10 @@ def test_token_budget_on_two_processes_fsdp2_and_ddp(verified_run, tmp_path):
 def test_a_handover_alone_gathers_the_weights_in_the_engines_dtype(verified_run, tmp_path):
     """No checkpoint due after the update (checkpoint.every and the pool's snapshots far away): the persistent
     fsdp2 trainer gathers θ_1 for the engine alone, without AdamW and in the engine's dtype, and writes no file.
-    In float32 that copy is DDP's θ_1 to 1e-6; under update.mixed_precision=bf16 (bf16 all-gathers) it arrives
-    as bf16 and stays within bf16's rounding of it."""
+    In float32 that copy is DDP's θ_1 to 5e-6 (5% of one AdamW step at lr 1e-4: the first step moves a weight
+    by lr·g/(|g|+eps), and where |g| is near eps the two strategies' reduction orders move it by a few
+    percent of lr; CI saw 1.2e-6 on one element of 2048); under update.mixed_precision=bf16 (bf16
+    all-gathers) it arrives as bf16 and stays within bf16's rounding of it."""
     run, cfg = verified_run
     ddp, _, _ = _update(run, cfg, tmp_path, "ddp-ref", "accelerate_per_update", "ddp")
     for bf16 in (False, True):
@@ -125,4 +127,4 @@ def test_a_handover_alone_gathers_the_weights_in_the_engines_dtype(verified_run,
         assert {t.dtype for t in live.state.values()} == {torch.bfloat16 if bf16 else torch.float32}
         for key, ref in ddp.items():
             got = live.state[key].float()
-            torch.testing.assert_close(got, ref, rtol=0, atol=8e-3 if bf16 else 1e-6, msg=lambda s, k=key: f"{k}: {s}")
+            torch.testing.assert_close(got, ref, rtol=0, atol=8e-3 if bf16 else 5e-6, msg=lambda s, k=key: f"{k}: {s}")

@@ -87,9 +87,11 @@ def seeds_on_failure(s: Session, k: int) -> Manifest:
     drafts = [(r.prompt_id, r.draft_reward, r.draft_len) for r in rows]
     m.metrics = {
         "seeds/mean_prefix_len": mean(len(r.prefix_token_ids) for r in rows),
-        "seeds/draft_reward": mean(r.draft_reward for r in rows if r.draft_reward is not None),
         **seeding_metrics(len(prompts), failed, drafts, probe_tokens),
     }
+    scored = [r.draft_reward for r in rows if r.draft_reward is not None]
+    if scored:  # drafts cut at a share of the budget are not scored: no metric (stage_seeds.py)
+        m.metrics["seeds/draft_reward"] = mean(scored)
     m.seconds = t.seconds
     return m
 

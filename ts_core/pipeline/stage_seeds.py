@@ -55,8 +55,10 @@ def seeds(s: Session, k: int) -> Manifest:
     lens = [len(r.prefix_token_ids) for r in rows]
     m.metrics = {
         "seeds/mean_prefix_len": sum(lens) / max(1, len(lens)),
-        "seeds/draft_reward": mean(r.draft_reward for r in rows if r.draft_reward is not None),
     }
+    scored = [r.draft_reward for r in rows if r.draft_reward is not None]
+    if scored:  # drafts cut at a share of the budget are not generated to their end, nor scored: no metric
+        m.metrics["seeds/draft_reward"] = mean(scored)
     if ahead is not None and ahead.banked:  # drafted with an earlier iteration's (pipeline.seeds_block)
         m.metrics["perf/seeds_banked"] = 1.0
     elif ahead is not None:  # its seconds (same names: the same work) were spent beside update k-1
