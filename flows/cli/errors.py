@@ -5,7 +5,7 @@ and exit code 2, never a traceback: ts_core's ConfigError / DataError / Checkpoi
 ModelError / QueryError and any other ValueError (pydantic's ValidationError among them), a path
 that is a folder, a file or nothing where it must not be (IsADirectoryError and kin: `_PATH_ERRORS`),
 RunLockedError, DuckDB errors, a comparison whose runs failed (CompareError: the line, then the
-failed runs' log tails), a process of the run that died (ProcessDied, pipeline/process_died.py: the
+failed runs' log tails), a process of the run that died (ProcessDied, transports/process_died.py: the
 line, then its log's last lines), and click's usage errors (a missing or bad option). Ctrl-C is one line
 and the shell's 130. TS_DEBUG=1 shows the traceback instead.
 
@@ -98,7 +98,7 @@ def is_user_error(e: BaseException) -> bool:
         ("thinking_seeds.store.run_dir", "RunLockedError"),
         ("duckdb", "Error"),
         ("thinking_seeds.experiments.jobs", "CompareError"),
-        ("thinking_seeds.pipeline.process_died", "ProcessDied"),
+        ("thinking_seeds.transports.process_died", "ProcessDied"),
     ):
         cls = _loaded_class(module, name)
         if cls is not None and isinstance(e, cls):
@@ -217,7 +217,7 @@ def _with_details() -> tuple[type, ...]:
     """The errors whose message is a line, a blank line and supporting text (log tails) to print under it."""
     found = (
         _loaded_class("thinking_seeds.experiments.jobs", "CompareError"),
-        _loaded_class("thinking_seeds.pipeline.process_died", "ProcessDied"),
+        _loaded_class("thinking_seeds.transports.process_died", "ProcessDied"),
     )
     return tuple(c for c in found if c is not None)
 

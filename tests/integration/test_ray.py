@@ -171,6 +171,30 @@ def test_killed_workers_are_restarted_and_their_shards_retried(ray_cluster, shar
 
 
 @pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
+def test_a_worker_dead_past_its_retries_is_one_line(ray_cluster, sharded_reference, tmp_path, monkeypatch):
+    """cluster.shard_retries=0 and a rollout worker killed -9 under its shard: the run stops with ONE
+    line that names the worker, its pid and node, how it ended, its log (a file here) and the rerun;
+    the log's tail under it, as `ts` prints a ProcessDied."""
+    from thinking_seeds.data import ray_pool
+    from thinking_seeds.data.ray_died import RayWorkerDied
+    from thinking_seeds.engine import ray_workers
+    from thinking_seeds.flows.cli.errors import is_user_error, user_error_text
+
+    killed: list[int] = []
+    monkeypatch.setattr(ray_workers, "fan_out", _killing(ray_pool.fan_out, killed))
+    overrides = sharded_reference.overrides + ray_overrides(ray_cluster.address, 1) + ["cluster.shard_retries=0"]
+    with pytest.raises(RayWorkerDied) as caught:
+        _train_on_ray(tmp_path, overrides)
+    line, _ = user_error_text(caught.value)
+    assert is_user_error(caught.value) and "\n" not in line
+    assert f"Ray worker RolloutWorker (pid {killed[0]}, on " in line and "(tried 1 time)" in line, line
+    assert "its process exited unexpectedly" in line and "`ts plan`" in line, line
+    assert "rerun the same command to resume the run" in line, line
+    log = line.split("full log: ")[1].split(";")[0]
+    assert Path(log).is_file() and log.endswith(f"-{killed[0]}.err"), line
+
+
+@pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
 def test_a_checkpoint_the_workers_cannot_see_is_one_line(ray_cluster, sharded_reference, tmp_path):
     from thinking_seeds.config import load_config
     from thinking_seeds.data.ray_pool import connect

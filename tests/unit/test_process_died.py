@@ -1,4 +1,4 @@
-"""A process of the run that died, in one line (pipeline/process_died.py): its signal or code, the likely
+"""A process of the run that died, in one line (transports/process_died.py): its signal or code, the likely
 cause, a launcher's worker's status from torch's elastic summary; `ts` prints the line and the log's
 tail under it, exit 2, no traceback (flows/cli/errors.py). The real kill -9: e2e/test_persistent_trainer.py."""
 
@@ -8,8 +8,8 @@ import pytest
 import typer
 
 from thinking_seeds.flows.cli.errors import EXIT_USER_ERROR, handled
-from thinking_seeds.pipeline.process_died import died, how_it_ended, log_tail
 from thinking_seeds.pipeline.trainer_client import TrainerDied
+from thinking_seeds.transports.process_died import died, how_it_ended, log_tail
 
 ELASTIC = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 Root Cause (first observed failure):

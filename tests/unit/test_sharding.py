@@ -104,7 +104,9 @@ def test_fan_out_keeps_order_and_retries_an_item_whose_worker_died():
         def get(self, ref):
             raise RayActorError()
 
-    with pytest.raises(RuntimeError, match="failed 3 time"):
+    from thinking_seeds.data.ray_died import RayWorkerDied
+
+    with pytest.raises(RayWorkerDied, match=r"died on shard 0 \(tried 3 times\)"):
         fan_out(AlwaysDead(), [0], submit, [1], retries=2)
 
 

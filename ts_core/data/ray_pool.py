@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from thinking_seeds.data.ray_died import session_logs_dir, worker_died
+
 if TYPE_CHECKING:
     from thinking_seeds.data.sources import Prompt
     from thinking_seeds.data.verdicts import Verdict
@@ -151,11 +153,11 @@ def fan_out(
                     raise e.cause from None
                 raise
             except RayActorError as e:
-                if getattr(e, "actor_init_failed", False) or attempt >= retries:
-                    raise RuntimeError(
-                        f"item {i} failed {attempt + 1} time(s) on dead Ray workers; last error: "
-                        f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
-                    ) from e
+                if getattr(e, "actor_init_failed", False):
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    raise RuntimeError(f"a Ray worker failed to start for item {i}: {first}") from e
+                if attempt >= retries:  # one line: which worker, how, its log, a rerun resumes
+                    raise worker_died(str(e), i, attempt + 1, session_logs_dir(ray)) from None
                 retried += 1
                 queue.appendleft((i, attempt + 1))  # the actor is restarting; the next free one takes it
                 continue

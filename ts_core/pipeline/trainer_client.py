@@ -19,7 +19,7 @@ path is short). The trainer's output goes to a log file next to it; its tail is 
 
 Never a hang: every wait (the trainer's start, each job) polls the launcher process every
 `POLL_S`; its exit, or EOF on the socket, raises TrainerDied at once: one line naming the process, its
-exit signal or code and the likely cause, the log's last lines under it (pipeline/process_died.py), the
+exit signal or code and the likely cause, the log's last lines under it (transports/process_died.py), the
 whole log copied to the run's folder (`trainer.log`: the socket's folder goes with the trainer). The start
 has a deadline (`START_TIMEOUT_S`); a job has none, since an update may legitimately take hours, but
 a trainer that dies in it is reported within `POLL_S`, and one hung in a collective raises there
@@ -49,12 +49,12 @@ import time
 from pathlib import Path
 
 from thinking_seeds.config import RunConfig
-from thinking_seeds.pipeline.process_died import ProcessDied, died, how_it_ended
 from thinking_seeds.pipeline.run_resources import drop_process, held_process, hold, stop_everywhere
 from thinking_seeds.pipeline.update_launcher import launch_env, launch_prefix, without_launcher
 from thinking_seeds.store.child_guard import die_with_parent
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.transports import weights
+from thinking_seeds.transports.process_died import ProcessDied, died, how_it_ended
 from thinking_seeds.transports.trainer_socket import (
     LOG_NAME,
     SOCKET_NAME,
