@@ -61,6 +61,7 @@ from thinking_seeds.engine.vllm_adapters import (
     _verify,
     lora_rank_slot,
 )
+from thinking_seeds.engine.vllm_died import worker_deaths_in_one_line
 from thinking_seeds.transports import live_weights
 
 # Before vllm is imported anywhere: the engine core stays in this process.
@@ -288,13 +289,14 @@ class VLLMEngine(VLLMAdapters):
 
     def _reload(self, **source) -> None:
         """vLLM's in-place reload from `weights_path=` (a folder) or `weights_iterator=` ((name, tensor)s)."""
-        self.llm.collective_rpc("reload_weights", kwargs={**source, "is_checkpoint_format": True})
-        # The CPU backend packs every matmul weight into a oneDNN handle when it loads; the reload
-        # repacks the layers it loaded, but a tied lm_head gets no checkpoint tensor of its own and
-        # would keep multiplying by the *old* embedding (measured: log-probs off by ~1 nat). Repack.
-        self.llm.apply_model(_refresh_embedding_gemms)
-        # Cached KV blocks were computed with the old weights: a prompt hit would mix policies.
-        self.llm.reset_prefix_cache()
+        with worker_deaths_in_one_line(self.llm, "loading weights"):  # tensor parallel: a dead shard, one line
+            self.llm.collective_rpc("reload_weights", kwargs={**source, "is_checkpoint_format": True})
+            # The CPU backend packs every matmul weight into a oneDNN handle when it loads; the reload
+            # repacks the layers it loaded, but a tied lm_head gets no checkpoint tensor of its own and
+            # would keep multiplying by the *old* embedding (measured: log-probs off by ~1 nat). Repack.
+            self.llm.apply_model(_refresh_embedding_gemms)
+            # Cached KV blocks were computed with the old weights: a prompt hit would mix policies.
+            self.llm.reset_prefix_cache()
 
     # -- sampling ---------------------------------------------------------------------------
     def generate(
@@ -367,7 +369,8 @@ class VLLMEngine(VLLMAdapters):
                 rows.append((j, i))
         if prompts:
             kw = {"lora_request": loras} if self.lora_requests else {}
-            results = self.llm.generate(prompts, sps, use_tqdm=False, **kw)
+            with worker_deaths_in_one_line(self.llm, "sampling"):
+                results = self.llm.generate(prompts, sps, use_tqdm=False, **kw)
             for (j, i), res in zip(rows, results, strict=True):
                 self.prefix_cache["prompt_tokens"] += len(res.prompt_token_ids or ())
                 self.prefix_cache["cached_tokens"] += int(res.num_cached_tokens or 0)
