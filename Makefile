@@ -160,7 +160,7 @@ vllm-env:
 # starts and stops (test_vllm_ray.py: the same rollouts and weights as cluster=local; ~2 min on 2 cores).
 test-vllm: vllm-env
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --durations=10 tests/integration/test_vllm_engine.py tests/integration/test_vllm_memory.py tests/integration/test_vllm_gpu_api.py \
-	  tests/integration/test_vllm_ray.py
+	  tests/integration/test_vllm_ray.py tests/integration/test_vllm_worker_death.py
 
 # builtin:smollm2 (converted from the PyPI GGUF) and builtin:smollm2-chainsum (+ format warm-up).
 smollm2: install
