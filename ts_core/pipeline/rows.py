@@ -87,12 +87,17 @@ def as_stored(cls: type[Row], rows: Sequence[Row]) -> list[Row]:
     return [cls(**d) for d in _table(cls, rows).to_pylist()]
 
 
+def prefix_table(rows: Sequence[PrefixRow]) -> pa.Table:
+    """Prefix rows as their file holds them: PREFIX_FILE_SCHEMA, the derived columns computed."""
+    table = with_derived_prefix_columns(_table(PrefixRow, rows))
+    return table.select(PREFIX_FILE_SCHEMA.names).cast(PREFIX_FILE_SCHEMA)
+
+
 def write_rows(cls: type[Row], rows: Sequence[Row], path: Path) -> Path:
     """Write rows as Parquet with their schema, atomically (`cls` gives the schema of an empty table)."""
-    table = _table(cls, rows)
     if cls is PrefixRow:
-        return write_table_atomic(with_derived_prefix_columns(table), path, schema=PREFIX_FILE_SCHEMA)
-    return write_table_atomic(table, path, schema=cls.SCHEMA)
+        return write_table_atomic(prefix_table(rows), path, schema=PREFIX_FILE_SCHEMA)
+    return write_table_atomic(_table(cls, rows), path, schema=cls.SCHEMA)
 
 
 def read_rows(cls: type[Row], path: Path) -> list[Row]:

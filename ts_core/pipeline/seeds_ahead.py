@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from thinking_seeds.config import RunConfig
 from thinking_seeds.pipeline.rows import PrefixRow
 from thinking_seeds.pipeline.run_resources import resources_for
+from thinking_seeds.pipeline.seed_files import Prepared
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.store.checkpoints import CheckpointInfo
 
@@ -38,6 +39,7 @@ class Ahead:
     members: Fingerprint
     seconds: dict[str, float]
     banked: bool = False  # drafted with an earlier iteration's seeds (pipeline.seeds_block): no seconds here
+    files: Prepared | None = None  # the stage's two files, computed beside the update (pipeline/seed_files.py)
 
 
 def overlap_on(cfg: RunConfig) -> bool:

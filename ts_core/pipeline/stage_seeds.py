@@ -16,15 +16,15 @@ from collections import defaultdict
 
 from thinking_seeds.data.sources import Prompt
 from thinking_seeds.engine.rollout import Generation
+from thinking_seeds.pipeline import seed_files
 from thinking_seeds.pipeline.graph import stage_seed
-from thinking_seeds.pipeline.rows import PrefixRow, write_rows
+from thinking_seeds.pipeline.rows import PrefixRow
 from thinking_seeds.pipeline.seed_plan import DraftCall, SeedDraw, draft_calls, draw_seeds, seed_tokens
 from thinking_seeds.pipeline.seeds_ahead import Ahead, fingerprint, has_ahead, put_ahead, take_ahead
 from thinking_seeds.pipeline.session import Session, Timer, mean
 from thinking_seeds.store.checkpoints import CheckpointInfo
 from thinking_seeds.store.historical_pool import HistoricalPool
 from thinking_seeds.store.manifest import Manifest
-from thinking_seeds.store.prefix_aggregates import write_prefix_aggregates
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,9 @@ def seeds(s: Session, k: int) -> Manifest:
             t.seconds.update(ahead.seconds)
         else:
             rows = historical_rows(s, k, pool, members, t)
-    with t("io"):
-        path = write_rows(PrefixRow, rows, run.prefixes(k))
-        m.record(run, "prefix_aggregates", write_prefix_aggregates(path))  # for `ts sql` on a live run
+    with t("io"):  # the two files; computed beside the update when the drafts were (pipeline/seed_files.py)
+        path, aggregates = seed_files.write(rows, run.prefixes(k), ahead.files if ahead is not None else None)
+        m.record(run, "prefix_aggregates", aggregates)  # for `ts sql` on a live run
     m.record(run, "prefixes", path, rows=len(rows))
     lens = [len(r.prefix_token_ids) for r in rows]
     m.metrics = {
@@ -87,7 +87,9 @@ def draft_ahead(s: Session, k: int) -> bool:
             return False
         t = Timer()
         rows = historical_rows(s, k, pool, members, t)  # with pipeline.seeds_block: the block's too
-        put_ahead(s, k, Ahead(rows, fingerprint(members), t.seconds))
+        with t("io_ahead"):  # the stage then only writes them
+            files = seed_files.prepare(rows, s.run.run_id)
+        put_ahead(s, k, Ahead(rows, fingerprint(members), t.seconds, files=files))
         return True
     except Exception as e:  # the stage samples them again and reports its own error
         log.warning("seeds %d: sampling ahead failed (%s: %s); the seeds stage samples them", k, type(e).__name__, e)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -46,6 +47,9 @@ from thinking_seeds.store.schemas import PREFIX_SCHEMA, len_bucket_sql, ngram_co
 
 __all__ = [
     "AGGREGATES_NAME",
+    "Aggregates",
+    "aggregates_of",
+    "write_aggregates",
     "AGGREGATES_SCHEMA",
     "PREFIX_GROUPS_SCHEMA",
     "NGRAM_ROW_GROUP",
@@ -118,12 +122,19 @@ def run_sql(src: pa.Table, *queries: str) -> list[pa.Table]:
         con.close()
 
 
-def write_prefix_aggregates(prefixes: Path) -> Path:
-    """Write the aggregates of the prefix file `prefixes` beside it, atomically; returns their path
-    (for the seeds stage's manifest). A file written before the derived columns existed works too."""
-    prefixes = Path(prefixes)
-    src = prefix_rows([prefixes])
-    run_id = src.column("run_id")[0].as_py() if src.num_rows else prefixes.parents[3].name
+@dataclass(frozen=True)
+class Aggregates:
+    """The two row groups of an aggregates file, computed (`aggregates_of`) but not yet written."""
+
+    summary: pa.Table
+    grams: pa.Table
+    run_id: str
+
+
+def aggregates_of(src: pa.Table, run_id: str) -> Aggregates:
+    """The aggregates of prefix rows `src` (prefix_rows' columns); `run_id` when `src` has no row."""
+    if src.num_rows:
+        run_id = src.column("run_id")[0].as_py()
     summary, grams = run_sql(
         src,
         f"SELECT * EXCLUDE (run_id) FROM ({prefix_groups_sql('src')}) ORDER BY ALL",
@@ -134,9 +145,17 @@ def write_prefix_aggregates(prefixes: Path) -> Path:
     n = grams.num_rows
     grams = grams.append_column("prefix_len_sum", pa.nulls(n, pa.int64()))
     grams = grams.append_column("ngram_count_sum", pa.nulls(n, pa.int64()))
+    return Aggregates(summary, grams, run_id)
+
+
+def write_aggregates(prefixes: Path, agg: Aggregates) -> Path:
+    """Write `agg`, the aggregates of the prefix file `prefixes` (written already: its size is recorded),
+    beside it, atomically; returns their path."""
+    prefixes = Path(prefixes)
     of = {prefixes.name: prefixes.stat().st_size}
-    meta = {_OF_KEY: json.dumps(of, sort_keys=True).encode(), _RUN_KEY: run_id.encode()}
+    meta = {_OF_KEY: json.dumps(of, sort_keys=True).encode(), _RUN_KEY: agg.run_id.encode()}
     schema = AGGREGATES_SCHEMA.with_metadata(meta)
+    summary, grams, n = agg.summary, agg.grams, agg.grams.num_rows
 
     def write(f) -> None:
         with pq.ParquetWriter(f, schema) as w:
@@ -145,6 +164,13 @@ def write_prefix_aggregates(prefixes: Path) -> Path:
                 w.write_table(grams.select(schema.names).cast(schema), row_group_size=n)
 
     return atomic_write(prefixes.with_name(AGGREGATES_NAME), write)
+
+
+def write_prefix_aggregates(prefixes: Path) -> Path:
+    """Write the aggregates of the prefix file `prefixes` beside it, atomically; returns their path
+    (for the seeds stage's manifest). A file written before the derived columns existed works too."""
+    prefixes = Path(prefixes)
+    return write_aggregates(prefixes, aggregates_of(prefix_rows([prefixes]), prefixes.parents[3].name))
 
 
 def run_id_of(schema: pa.Schema, agg: Path) -> str:
