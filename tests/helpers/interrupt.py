@@ -45,6 +45,10 @@ def _cmd(p: psutil.Process) -> str:
         return ""
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_when(
     args: list[str], ready, env: dict, cwd: Path, timeout: float = 600.0, kill_main: bool = False, act=None
 ) -> Interrupted:
@@ -53,7 +57,17 @@ def interrupt_when(
     call `act(its descendants)` (kill one of them). `seconds` counts from then to the exit of `ts`."""
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(
-            TS + args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True, text=True
+            TS + args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            text=True,
+            # A terminal's foreground job takes SIGINT's default action; a test run started in the
+            # background of a non-interactive shell (`make test-slow &`) hands SIG_IGN down instead,
+            # and `ts` would rightly ignore the Ctrl-C
+            preexec_fn=_sigint_default,
         )
         me = psutil.Process(proc.pid)
         kids: list[psutil.Process] = []
