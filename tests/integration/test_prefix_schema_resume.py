@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.resume import _same_state, _state
-from thinking_seeds.pipeline import stage_seeds
+from thinking_seeds.pipeline import seed_files
 from thinking_seeds.pipeline.loop import train
+from thinking_seeds.pipeline.rows import PrefixRow
 from thinking_seeds.store.parquet_io import read_table, write_table_atomic
-from thinking_seeds.store.prefix_aggregates import AGGREGATES_NAME
+from thinking_seeds.store.prefix_aggregates import AGGREGATES_NAME, write_prefix_aggregates
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.store.schemas import PREFIX_FILE_SCHEMA, PREFIX_SCHEMA
 from thinking_seeds.store.sql import connect, query, run_named
@@ -25,6 +26,12 @@ def _old_write_rows(cls, rows, path):
     names = [f.name for f in fields(cls)]
     table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=cls.SCHEMA)
     return write_table_atomic(table, path, schema=cls.SCHEMA)
+
+
+def _old_seed_files(rows, path, prepared=None):
+    """The seeds stage's files with the prefix file as it was written before the derived columns."""
+    written = _old_write_rows(PrefixRow, rows, path)
+    return written, write_prefix_aggregates(written)
 
 
 class _Stop(Exception):
@@ -42,7 +49,7 @@ def test_old_run_resumed_by_new_code(tiny_run, tmp_path, monkeypatch):
             raise _Stop
 
     with monkeypatch.context() as mp:  # the old code writes iteration 0, then the process ends
-        mp.setattr(stage_seeds, "write_rows", _old_write_rows)
+        mp.setattr(seed_files, "write", _old_seed_files)
         with pytest.raises(_Stop):
             train(run, cfg, on_stage=stop_after_iteration_0)
     old_file = run.prefixes(0)
