@@ -187,9 +187,15 @@ def test_a_worker_dead_past_its_retries_is_one_line(ray_cluster, sharded_referen
         _train_on_ray(tmp_path, overrides)
     line, _ = user_error_text(caught.value)
     assert is_user_error(caught.value) and "\n" not in line
-    assert f"Ray worker RolloutWorker (pid {killed[0]}, on " in line and "(tried 1 time)" in line, line
-    assert "its process exited unexpectedly" in line and "`ts plan`" in line, line
+    assert "died on shard " in line and "(tried 1 time)" in line and "`ts plan`" in line, line
     assert "rerun the same command to resume the run" in line, line
+    if " is unavailable: " in line:
+        # Ray's ActorUnavailableError came first (its RPC to the restarting worker broke; seen in 1 CI run):
+        # it names neither class nor pid, and the line says Ray's reason as it is
+        assert line.startswith("Ray worker died on shard "), line
+        return
+    assert f"Ray worker RolloutWorker (pid {killed[0]}, on " in line, line
+    assert "its process exited unexpectedly" in line, line
     log = line.split("full log: ")[1].split(";")[0]
     assert Path(log).is_file() and log.endswith(f"-{killed[0]}.err"), line
 
