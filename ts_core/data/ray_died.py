@@ -20,9 +20,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from thinking_seeds.transports.process_died import ProcessDied, died
+from thinking_seeds.transports.process_died import RESUME, ProcessDied, died
 
-RESUME = "rerun the same command to resume the run from its last finished stage"
 OOM = "out of host or GPU memory? the kernel's OOM killer sends SIGKILL; `ts plan` shows what the run needs"
 _FIELD = re.compile(r"^\s*(class_name|pid|ip):\s*(\S+)\s*$", re.MULTILINE)
 _DETAIL = re.compile(r"Worker exit detail:\s*(.+?)(?:\. There are some potential root causes|$)", re.DOTALL)

@@ -21,9 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from thinking_seeds.transports.process_died import ProcessDied, died, how_it_ended
+from thinking_seeds.transports.process_died import RESUME, ProcessDied, died, how_it_ended
 
-RESUME = "rerun the same command to resume the run from its last finished stage"
 LOG = "this process's output above (vLLM's workers write to it)"
 # LLM.llm_engine (v1 LLMEngine) .engine_core (InprocClient) .engine_core (EngineCore) .model_executor
 _EXECUTOR_PATH = ("llm_engine", "engine_core", "engine_core", "model_executor")

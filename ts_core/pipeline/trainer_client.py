@@ -54,6 +54,7 @@ from thinking_seeds.pipeline.update_launcher import launch_env, launch_prefix, w
 from thinking_seeds.store.child_guard import die_with_parent
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.transports import weights
+from thinking_seeds.transports.process_died import RESUME as RUN_RESUMES
 from thinking_seeds.transports.process_died import ProcessDied, died, how_it_ended
 from thinking_seeds.transports.trainer_socket import (
     LOG_NAME,
@@ -70,7 +71,7 @@ POLL_S = 0.2
 STOP_TIMEOUT_S = 30.0
 SOCKET_CLOSED = ": its socket closed"
 EXIT_WAIT_S = 10.0  # a closed socket comes before the exit status (a launcher stops its other ranks first)
-RESUME = "rerun the same command to resume the run from its last finished stage (θ_k is reloaded from disk)"
+RESUME = f"{RUN_RESUMES} (θ_k is reloaded from disk)"
 
 
 class TrainerDied(ProcessDied):

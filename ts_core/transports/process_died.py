@@ -19,6 +19,7 @@ import re
 import signal
 
 TAIL_LINES = 5
+RESUME = "rerun the same command to resume the run from its last finished stage"  # what a rerun does
 # torch.distributed.elastic's summary of a failed worker: "exitcode  : -9 (pid: 1234)"
 _ELASTIC_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
 _CAUSES = {
