@@ -40,6 +40,7 @@ from tests.helpers.tiny import MOVING, TINY_RUN_ID
 from tests.helpers.update_run import update_done
 from thinking_seeds.config import load_config, save_config
 from thinking_seeds.pipeline.loop import train
+from thinking_seeds.pipeline.policy_chain import flush_checkpoints
 from thinking_seeds.pipeline.run_resources import all_resources
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_update import update
@@ -133,6 +134,40 @@ def test_a_killed_trainer_is_reported_then_relaunched(verified_run, tmp_path):
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5)
 
 
+def test_a_trainer_killed_in_its_checkpoint_write_is_its_death_not_a_missing_checkpoint(
+    verified_run, tmp_path, monkeypatch
+):
+    """The trainer answers update k, then writes θ_{k+1}'s checkpoint in the background. Killed in that
+    write and found dead before the next stage waits for the checkpoint (what the Prefect flow's
+    timing gave, 1 full slow-suite run in 1), the wait says the trainer died (signal, log), not
+    "checkpoint θ_1 does not exist" from the snapshot that reads it next."""
+    run, cfg = verified_run
+    w, c = _copy(run, cfg, tmp_path / "write", launcher="accelerate")
+    c.iterations, c.checkpoint.every = max(c.iterations, 3), 1  # θ_1 due, written in the background
+    save_config(c, w.config_path)
+    marker = tmp_path / "paused"
+    monkeypatch.setenv("TS_TEST_PAUSE_AT", f"rename|{w.policy(1)}|{marker}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(HOOK_DIR), os.environ.get("PYTHONPATH")) if p))
+    try:
+        trainer = trainer_for(w, c)
+        m = update(Session(w, c), 0)  # answered with θ_1 in memory; its checkpoint still being written
+        assert m.outputs["policy"] and not m.hashes.get("policy")
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the trainer never reached θ_1's rename"
+            time.sleep(0.05)
+        os.kill(int(marker.read_text().split()[0]), signal.SIGKILL)
+        trainer.proc.wait(timeout=30)  # found dead before the flush: the race's losing order, made certain
+        with pytest.raises(TrainerDied) as caught:
+            flush_checkpoints(w, c)
+        line = str(caught.value).splitlines()[0]
+        assert f"persistent trainer (pid {trainer.worker_pid}) died in the checkpoint write" in line, line
+        assert "killed by SIGKILL" in line and "rerun the same command to resume" in line, line
+        assert not _trainers() and not w.policy(1).exists()
+    finally:
+        close_trainers()
+
+
 @pytest.fixture(scope="module")
 def persistent_run(tmp_path_factory, tiny_overrides) -> SimpleNamespace:
     """The tiny run (MOVING) trained with the persistent trainer, uninterrupted: the reference."""
@@ -217,7 +252,10 @@ def test_a_trainer_that_never_got_a_job_stops_at_once(verified_run, tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
-def test_ts_train_says_a_killed_trainer_in_one_line_then_resumes(tiny_overrides, subprocess_env, tmp_path):
+@pytest.mark.parametrize("orchestration", [["--no-prefect"], []], ids=["loop", "prefect"])
+def test_ts_train_says_a_killed_trainer_in_one_line_then_resumes(
+    orchestration, tiny_overrides, subprocess_env, tmp_path
+):
     """kill -9 of the persistent trainer in the middle of an update (what the OOM killer does): `ts train`
     ends with one error line (the process, its signal, the likely cause, the log, the rerun) and the log's
     last lines under it, exit 2, no traceback; the same command again resumes the run to its end."""
@@ -231,10 +269,10 @@ def test_ts_train_says_a_killed_trainer_in_one_line_then_resumes(tiny_overrides,
         TS_TEST_PAUSE_AT=f"rename|{RunDir.for_run('killed', runs).policy(1)}|{marker}",
     )
     sets = [f"--set={o}" for o in tiny_overrides + MOVING + ["update.launcher=accelerate"]]
-    # the plain loop: under Prefect the checkpoint write that is paused here runs behind the next stages,
-    # and a stage reading θ_1 may fail first, with a one-line CheckpointError about θ_1 instead of this line
-    # (under Prefect: this line in 3 runs of 3 alone, the CheckpointError in 1 full slow-suite run)
-    cmd = [sys.executable, "-m", "thinking_seeds.flows.cli", "train", "--run-id", "killed", "--no-prefect", *sets]
+    # Under Prefect the paused checkpoint write runs behind the next stages; the snapshot's wait for it
+    # must say the trainer died even when the death was noticed first (it once said "checkpoint θ_1 does
+    # not exist": test_a_trainer_killed_in_its_checkpoint_write_is_its_death_not_a_missing_checkpoint)
+    cmd = [sys.executable, "-m", "thinking_seeds.flows.cli", "train", "--run-id", "killed", *orchestration, *sets]
     proc = subprocess.Popen(cmd, env=paused, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300

@@ -233,11 +233,9 @@ def flush_checkpoints(run: RunDir, cfg: RunConfig) -> None:
         if held is not None and held.resident is not None:
             held.resident.flush()
     else:
-        from thinking_seeds.pipeline.trainer_client import held_trainer
+        from thinking_seeds.pipeline.trainer_client import flush_trainer
 
-        t = held_trainer(run, cfg)
-        if t is not None and t.file is not None:
-            t.job({"op": "flush"}, "checkpoint write")
+        flush_trainer(run, cfg)
     prune_checkpoints(run, cfg)
 
 

@@ -112,6 +112,9 @@ class PersistentTrainer:
     def __init__(self, run: RunDir, cfg: RunConfig):
         self.key, self.run = _key(run, cfg), run
         self.held_id: str | None = None  # the policy the trainer holds (pipeline/policy_chain.py), once known
+        # A checkpoint the trainer may still be writing (a job with save="background" answered, no flush
+        # since): a trainer that dies meanwhile leaves that checkpoint missing (flush_trainer).
+        self.writing = False
         self.machines, self.run_id = cfg.update.num_machines, run.run_id
         self.lock = threading.Lock()
         self.conn: socket.socket | None = None
@@ -227,6 +230,8 @@ class PersistentTrainer:
             except OSError as e:
                 raise self._died(f"could not take the {what} ({e})") from e
             answer = self._read(f"died in the {what}")
+            if answer.get("ok"):
+                self.writing = job.get("save") == "background" or (self.writing and job.get("op") != "flush")
             if answer.get("ok") and answer.get("weights"):
                 answer["weights"] = self.receive_weights(answer["weights"], what)
         if answer.get("ok"):
@@ -345,6 +350,27 @@ def persistent_job(run: RunDir, cfg: RunConfig, job: dict, what: str) -> dict:
         raise
     except BaseException:
         drop_trainer(t)  # Ctrl-C, or anything else in the middle of an update: stop it now
+        raise
+
+
+def flush_trainer(run: RunDir, cfg: RunConfig) -> None:
+    """Wait until the checkpoint the run's trainer writes in the background is on disk.
+
+    A trainer that died while it wrote one (killed in the write: what the OOM killer does) is
+    TrainerDied here, with its signal and log, rather than a "checkpoint θ_k does not exist" at
+    the next stage that reads θ_k (the snapshot): which of the two a run met depended on whether
+    the death was noticed before the flush."""
+    t = held_process(run, "trainer", _key(run, cfg))
+    if t is None or t.file is None or not t.writing:
+        return
+    if not t.alive():
+        error = t._died("died in the checkpoint write")  # reads its log before drop_trainer removes it
+        drop_trainer(t, at_once=False)
+        raise error
+    try:
+        t.job({"op": "flush"}, "checkpoint write")
+    except TrainerDied:
+        drop_trainer(t, at_once=False)
         raise
 
 
