@@ -107,9 +107,15 @@ ORDER BY run_id,
          CASE breakdown WHEN 'all' THEN 0 WHEN 'source_step' THEN 1 WHEN 'source_age' THEN 2 ELSE 3 END,
          key
 """
-REFERENCE["prefix_diversity"] = REFERENCE["prefix_diversity"].replace("FROM ngram_keys", "FROM ngram_counts")
+# its distinct 3-grams as they were counted before the roll-ups (issue 53): over ngram_counts
+_PAIRS = "SELECT DISTINCT run_id, breakdown AS gid, key, ngram FROM ngram_pairs"
+_GROUPED = (
+    "SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key, ngram "
+    "FROM ngram_counts GROUP BY GROUPING SETS ((run_id, source_age, ngram), (run_id, len_lo, ngram))"
+)
+REFERENCE["prefix_diversity"] = REFERENCE["prefix_diversity"].replace(_PAIRS, _GROUPED)
 assert "prefix_groups" not in REFERENCE["prefix_diversity"] and _len_label  # the rewrite took
-assert "ngram_keys" not in REFERENCE["prefix_diversity"] and "FROM rollouts" in REFERENCE["seeded_solve_rate"]
+assert "ngram_pairs" not in REFERENCE["prefix_diversity"] and "FROM rollouts" in REFERENCE["seeded_solve_rate"]
 
 
 def _prefix_table(run_id: str, k: int) -> pa.Table:

@@ -186,7 +186,7 @@ def test_pipeline_reads_the_same_rows_from_old_and_new_files(tmp_path):
         # read as tables, not as words: a column or a string named like a view opens no files
         ("select 'rollouts' AS kind, count(*) AS prefixes from metrics", {"metrics"}),
         (NAMED_QUERIES["runs"][1], {"corpus_files", "checkpoints", "configs", "metrics"}),
-        (NAMED_QUERIES["prefix_diversity"][1], {"prefix_groups", "ngram_keys"}),
+        (NAMED_QUERIES["prefix_diversity"][1], {"prefix_groups", "ngram_pairs"}),
     ],
 )
 def test_views_in(sql, want):

@@ -25,7 +25,8 @@ Kinds of part (PATTERNS), each made from the files of a finished block of BLOCK 
 - the roll-ups the named queries read (store/rollups.py): ngram_keys (a block's 3-grams per source
   age and length bucket, without the iteration), ngram_per_iteration (each iteration's distinct
   3-gram count) and rollout_groups (the rollouts counted per iteration and key), so that a query's
-  cost follows a run's iterations, not its rows (issue 53).
+  cost follows a run's iterations, not its rows (issue 53); and ngram_pairs (store/ngram_pairs.py:
+  the 3-gram pairs no earlier block had, made against the blocks before it: `_compact_pairs`).
 
 `compact(run_dir)` writes them as `runs/<id>/compacted/<kind>/iterations=000000-000099.parquet`,
 and a run writes each block's parts itself, as it goes: `compact_behind` (called when iteration k
@@ -66,6 +67,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from thinking_seeds.store.contained import link_out
+from thinking_seeds.store.ngram_pairs import CHAIN_KEY, NGRAM_PAIRS_SCHEMA, chain_after, new_pairs_sql
 from thinking_seeds.store.parquet_io import write_table_atomic
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql, prefix_rows, run_sql
 from thinking_seeds.store.rollups import (
@@ -104,6 +106,7 @@ PATTERNS = {
     "ngram_keys": "corpus/prefixes/iteration={k}/prefixes.parquet",
     "ngram_per_iteration": "corpus/prefixes/iteration={k}/prefixes.parquet",
     "rollout_groups": "rollouts/iteration={k}/rollouts.parquet",
+    "ngram_pairs": "corpus/prefixes/iteration={k}/prefixes.parquet",  # made after ngram_keys: _compact_pairs
 }
 SMALL_FILES = 1 << 20  # rollouts: a block is copied when its files average under this many bytes
 _SOURCES_KEY = b"thinking_seeds.compacted_from"
@@ -132,6 +135,7 @@ class Part:
 
     folders: dict[str, int] = field(default_factory=dict)  # folder relative to the run -> mtime_ns (FOLDERS)
     schema: pa.Schema | None = field(default=None, compare=False)  # its Arrow schema, from the footer read once
+    chain: str | None = None  # ngram_pairs only: its chain value (store/ngram_pairs.py)
 
     def fresh(self, run_dir: Path) -> bool:
         """Whether every file the part copies is still exactly what it copied."""
@@ -191,9 +195,10 @@ def parts(run_dir: Path, view: str) -> list[Part]:
             folders = {k: int(v) for k, v in json.loads(meta.get(_FOLDERS_KEY, b"{}")).items()}
             first = int(path.name.split("=", 1)[1].split("-", 1)[0])
             schema = footer.schema.to_arrow_schema()
+            chain = meta[CHAIN_KEY].decode() if CHAIN_KEY in meta else None
         except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):
             continue
-        out.append(Part(path, first, sources, rows, folders, schema))
+        out.append(Part(path, first, sources, rows, folders, schema, chain))
     return out
 
 
@@ -253,7 +258,8 @@ def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: lis
     finished = finished_blocks(run_dir)
     have = {view: {p.first: p for p in parts(run_dir, view)} for view in views}
     for first in finished if blocks is None else [b for b in finished if b in blocks]:
-        due = [d for d in (_due(run_dir, view, first, have[view].get(first)) for view in views) if d is not None]
+        made = [view for view in views if view != "ngram_pairs"]  # after the others: _compact_pairs
+        due = [d for d in (_due(run_dir, view, first, have[view].get(first)) for view in made) if d is not None]
         tables: dict[str, pa.Table] = {}
         for view, files, _, _ in due:
             try:
@@ -272,6 +278,49 @@ def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: lis
         for view, _, sources, folders in due:
             if view in tables:
                 written.append(_write_part(run_dir, view, first, tables[view], sources, folders))
+    if "ngram_pairs" in views:
+        written += _compact_pairs(run_dir, finished, blocks)
+    return written
+
+
+def _compact_pairs(run_dir: Path, finished: list[int], blocks: list[int] | None) -> list[Path]:
+    """ngram_pairs' parts (store/ngram_pairs.py), in block order from block 0: each part up to date
+    (same files, and made after the chain before it) is kept; the first that is not, and every one
+    after it, is made again from the block's ngram_keys against the pairs of the parts before it.
+    With `blocks`, only those blocks' parts are written (a run compacting behind itself: its new
+    block); a chain broken before them is left for `ts compact`, and `ts sql` reads ngram_keys there."""
+    import duckdb  # here: only compaction needs it
+
+    old = {p.first: p for p in parts(run_dir, "ngram_pairs")}
+    keys = {p.first: p for p in parts(run_dir, "ngram_keys")}
+    previous, seen, written = "", [NGRAM_PAIRS_SCHEMA.empty_table()], []
+    for first in finished:
+        due = _due(run_dir, "ngram_pairs", first, None)
+        if due is None:
+            break  # a block without prefix files ends the chain (a GRPO run has none at all)
+        _, _, sources, folders = due
+        chain = chain_after(previous, sources)
+        p = old.get(first)
+        if p is not None and p.chain == chain and p.sources == sources:
+            table = pq.read_table(p.path).cast(NGRAM_PAIRS_SCHEMA)
+        else:
+            k = keys.get(first)
+            if (blocks is not None and first not in blocks) or k is None or k.sources != sources:
+                break  # made from the block's ngram_keys part of the same files, or not at all
+            con = duckdb.connect(":memory:")
+            try:
+                con.execute("SET threads = 1")  # one core beside a run's stages, as run_sql
+                con.register("keys", pq.read_table(k.path))
+                con.register("seen", pa.concat_tables(seen))
+                table = (
+                    con.sql(f"{new_pairs_sql('keys', 'seen')} ORDER BY ALL").to_arrow_table().cast(NGRAM_PAIRS_SCHEMA)
+                )
+            finally:
+                con.close()
+            meta = {CHAIN_KEY: chain.encode()}
+            written.append(_write_part(run_dir, "ngram_pairs", first, table, sources, folders, meta))
+        seen.append(table)
+        previous = chain
     return written
 
 
@@ -311,8 +360,10 @@ def _due(run_dir: Path, view: str, first: int, old: Part | None) -> tuple | None
     return view, files, sources, folders
 
 
-def _write_part(run_dir: Path, view: str, first: int, table: pa.Table, sources: dict, folders: dict) -> Path:
-    meta = dict(table.schema.metadata or {})
+def _write_part(
+    run_dir: Path, view: str, first: int, table: pa.Table, sources: dict, folders: dict, extra: dict | None = None
+) -> Path:
+    meta = dict(table.schema.metadata or {}) | (extra or {})
     # each source's rows too (its footer, read once here): corpus_files counts rows from the part
     recorded = {rel: [*st, pq.read_metadata(run_dir / rel).num_rows] for rel, st in sources.items()}
     meta[_SOURCES_KEY] = json.dumps(recorded, sort_keys=True).encode()

@@ -22,6 +22,7 @@ VIEW_HELP: dict[str, str] = {
     "ngram_keys": "the corpus's distinct 3-grams by (run, source age, length bucket), once per block or file",
     "ngram_per_iteration": "the number of distinct 3-grams of each (run, iteration)",
     "rollout_groups": "rollouts counted by (run, iteration, kind, source step and age, length bucket)",
+    "ngram_pairs": "the corpus's (source age, 3-gram) and (length bucket, 3-gram) pairs per run, each at least once",
 }
 
 VIEWS: tuple[str, ...] = tuple(VIEW_HELP)

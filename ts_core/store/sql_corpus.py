@@ -13,6 +13,8 @@ For each prefix file the derived views read the smallest thing that stands for i
     ngram_keys, ngram_per_iteration
                     a fresh compacted part (one per block), else their SQL over the 3-grams that
                     ngram_counts reads for the file (its aggregates, else the file)
+    ngram_pairs     the run's compacted parts that chain from block 0 (store/ngram_pairs.py: each
+                    pair in the first block that has it), and after the chain ngram_keys' pairs
 
 so a live run (never compacted) answers from files ~1/20 of its corpus, and a run written before the
 aggregates existed reads as before. Every source gives the same rows up to the order of rows and,
@@ -36,6 +38,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from thinking_seeds.store.compaction import Part
+from thinking_seeds.store.compaction import parts as compacted_parts
+from thinking_seeds.store.ngram_pairs import NGRAM_PAIRS_SCHEMA, chained, pairs_sql
 from thinking_seeds.store.prefix_aggregates import (
     AGGREGATES_NAME,
     AGGREGATES_SCHEMA,
@@ -72,7 +76,8 @@ from thinking_seeds.store.sql_files import (
 
 __all__ = ["CORPUS_VIEWS", "register_corpus_views", "register_prefixes"]
 
-CORPUS_VIEWS = ("ngram_counts", "prefix_groups", "ngram_keys", "ngram_per_iteration")  # derived from the prefix files
+# derived from the prefix files
+CORPUS_VIEWS = ("ngram_counts", "prefix_groups", "ngram_keys", "ngram_per_iteration", "ngram_pairs")
 
 
 def register_prefixes(con: duckdb.DuckDBPyConnection, files: list[tuple[Path, pa.Schema]], view: str) -> None:
@@ -176,6 +181,10 @@ def register_corpus_views(
     wanted = wanted & set(CORPUS_VIEWS)
     if not wanted:
         return
+    pairs = "ngram_pairs" in wanted
+    wanted = (wanted - {"ngram_pairs"}) | (
+        {"ngram_keys"} if pairs else set()
+    )  # pairs: from ngram_keys' after the chain
     pattern = PARQUET_VIEWS["prefixes"][0]
     # each view's fresh compacted parts, and the prefix files none of them stands for
     covered: dict[str, tuple[list[Part], list[Path]]] = {}
@@ -200,3 +209,24 @@ def register_corpus_views(
         files_sql = f"SELECT {sel} FROM {rows}" if rollup is None else rollup(rows)
         parts_sql = f"SELECT {sel} FROM _ts_{tag}_parts"
         con.execute(f"CREATE VIEW {view} AS {parts_sql} UNION ALL SELECT {sel} FROM ({files_sql})")
+        if view == "ngram_keys" and pairs:
+            _register_pairs(con, runs, parts_, files_sql, damaged)
+
+
+def _register_pairs(
+    con: duckdb.DuckDBPyConnection, runs: list[Path], keys_parts: list[Part], keys_files_sql: str, damaged: list[str]
+) -> None:
+    """The ngram_pairs view: each run's pair parts that chain from block 0, then the pairs of ngram_keys
+    for everything after the chain (its fresh parts of later blocks, and its rows of the files no part
+    stands for: `keys_files_sql`)."""
+    chain, later = [], []
+    for run in runs:
+        mine, after = chained(compacted_parts(run, "ngram_pairs"), lambda p, r=run: p.fresh(r))
+        chain += mine
+        later += [p for p in keys_parts if p.path.parents[2] == run and p.first >= after]
+    con.register("_ts_pairs_parts", dataset(checked_parts(chain, NGRAM_PAIRS_SCHEMA, damaged), NGRAM_PAIRS_SCHEMA))
+    con.register("_ts_pairs_keys", dataset(checked_parts(later, NGRAM_KEYS_SCHEMA, []), NGRAM_KEYS_SCHEMA))
+    keys = ", ".join(NGRAM_KEYS_SCHEMA.names)
+    rest = f"(SELECT {keys} FROM _ts_pairs_keys UNION ALL SELECT {keys} FROM ({keys_files_sql}))"
+    sel = ", ".join(NGRAM_PAIRS_SCHEMA.names)
+    con.execute(f"CREATE VIEW ngram_pairs AS SELECT {sel} FROM _ts_pairs_parts UNION ALL {pairs_sql(rest)}")

@@ -21,9 +21,9 @@ def _len_label(lo: str) -> str:
 
 # The diversity queries count distinct character 3-grams over millions of prefixes. They count
 # over roll-ups (store/rollups.py), never over the corpus's 3-grams: prefix_diversity over
-# ngram_keys (each (run, source age, length bucket, 3-gram) once per compacted block of 100
-# iterations, or per prefix file not compacted yet), one scan of it feeding both breakdowns through
-# GROUPING SETS; prefix_diversity_history over ngram_per_iteration (one row per iteration). Where no
+# ngram_pairs (store/ngram_pairs.py: each (run, source age, 3-gram) and (run, length bucket, 3-gram)
+# pair in the first compacted block of 100 iterations that has it, then once per later block or per
+# prefix file not compacted yet); prefix_diversity_history over ngram_per_iteration (one row per iteration). Where no
 # compacted part stands for a prefix file, both are made from the seeds stage's per-iteration
 # aggregates (store/prefix_aggregates.py), else from the prefixes' stored 3-gram codes. The prefix
 # counts and lengths come from prefix_groups, the same keys' counts and sums: a live run's
@@ -36,9 +36,8 @@ WITH pc AS (  -- breakdown id: 1 = by source_age, 2 = by prefix length bucket, 3
            CAST(sum(ngram_count_sum) AS BIGINT) AS ngrams
     FROM prefix_groups GROUP BY GROUPING SETS ((run_id, source_age), (run_id, len_lo), (run_id))
 ),
-d AS (  -- each (run, source age, 3-gram) and (run, length bucket, 3-gram) once, from one scan
-    SELECT run_id, GROUPING(source_age, len_lo) AS gid, coalesce(source_age, len_lo) AS key, ngram
-    FROM ngram_keys GROUP BY GROUPING SETS ((run_id, source_age, ngram), (run_id, len_lo, ngram))
+d AS (  -- each (run, source age, 3-gram) and (run, length bucket, 3-gram) once: gid 1 and 2
+    SELECT DISTINCT run_id, breakdown AS gid, key, ngram FROM ngram_pairs
 ),
 gc AS (
     SELECT run_id, gid, key, count(*) AS distinct_ngrams FROM d GROUP BY ALL

@@ -13,7 +13,7 @@ Where each kind of view is built:
 
     store/sql_files.py    which files a Parquet view reads (compacted parts first), their checks
     store/sql_corpus.py   prefixes and the views derived from it (ngram_counts, prefix_groups,
-                          ngram_keys, ngram_per_iteration), read from the seeds stage's
+                          ngram_keys, ngram_per_iteration, ngram_pairs), read from the seeds stage's
                           per-iteration aggregates where they exist
     store/sql_rollouts.py rollout_groups (rollouts counted per iteration and key: store/rollups.py)
     store/sql_tables.py   checkpoints, configs, corpus_files (tables built in Python)
@@ -30,6 +30,7 @@ from pathlib import Path
 import duckdb
 
 from thinking_seeds.store.contained import link_out
+from thinking_seeds.store.ngram_pairs import NGRAM_PAIRS_SCHEMA
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA
 from thinking_seeds.store.rollups import NGRAM_KEYS_SCHEMA, NGRAM_PER_ITERATION_SCHEMA, ROLLOUT_GROUPS_SCHEMA
 from thinking_seeds.store.run_dir import runs_root
@@ -121,6 +122,7 @@ def view_columns() -> dict[str, list[str]]:
         "prefix_groups": PREFIX_GROUPS_SCHEMA,
         "ngram_keys": NGRAM_KEYS_SCHEMA,
         "ngram_per_iteration": NGRAM_PER_ITERATION_SCHEMA,
+        "ngram_pairs": NGRAM_PAIRS_SCHEMA,
         "rollout_groups": ROLLOUT_GROUPS_SCHEMA,
     }
     return {v: list(schemas[v].names) for v in VIEWS}  # in the catalogue's order
