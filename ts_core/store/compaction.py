@@ -60,14 +60,21 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from thinking_seeds.store.contained import link_out
-from thinking_seeds.store.ngram_pairs import CHAIN_KEY, NGRAM_PAIRS_SCHEMA, chain_after, new_pairs_sql
+from thinking_seeds.store.compacted_parts import (
+    _FOLDERS_KEY,
+    _SOURCES_KEY,
+    CHAIN_KEY,
+    COMPACTED,
+    FOLDER_SETTLED_S,
+    Part,
+    parts,
+)
+from thinking_seeds.store.ngram_pairs import NGRAM_PAIRS_SCHEMA, chain_after, new_pairs_sql
 from thinking_seeds.store.parquet_io import write_table_atomic
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql, prefix_rows, run_sql
 from thinking_seeds.store.rollups import (
@@ -95,7 +102,6 @@ __all__ = [
 ]
 
 BLOCK = 100  # iterations per part
-COMPACTED = "compacted"  # the folder under the run directory
 # What is compacted (module docstring): {kind: the files of one iteration a part is made from}.
 PATTERNS = {
     "metrics": "metrics/iteration={k}/*.parquet",
@@ -109,61 +115,6 @@ PATTERNS = {
     "ngram_pairs": "corpus/prefixes/iteration={k}/prefixes.parquet",  # made after ngram_keys: _compact_pairs
 }
 SMALL_FILES = 1 << 20  # rollouts: a block is copied when its files average under this many bytes
-_SOURCES_KEY = b"thinking_seeds.compacted_from"
-_FOLDERS_KEY = b"thinking_seeds.compacted_folders"  # {folder relative to the run: mtime_ns} (FOLDERS)
-# FOLDERS. A part also records the mtime of each folder its sources are in, taken before they are
-# listed; while a folder's mtime is unchanged it holds the same files (the stages write by atomic
-# rename, store/atomic.py, which changes the folder's mtime when a file is added, replaced or
-# removed), so `ts sql` checks a block of iterations with one stat per folder instead of one per
-# file, and never lists those folders (issue 53: 78k files at 1M prefixes of 64 per iteration).
-# What that no longer notices: a file rewritten in place (opened and written, not renamed) in a folder
-# whose mtime is recorded. Nothing in the project writes so; a hand edit should write a new file
-# and rename it. Only folders untouched for FOLDER_SETTLED_S are recorded (a folder written within the
-# file system's timestamp granularity could change again without its mtime moving); the others'
-# sources are checked file by file, as are those of a folder whose mtime moved (a `ts eval` added a file).
-FOLDER_SETTLED_S = 2.0
-
-
-@dataclass(frozen=True)
-class Part:
-    """One compacted file and the originals it replaces while they are unchanged."""
-
-    path: Path
-    first: int  # first iteration of the block
-    sources: dict[str, tuple[int, int]]  # path relative to the run -> (size, mtime_ns)
-    rows: dict[str, int] = field(default_factory=dict)  # path relative to the run -> its rows (parts since rows)
-
-    folders: dict[str, int] = field(default_factory=dict)  # folder relative to the run -> mtime_ns (FOLDERS)
-    schema: pa.Schema | None = field(default=None, compare=False)  # its Arrow schema, from the footer read once
-    chain: str | None = None  # ngram_pairs only: its chain value (store/ngram_pairs.py)
-
-    def fresh(self, run_dir: Path) -> bool:
-        """Whether every file the part copies is still exactly what it copied."""
-        return self.unchanged_folders(run_dir) is not None
-
-    def unchanged_folders(self, run_dir: Path) -> set[str] | None:
-        """None when the part is stale; else the folders (relative to the run) whose mtime is the one
-        recorded, so that hold exactly the files they held when the part was made (FOLDERS): a caller
-        need not list them. A source in any other folder is checked by its own size and mtime."""
-        # strings, not Paths, and no os.path.join: a long run's parts stand for ~100k files
-        root = os.fspath(run_dir) + os.sep
-        same = set()
-        for folder, mtime in self.folders.items():
-            try:
-                if os.stat(root + folder).st_mtime_ns == mtime:
-                    same.add(folder)
-            except OSError:
-                return None  # gone: so are its files
-        for rel, (size, mtime) in self.sources.items():
-            if same and rel.rpartition(os.sep)[0] in same:
-                continue
-            try:
-                st = os.stat(root + rel)
-            except OSError:
-                return None
-            if (st.st_size, st.st_mtime_ns) != (size, mtime):
-                return None
-        return same
 
 
 def _fingerprint(run_dir: Path, files: list[Path]) -> dict[str, tuple[int, int]]:
@@ -176,30 +127,6 @@ def _fingerprint(run_dir: Path, files: list[Path]) -> dict[str, tuple[int, int]]
 
 def _part_path(run_dir: Path, view: str, first: int) -> Path:
     return run_dir / COMPACTED / view / f"iterations={first:06d}-{first + BLOCK - 1:06d}.parquet"
-
-
-def parts(run_dir: Path, view: str) -> list[Part]:
-    """The readable parts of `view` under `run_dir` (fresh or not), in iteration order. An
-    unreadable part (torn by a crash of something else, or written by a newer version) is skipped:
-    parts are a cache, the originals are the data."""
-    out = []
-    for path in sorted((run_dir / COMPACTED / view).glob("iterations=*.parquet")):
-        if path.is_symlink() or link_out(run_dir, path) is not None:  # never read through a link out of the run
-            continue
-        try:
-            footer = pq.read_metadata(path)
-            meta = footer.metadata or {}
-            recorded = json.loads(meta[_SOURCES_KEY])
-            sources = {k: (int(v[0]), int(v[1])) for k, v in recorded.items()}
-            rows = {k: int(v[2]) for k, v in recorded.items() if len(v) > 2}
-            folders = {k: int(v) for k, v in json.loads(meta.get(_FOLDERS_KEY, b"{}")).items()}
-            first = int(path.name.split("=", 1)[1].split("-", 1)[0])
-            schema = footer.schema.to_arrow_schema()
-            chain = meta[CHAIN_KEY].decode() if CHAIN_KEY in meta else None
-        except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):
-            continue
-        out.append(Part(path, first, sources, rows, folders, schema, chain))
-    return out
 
 
 def last_started(run_dir: Path) -> int:

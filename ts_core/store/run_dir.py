@@ -29,7 +29,7 @@ import pyarrow as pa
 from thinking_seeds.store import run_lock
 from thinking_seeds.store.atomic import atomic_write
 from thinking_seeds.store.child_guard import guard_children
-from thinking_seeds.store.compaction import COMPACTED
+from thinking_seeds.store.compacted_parts import COMPACTED
 from thinking_seeds.store.contained import RUN_FOLDERS, OutsideRunError, bounded_hash, inside, read_small
 from thinking_seeds.store.manifest import Manifest
 from thinking_seeds.store.parquet_io import DataError, write_table_atomic

@@ -64,6 +64,7 @@ from typing import Any
 
 import duckdb
 
+from thinking_seeds.store.compacted_parts import checking
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import check_run_id, run_entry, runs_root
 from thinking_seeds.store.sql_guard import QueryError, check_read_only, keywords
@@ -148,7 +149,7 @@ def connect(
     notes: list[str] = []
     con = duckdb.connect(":memory:")
     try:
-        with _ctrl_c_deferred():
+        with _ctrl_c_deferred(), checking():  # each iteration folder stat'ed once, whichever views ask
             register_views(con, runs, notes, views)
             _seal(con)
     except BaseException:

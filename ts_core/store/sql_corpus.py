@@ -37,8 +37,8 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from thinking_seeds.store.compaction import Part
-from thinking_seeds.store.compaction import parts as compacted_parts
+from thinking_seeds.store.compacted_parts import Part
+from thinking_seeds.store.compacted_parts import parts as compacted_parts
 from thinking_seeds.store.ngram_pairs import NGRAM_PAIRS_SCHEMA, chained, pairs_sql
 from thinking_seeds.store.prefix_aggregates import (
     AGGREGATES_NAME,

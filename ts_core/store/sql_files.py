@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from thinking_seeds.store.compaction import COMPACTED, Part
+from thinking_seeds.store.compacted_parts import COMPACTED, Part
+from thinking_seeds.store.compacted_parts import parts as compacted_parts
 from thinking_seeds.store.compaction import PATTERNS as COMPACTED_VIEWS
-from thinking_seeds.store.compaction import parts as compacted_parts
 from thinking_seeds.store.contained import link_out
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.schemas import PREFIX_SCHEMA, ROLLOUT_SCHEMA

@@ -1,0 +1,145 @@
+"""What a compacted part (store/compaction.py) records about the files it stands for, and how `ts sql`
+reads that back: `Part`, `parts(run_dir, kind)`, and the freshness check by folder (FOLDERS, below).
+
+Split from compaction.py, which writes parts, because this half is what every `ts sql` start pays
+for: at 1M prefixes of 64 per iteration a query reads ~500 part footers and checks ~15,600 iteration
+folders per kind, and the several kinds of part made from the same prefix files record the same
+files. So within one `checking()` block (sql.connect holds one while it builds the views) each
+folder is stat'ed once, and each distinct record of sources is decoded once, whichever kinds ask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from thinking_seeds.store.contained import link_out
+from thinking_seeds.store.ngram_pairs import CHAIN_KEY
+
+__all__ = ["CHAIN_KEY", "COMPACTED", "FOLDER_SETTLED_S", "Part", "checking", "parts"]
+
+COMPACTED = "compacted"  # the folder under the run directory
+_SOURCES_KEY = b"thinking_seeds.compacted_from"
+_FOLDERS_KEY = b"thinking_seeds.compacted_folders"  # {folder relative to the run: mtime_ns} (FOLDERS)
+# FOLDERS. A part also records the mtime of each folder its sources are in, taken before they are
+# listed; while a folder's mtime is unchanged it holds the same files (the stages write by atomic
+# rename, store/atomic.py, which changes the folder's mtime when a file is added, replaced or
+# removed), so `ts sql` checks a block of iterations with one stat per folder instead of one per
+# file, and never lists those folders (issue 53: 78k files at 1M prefixes of 64 per iteration).
+# What that no longer notices: a file rewritten in place (opened and written, not renamed) in a folder
+# whose mtime is recorded. Nothing in the project writes so; a hand edit should write a new file
+# and rename it. Only folders untouched for FOLDER_SETTLED_S are recorded (a folder written within the
+# file system's timestamp granularity could change again without its mtime moving); the others'
+# sources are checked file by file, as are those of a folder whose mtime moved (a `ts eval` added a file).
+FOLDER_SETTLED_S = 2.0
+
+# {folder path: its mtime_ns, or None where it is gone}: folders stat'ed in the current `checking()`
+_STATS: contextvars.ContextVar[dict[str, int | None] | None] = contextvars.ContextVar("_STATS", default=None)
+
+
+@contextlib.contextmanager
+def checking() -> Iterator[None]:
+    """Within it, each folder's mtime is read once (a `ts sql` start: every kind of part made from the
+    prefix files checks the same ~15,600 folders of a 1M-prefix run). Only for a moment's work: a
+    folder that changes inside the block is seen as it was at its first check."""
+    token = _STATS.set({} if _STATS.get() is None else _STATS.get())
+    try:
+        yield
+    finally:
+        _STATS.reset(token)
+
+
+def _mtime(path: str) -> int | None:
+    stats = _STATS.get()
+    if stats is not None and path in stats:
+        return stats[path]
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        mtime = None
+    if stats is not None:
+        stats[path] = mtime
+    return mtime
+
+
+@dataclass(frozen=True)
+class Part:
+    """One compacted file and the originals it replaces while they are unchanged."""
+
+    path: Path
+    first: int  # first iteration of the block
+    sources: dict[str, tuple[int, int]]  # path relative to the run -> (size, mtime_ns)
+    rows: dict[str, int] = field(default_factory=dict)  # path relative to the run -> its rows (parts since rows)
+
+    folders: dict[str, int] = field(default_factory=dict)  # folder relative to the run -> mtime_ns (FOLDERS)
+    schema: pa.Schema | None = field(default=None, compare=False)  # its Arrow schema, from the footer read once
+    chain: str | None = None  # ngram_pairs only: its chain value (store/ngram_pairs.py)
+
+    def fresh(self, run_dir: Path) -> bool:
+        """Whether every file the part copies is still exactly what it copied."""
+        return self.unchanged_folders(run_dir) is not None
+
+    def unchanged_folders(self, run_dir: Path) -> set[str] | None:
+        """None when the part is stale; else the folders (relative to the run) whose mtime is the one
+        recorded, so that hold exactly the files they held when the part was made (FOLDERS): a caller
+        need not list them. A source in any other folder is checked by its own size and mtime."""
+        # strings, not Paths, and no os.path.join: a long run's parts stand for ~100k files
+        root = os.fspath(run_dir) + os.sep
+        same = set()
+        for folder, mtime in self.folders.items():
+            now = _mtime(root + folder)
+            if now is None:
+                return None  # gone: so are its files
+            if now == mtime:
+                same.add(folder)
+        for rel, (size, mtime) in self.sources.items():
+            if same and rel.rpartition(os.sep)[0] in same:
+                continue
+            try:
+                st = os.stat(root + rel)
+            except OSError:
+                return None
+            if (st.st_size, st.st_mtime_ns) != (size, mtime):
+                return None
+        return same
+
+
+@functools.lru_cache(maxsize=1024)
+def _recorded(sources_json: bytes, folders_json: bytes) -> tuple[dict, dict, dict]:
+    """(sources, rows, folders) of a part's metadata, decoded once per distinct record: the kinds made
+    from the same block's prefix files record the same files. Shared between Parts: read-only."""
+    recorded = json.loads(sources_json)
+    sources = {k: (int(v[0]), int(v[1])) for k, v in recorded.items()}
+    rows = {k: int(v[2]) for k, v in recorded.items() if len(v) > 2}
+    folders = {k: int(v) for k, v in json.loads(folders_json).items()}
+    return sources, rows, folders
+
+
+def parts(run_dir: Path, view: str) -> list[Part]:
+    """The readable parts of `view` under `run_dir` (fresh or not), in iteration order. An
+    unreadable part (torn by a crash of something else, or written by a newer version) is skipped:
+    parts are a cache, the originals are the data."""
+    out = []
+    for path in sorted((run_dir / COMPACTED / view).glob("iterations=*.parquet")):
+        if path.is_symlink() or link_out(run_dir, path) is not None:  # never read through a link out of the run
+            continue
+        try:
+            footer = pq.read_metadata(path)
+            meta = footer.metadata or {}
+            sources, rows, folders = _recorded(meta[_SOURCES_KEY], meta.get(_FOLDERS_KEY, b"{}"))
+            first = int(path.name.split("=", 1)[1].split("-", 1)[0])
+            schema = footer.schema.to_arrow_schema()
+            chain = meta[CHAIN_KEY].decode() if CHAIN_KEY in meta else None
+        except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):
+            continue
+        out.append(Part(path, first, sources, rows, folders, schema, chain))
+    return out
