@@ -134,6 +134,8 @@ def test_a_part_vouches_for_its_folders(compacted, tmp_path, monkeypatch):
         assert [p.first for p in got] == [0, 2], kind
         assert all(len(p.folders) == 2 and p.unchanged_folders(run.root) == set(p.folders) for p in got), kind
     every = [p for kind in compaction.PATTERNS for p in parts(run.root, kind)]
+    # every source in a folder the part vouches for: no file of it is looked at, its record not even decoded
+    assert all(p.vouched(p.unchanged_folders(run.root)) and not p.sources_outside(set(p.folders)) for p in every)
     vouched = {os.fspath(run.root / f) for p in every for f in p.folders}
     opened: list[str] = []
     real_stat, real_scandir = os.stat, os.scandir
@@ -181,3 +183,20 @@ def test_an_extended_run_reads_its_new_iterations(compacted, tmp_path):
     written = compact(run.root)
     assert {p.name for p in written} == {"iterations=000004-000005.parquet", "iterations=000006-000007.parquet"}
     _same(_answers(run.root.parent), got)
+
+
+def test_a_part_whose_folders_had_not_settled_checks_each_file(tmp_path, monkeypatch):
+    """Folders written within FOLDER_SETTLED_S of a compaction are not recorded: such a part vouches for
+    none of its files, checks each one, and a file redone since makes it stale (the files answer)."""
+    run = RunDir(make_run(tmp_path / "runs", "a").root)
+    for k in range(5):
+        _iteration(run, k)
+    monkeypatch.setattr(compaction, "FOLDER_SETTLED_S", 1e9)  # nothing has settled
+    compact(run.root)
+    got = parts(run.root, "prefix_groups")
+    assert got and all(p.folders == {} and p.holding == 2 for p in got)
+    assert all(not p.vouched(p.unchanged_folders(run.root)) for p in got)
+    assert got[0].sources_outside(set()) == sorted(got[0].sources)
+    _iteration(run, 1, shift=0.25)  # redone after the compaction
+    assert not got[0].fresh(run.root) and got[1].fresh(run.root)
+    _same(_answers(run.root.parent), _files_say(run, tmp_path))

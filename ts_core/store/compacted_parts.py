@@ -30,6 +30,7 @@ __all__ = ["CHAIN_KEY", "COMPACTED", "FOLDER_SETTLED_S", "Part", "checking", "pa
 COMPACTED = "compacted"  # the folder under the run directory
 _SOURCES_KEY = b"thinking_seeds.compacted_from"
 _FOLDERS_KEY = b"thinking_seeds.compacted_folders"  # {folder relative to the run: mtime_ns} (FOLDERS)
+_HOLDING_KEY = b"thinking_seeds.compacted_holding"  # how many folders the sources are in (Part.vouched)
 # FOLDERS. A part also records the mtime of each folder its sources are in, taken before they are
 # listed; while a folder's mtime is unchanged it holds the same files (the stages write by atomic
 # rename, store/atomic.py, which changes the folder's mtime when a file is added, replaced or
@@ -71,18 +72,43 @@ def _mtime(path: str) -> int | None:
     return mtime
 
 
+@functools.lru_cache(maxsize=1024)
+def _decoded(recorded: bytes) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """(sources, rows) of a part's record of its files, decoded once per distinct record (the kinds
+    made from one block's prefix files record the same files). Shared between Parts: read-only."""
+    files = json.loads(recorded)
+    return {k: (int(v[0]), int(v[1])) for k, v in files.items()}, {k: int(v[2]) for k, v in files.items() if len(v) > 2}
+
+
+@functools.lru_cache(maxsize=1024)
+def _folders(recorded: bytes) -> dict[str, int]:
+    return {k: int(v) for k, v in json.loads(recorded).items()}
+
+
 @dataclass(frozen=True)
 class Part:
-    """One compacted file and the originals it replaces while they are unchanged."""
+    """One compacted file and the originals it replaces while they are unchanged.
+
+    What it records of its files (`sources`: path -> (size, mtime_ns), `rows`) is decoded only when
+    asked: a part whose sources all sit in folders it vouches for (FOLDERS) is checked by those
+    folders alone (`holding`), and at 1M prefixes of 64 per iteration its metrics parts record 94k files."""
 
     path: Path
     first: int  # first iteration of the block
-    sources: dict[str, tuple[int, int]]  # path relative to the run -> (size, mtime_ns)
-    rows: dict[str, int] = field(default_factory=dict)  # path relative to the run -> its rows (parts since rows)
-
+    recorded: bytes = field(repr=False)  # its sources' JSON: {path relative to the run: [size, mtime_ns, rows]}
     folders: dict[str, int] = field(default_factory=dict)  # folder relative to the run -> mtime_ns (FOLDERS)
+    holding: int = -1  # how many folders its sources are in (-1: not recorded, parts written before it)
     schema: pa.Schema | None = field(default=None, compare=False)  # its Arrow schema, from the footer read once
     chain: str | None = None  # ngram_pairs only: its chain value (store/ngram_pairs.py)
+
+    @property
+    def sources(self) -> dict[str, tuple[int, int]]:
+        return _decoded(self.recorded)[0]
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """Each source's rows (parts written since rows were recorded; else empty)."""
+        return _decoded(self.recorded)[1]
 
     def fresh(self, run_dir: Path) -> bool:
         """Whether every file the part copies is still exactly what it copied."""
@@ -101,6 +127,8 @@ class Part:
                 return None  # gone: so are its files
             if now == mtime:
                 same.add(folder)
+        if self.vouched(same):
+            return same  # every source in a folder that holds what it held: no file to check
         for rel, (size, mtime) in self.sources.items():
             if same and rel.rpartition(os.sep)[0] in same:
                 continue
@@ -112,16 +140,16 @@ class Part:
                 return None
         return same
 
+    def vouched(self, same: set[str]) -> bool:
+        """Whether the unchanged folders `same` (of unchanged_folders) hold every source of the part:
+        the sources' folders are all recorded (as many as `holding`) and all unchanged."""
+        return self.holding >= 0 and len(same) == len(self.folders) == self.holding
 
-@functools.lru_cache(maxsize=1024)
-def _recorded(sources_json: bytes, folders_json: bytes) -> tuple[dict, dict, dict]:
-    """(sources, rows, folders) of a part's metadata, decoded once per distinct record: the kinds made
-    from the same block's prefix files record the same files. Shared between Parts: read-only."""
-    recorded = json.loads(sources_json)
-    sources = {k: (int(v[0]), int(v[1])) for k, v in recorded.items()}
-    rows = {k: int(v[2]) for k, v in recorded.items() if len(v) > 2}
-    folders = {k: int(v) for k, v in json.loads(folders_json).items()}
-    return sources, rows, folders
+    def sources_outside(self, same: set[str]) -> list[str]:
+        """The sources (relative to the run) in no folder of `same`: what a reader must still look at."""
+        if self.vouched(same):
+            return []
+        return [rel for rel in self.sources if rel.rpartition(os.sep)[0] not in same]
 
 
 def parts(run_dir: Path, view: str) -> list[Part]:
@@ -135,11 +163,13 @@ def parts(run_dir: Path, view: str) -> list[Part]:
         try:
             footer = pq.read_metadata(path)
             meta = footer.metadata or {}
-            sources, rows, folders = _recorded(meta[_SOURCES_KEY], meta.get(_FOLDERS_KEY, b"{}"))
+            recorded = meta[_SOURCES_KEY]
+            folders = _folders(meta.get(_FOLDERS_KEY, b"{}"))
+            holding = int(meta.get(_HOLDING_KEY, b"-1"))
             first = int(path.name.split("=", 1)[1].split("-", 1)[0])
             schema = footer.schema.to_arrow_schema()
             chain = meta[CHAIN_KEY].decode() if CHAIN_KEY in meta else None
         except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):
             continue
-        out.append(Part(path, first, sources, rows, folders, schema, chain))
+        out.append(Part(path, first, recorded, folders, holding, schema, chain))
     return out

@@ -67,6 +67,7 @@ import pyarrow.parquet as pq
 
 from thinking_seeds.store.compacted_parts import (
     _FOLDERS_KEY,
+    _HOLDING_KEY,
     _SOURCES_KEY,
     CHAIN_KEY,
     COMPACTED,
@@ -281,7 +282,12 @@ def _due(run_dir: Path, view: str, first: int, old: Part | None) -> tuple | None
     folders = {rel: m for rel, m in folders.items() if rel in holding}
     if view == "rollouts" and sum(size for size, _ in sources.values()) > SMALL_FILES * len(files):
         return None  # large files: read one by one (their per-file cost is small), never copied
-    if old is not None and old.sources == sources and all(folders.get(f) == m for f, m in old.folders.items()):
+    if (
+        old is not None
+        and old.holding >= 0  # else written before Part.holding: made again, so that its folders vouch alone
+        and old.sources == sources
+        and all(folders.get(f) == m for f, m in old.folders.items())
+    ):
         # up to date (a folder that settled since is not recorded now: its few files are stat'ed instead)
         return None
     return view, files, sources, folders
@@ -295,6 +301,7 @@ def _write_part(
     recorded = {rel: [*st, pq.read_metadata(run_dir / rel).num_rows] for rel, st in sources.items()}
     meta[_SOURCES_KEY] = json.dumps(recorded, sort_keys=True).encode()
     meta[_FOLDERS_KEY] = json.dumps(folders, sort_keys=True).encode()
+    meta[_HOLDING_KEY] = str(len({rel.rpartition(os.sep)[0] for rel in sources})).encode()
     path = _part_path(run_dir, view, first)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_table_atomic(table.replace_schema_metadata(meta), path)

@@ -201,7 +201,7 @@ def fresh_parts_of(run: Path, kinds: tuple[str, ...]) -> tuple[list[Part], set[s
     strings), for `listed(..., skip=)`. Kinds in order of preference: a block a fresh part of an
     earlier kind stands for is not checked again for a later one."""
     root = os.fspath(run) + os.sep
-    fresh, skip, blocks = [], set(), set()
+    fresh, skip, covered, blocks = [], set(), set(), set()
     for kind in kinds:
         for p in compacted_parts(run, kind):
             if p.first in blocks:
@@ -211,8 +211,9 @@ def fresh_parts_of(run: Path, kinds: tuple[str, ...]) -> tuple[list[Part], set[s
                 continue
             fresh.append(p)
             skip |= {root + f for f in same}
+            # strings: cheaper than Paths (and os.path.join); none where its folders vouch for every file
+            covered |= {root + rel for rel in p.sources_outside(same)}
         blocks |= {p.first for p in fresh}
-    covered = {root + rel for p in fresh for rel in p.sources}  # strings: cheaper than Paths (and os.path.join)
     return fresh, skip, covered
 
 
