@@ -229,7 +229,7 @@ def _compact_pairs(run_dir: Path, finished: list[int], blocks: list[int] | None)
         _, _, sources, folders = due
         chain = chain_after(previous, sources)
         p = old.get(first)
-        if p is not None and p.chain == chain and p.sources == sources:
+        if p is not None and p.chain == chain and p.sources == sources and p.holding >= 0:
             table = pq.read_table(p.path).cast(NGRAM_PAIRS_SCHEMA)
         else:
             k = keys.get(first)
@@ -238,6 +238,7 @@ def _compact_pairs(run_dir: Path, finished: list[int], blocks: list[int] | None)
             con = duckdb.connect(":memory:")
             try:
                 con.execute("SET threads = 1")  # one core beside a run's stages, as run_sql
+                con.execute("SET enable_progress_bar = false")
                 con.register("keys", pq.read_table(k.path))
                 con.register("seen", pa.concat_tables(seen))
                 table = (

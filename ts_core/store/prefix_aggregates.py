@@ -116,6 +116,7 @@ def run_sql(src: pa.Table, *queries: str) -> list[pa.Table]:
     con = duckdb.connect(":memory:")
     try:
         con.execute("SET threads = 1")
+        con.execute("SET enable_progress_bar = false")  # compaction runs behind a live run: no bar on its terminal
         con.register("src", src)
         return [con.sql(q).to_arrow_table() for q in queries]
     finally:
