@@ -68,6 +68,7 @@ from thinking_seeds.store.compacted_parts import checking
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import check_run_id, run_entry, runs_root
 from thinking_seeds.store.sql_guard import QueryError, check_read_only, keywords
+from thinking_seeds.store.sql_native import reading_parts
 from thinking_seeds.store.sql_queries import NAMED_QUERIES
 from thinking_seeds.store.sql_views import VIEWS, list_runs, register_views, view_columns
 
@@ -149,9 +150,10 @@ def connect(
     notes: list[str] = []
     con = duckdb.connect(":memory:")
     try:
-        with _ctrl_c_deferred(), checking():  # each iteration folder stat'ed once, whichever views ask
+        # each iteration folder stat'ed once, whichever views ask; the parts read natively (sql_native.py)
+        with _ctrl_c_deferred(), checking(), reading_parts() as parts:
             register_views(con, runs, notes, views)
-            _seal(con)
+            _seal(con, parts)
     except BaseException:
         con.close()
         raise
@@ -240,14 +242,16 @@ def _tables_read(sql: str) -> set[str]:
     return out
 
 
-def _seal(con: duckdb.DuckDBPyConnection) -> None:
-    """From here on no SQL can reach the file system, hold more than its share of the machine, or
-    loosen these settings. The temp directory goes first: DuckDB keeps file access open under it
-    even with external access disabled (and defaults it to ./.tmp)."""
+def _seal(con: duckdb.DuckDBPyConnection, parts: list[str] = ()) -> None:
+    """From here on no SQL can reach the file system (but the compacted `parts` the views read, by
+    their exact paths: store/sql_native.py), hold more than its share of the machine, or loosen these
+    settings. The temp directory goes first: DuckDB keeps file access open under it even with
+    external access disabled (and defaults it to ./.tmp)."""
+    allowed = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in dict.fromkeys(parts)) + "]"
     for setting in (
         "temp_directory=''",
         "allowed_directories=[]",
-        "allowed_paths=[]",
+        f"allowed_paths={allowed}",
         f"memory_limit='{MEMORY_LIMIT}'",
         f"threads={THREADS}",
         "python_enable_replacements=false",

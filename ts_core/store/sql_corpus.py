@@ -73,6 +73,7 @@ from thinking_seeds.store.sql_files import (
     quoted,
     readable_files,
 )
+from thinking_seeds.store.sql_native import register_parts
 
 __all__ = ["CORPUS_VIEWS", "register_corpus_views", "register_prefixes"]
 
@@ -198,7 +199,7 @@ def register_corpus_views(
         tag, schema, row_group, rows_sql, rollup = _DERIVED[view]
         parts_, uncovered = covered[view]
         base = PREFIX_GROUPS_SCHEMA if row_group == SUMMARY_ROW_GROUP else NGRAM_COUNTS_SCHEMA
-        con.register(f"_ts_{tag}_parts", dataset(checked_parts(parts_, schema, damaged), schema))
+        register_parts(con, f"_ts_{tag}_parts", checked_parts(parts_, schema, damaged), schema)
         stored = _row_group_views(
             con, f"_ts_{tag}_aggs", [aggs[f] for f in uncovered if f in aggs], row_group, base.names
         )
@@ -224,8 +225,8 @@ def _register_pairs(
         mine, after = chained(compacted_parts(run, "ngram_pairs"), lambda p, r=run: p.fresh(r))
         chain += mine
         later += [p for p in keys_parts if p.path.parents[2] == run and p.first >= after]
-    con.register("_ts_pairs_parts", dataset(checked_parts(chain, NGRAM_PAIRS_SCHEMA, damaged), NGRAM_PAIRS_SCHEMA))
-    con.register("_ts_pairs_keys", dataset(checked_parts(later, NGRAM_KEYS_SCHEMA, []), NGRAM_KEYS_SCHEMA))
+    register_parts(con, "_ts_pairs_parts", checked_parts(chain, NGRAM_PAIRS_SCHEMA, damaged), NGRAM_PAIRS_SCHEMA)
+    register_parts(con, "_ts_pairs_keys", checked_parts(later, NGRAM_KEYS_SCHEMA, []), NGRAM_KEYS_SCHEMA)
     keys = ", ".join(NGRAM_KEYS_SCHEMA.names)
     rest = f"(SELECT {keys} FROM _ts_pairs_keys UNION ALL SELECT {keys} FROM ({keys_files_sql}))"
     sel = ", ".join(NGRAM_PAIRS_SCHEMA.names)

@@ -21,6 +21,7 @@ from thinking_seeds.store.sql_files import (
     fresh_parts,
     readable_files,
 )
+from thinking_seeds.store.sql_native import register_parts
 
 __all__ = ["register_rollout_groups"]
 
@@ -31,7 +32,7 @@ def register_rollout_groups(con: duckdb.DuckDBPyConnection, runs: list[Path], da
     parts = [p for ps, _ in found for p in ps]
     files = sorted((f for _, fs in found for f in fs), key=file_order)
     schema = ROLLOUT_GROUPS_SCHEMA
-    con.register("_ts_rgroups_parts", dataset(checked_parts(parts, schema, damaged), schema))
+    register_parts(con, "_ts_rgroups_parts", checked_parts(parts, schema, damaged), schema)
     con.register("_ts_rgroups_src", dataset(readable_files(files, ROLLOUT_SCHEMA, damaged), ROLLOUT_SCHEMA))
     sel = ", ".join(ROLLOUT_GROUPS_SCHEMA.names)
     con.execute(

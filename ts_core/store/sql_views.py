@@ -45,6 +45,7 @@ from thinking_seeds.store.sql_files import (
     readable_files,
     view_files,
 )
+from thinking_seeds.store.sql_native import register_parts
 from thinking_seeds.store.sql_rollouts import register_rollout_groups
 from thinking_seeds.store.sql_tables import (
     CHECKPOINTS_SCHEMA,
@@ -94,9 +95,10 @@ def register_views(
         if view == "prefixes":
             register_prefixes(con, readable_files(files, PREFIX_FILE_SCHEMA, damaged), "prefixes")
             continue
-        readable = sorted(parts_ + readable_files(files, contract, damaged), key=lambda x: file_order(x[0]))
-        con.register(f"_ts_{view}", dataset(readable, contract))
-        con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}")
+        # the parts by DuckDB's own reader (store/sql_native.py), then the files no part stands for
+        register_parts(con, f"_ts_{view}_parts", parts_, contract)
+        con.register(f"_ts_{view}", dataset(readable_files(files, contract, damaged), contract))
+        con.execute(f"CREATE VIEW {view} AS SELECT * FROM _ts_{view}_parts UNION ALL BY NAME SELECT * FROM _ts_{view}")
     register_corpus_views(con, runs, damaged, wanted)
     if "rollout_groups" in wanted:
         register_rollout_groups(con, runs, damaged)
