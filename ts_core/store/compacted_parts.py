@@ -15,7 +15,7 @@ import contextvars
 import functools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,8 +152,9 @@ class Part:
         return [rel for rel in self.sources if rel.rpartition(os.sep)[0] not in same]
 
 
-def parts(run_dir: Path, view: str) -> list[Part]:
-    """The readable parts of `view` under `run_dir` (fresh or not), in iteration order. An
+def parts(run_dir: Path, view: str, skip: Collection[int] = ()) -> list[Part]:
+    """The readable parts of `view` under `run_dir` (fresh or not), in iteration order, but those whose
+    block starts at an iteration in `skip` (known from the name: their footers are not read). An
     unreadable part (torn by a crash of something else, or written by a newer version) is skipped:
     parts are a cache, the originals are the data."""
     out = []
@@ -161,6 +162,8 @@ def parts(run_dir: Path, view: str) -> list[Part]:
         if path.is_symlink() or link_out(run_dir, path) is not None:  # never read through a link out of the run
             continue
         try:
+            if skip and int(path.name.split("=", 1)[1].split("-", 1)[0]) in skip:
+                continue
             footer = pq.read_metadata(path)
             meta = footer.metadata or {}
             recorded = meta[_SOURCES_KEY]

@@ -227,14 +227,14 @@ def _compact_pairs(run_dir: Path, finished: list[int], blocks: list[int] | None)
         if due is None:
             break  # a block without prefix files ends the chain (a GRPO run has none at all)
         _, _, sources, folders = due
-        chain = chain_after(previous, sources)
         p = old.get(first)
-        if p is not None and p.chain == chain and p.sources == sources and p.holding >= 0:
-            table = pq.read_table(p.path).cast(NGRAM_PAIRS_SCHEMA)
+        if p is not None and p.sources == sources and p.holding >= 0 and p.chain == chain_after(previous, p.recorded):
+            table, chain = pq.read_table(p.path).cast(NGRAM_PAIRS_SCHEMA), p.chain
         else:
             k = keys.get(first)
             if (blocks is not None and first not in blocks) or k is None or k.sources != sources:
                 break  # made from the block's ngram_keys part of the same files, or not at all
+            chain = chain_after(previous, k.recorded)  # the same files: the same record as the part will hold
             con = duckdb.connect(":memory:")
             try:
                 con.execute("SET threads = 1")  # one core beside a run's stages, as run_sql
@@ -247,7 +247,7 @@ def _compact_pairs(run_dir: Path, finished: list[int], blocks: list[int] | None)
             finally:
                 con.close()
             meta = {CHAIN_KEY: chain.encode()}
-            written.append(_write_part(run_dir, "ngram_pairs", first, table, sources, folders, meta))
+            written.append(_write_part(run_dir, "ngram_pairs", first, table, sources, folders, meta, k.recorded))
         seen.append(table)
         previous = chain
     return written
@@ -295,12 +295,22 @@ def _due(run_dir: Path, view: str, first: int, old: Part | None) -> tuple | None
 
 
 def _write_part(
-    run_dir: Path, view: str, first: int, table: pa.Table, sources: dict, folders: dict, extra: dict | None = None
+    run_dir: Path,
+    view: str,
+    first: int,
+    table: pa.Table,
+    sources: dict,
+    folders: dict,
+    extra: dict | None = None,
+    recorded: bytes | None = None,
 ) -> Path:
+    """Write a part with its record of `sources` (`recorded`: that record as another part of the same
+    files holds it, else made here) and of the settled `folders`."""
     meta = dict(table.schema.metadata or {}) | (extra or {})
-    # each source's rows too (its footer, read once here): corpus_files counts rows from the part
-    recorded = {rel: [*st, pq.read_metadata(run_dir / rel).num_rows] for rel, st in sources.items()}
-    meta[_SOURCES_KEY] = json.dumps(recorded, sort_keys=True).encode()
+    if recorded is None:  # each source's rows too (its footer, read once here): corpus_files counts rows from the part
+        rows = {rel: [*st, pq.read_metadata(run_dir / rel).num_rows] for rel, st in sources.items()}
+        recorded = json.dumps(rows, sort_keys=True).encode()
+    meta[_SOURCES_KEY] = recorded
     meta[_FOLDERS_KEY] = json.dumps(folders, sort_keys=True).encode()
     meta[_HOLDING_KEY] = str(len({rel.rpartition(os.sep)[0] for rel in sources})).encode()
     path = _part_path(run_dir, view, first)

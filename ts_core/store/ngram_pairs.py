@@ -10,7 +10,7 @@ as the distinct count itself.
 
 Because part b is made against blocks 0 .. b-1, it is valid only while they are what it was made
 against. Each part records a chain value, a hash of the previous part's chain value and the
-fingerprint of its own block's prefix files (`chain_after`); `ts sql` reads the parts that chain
+record of its own block's prefix files (`chain_after`: their paths, sizes, mtimes and rows); `ts sql` reads the parts that chain
 from block 0, each fresh and each naming its predecessor's value (`chained`), and for the blocks
 after the first break it reads ngram_keys (made per block, without the dependency) instead. A
 block redone by hand therefore costs time until the next compaction rewrites the chain from it,
@@ -22,7 +22,6 @@ Plain text, schemas and hashing only, like store/rollups.py: the SQL runs over r
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -54,22 +53,21 @@ def new_pairs_sql(ngram_keys_rows: str, seen: str) -> str:
     return f"SELECT * FROM ({pairs_sql(ngram_keys_rows)}) EXCEPT SELECT run_id, breakdown, key, ngram FROM {seen}"
 
 
-def chain_after(previous: str, sources: dict[str, Any]) -> str:
-    """The chain value of a part made from the files `sources` (path -> fingerprint) after the part
-    whose chain value is `previous` ("" for block 0)."""
-    h = hashlib.sha256(previous.encode())
-    h.update(json.dumps(sorted((k, list(v)) for k, v in sources.items())).encode())
-    return h.hexdigest()[:32]
+def chain_after(previous: str, recorded: bytes) -> str:
+    """The chain value of a part whose record of its files (path -> size, mtime, rows: the part's
+    Parquet metadata, store/compacted_parts.py) is `recorded`, after the part whose chain value is
+    `previous` ("" for block 0)."""
+    return hashlib.sha256(previous.encode() + b"\0" + recorded).hexdigest()[:32]
 
 
 def chained(parts: Iterable[Any], fresh: Callable[[Any], bool]) -> tuple[list[Any], int]:
     """(the parts that chain from block 0 in order, the first iteration after them). A part (with
-    `.path`, `.first`, `.sources` and `.chain`) is in the chain when its block starts where the last
+    `.path`, `.first`, `.recorded` and `.chain`) is in the chain when its block starts where the last
     one ended, it names the chain value its predecessor and sources give, and `fresh(part)` (its
     files unchanged)."""
     out, previous, first = [], "", 0
     for p in sorted(parts, key=lambda p: p.first):
-        if p.first != first or p.chain != chain_after(previous, p.sources) or not fresh(p):
+        if p.first != first or p.chain != chain_after(previous, p.recorded) or not fresh(p):
             break
         out.append(p)
         previous, first = p.chain, _last(p) + 1

@@ -203,9 +203,7 @@ def fresh_parts_of(run: Path, kinds: tuple[str, ...]) -> tuple[list[Part], set[s
     root = os.fspath(run) + os.sep
     fresh, skip, covered, blocks = [], set(), set(), set()
     for kind in kinds:
-        for p in compacted_parts(run, kind):
-            if p.first in blocks:
-                continue
+        for p in compacted_parts(run, kind, skip=blocks):  # a block an earlier kind stands for: not even read
             same = p.unchanged_folders(run)
             if same is None:
                 continue

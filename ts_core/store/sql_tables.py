@@ -73,8 +73,9 @@ def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
             root = os.fspath(run) + os.sep
             fresh, skip, _ = fresh_parts_of(run, _COUNTED_BY[view])
             for part in fresh:
-                if part.rows.keys() == part.sources.keys():
-                    known.update({root + r: (part.rows[r], part.sources[r][0]) for r in part.sources})
+                counts, sources = part.rows, part.sources  # decoded once (properties)
+                if counts.keys() == sources.keys():
+                    known.update({root + r: (counts[r], sources[r][0]) for r in sources})
                 else:  # a part from before rows were recorded: its folders are listed, their footers read
                     skip -= {root + rel.rpartition(os.sep)[0] for rel in part.sources}
             files += listed(run, pattern, skip)  # strings: most are counted by a part
