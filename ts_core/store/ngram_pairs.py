@@ -10,13 +10,15 @@ as the distinct count itself.
 
 Because part b is made against blocks 0 .. b-1, it is valid only while they are what it was made
 against. Each part records a chain value, a hash of the previous part's chain value and the
-record of its own block's prefix files (`chain_after`: their paths, sizes, mtimes and rows); `ts sql` reads the parts that chain
-from block 0, each fresh and each naming its predecessor's value (`chained`), and for the blocks
-after the first break it reads ngram_keys (made per block, without the dependency) instead. A
-block redone by hand therefore costs time until the next compaction rewrites the chain from it,
-never a wrong count. store/compaction.py writes the parts; store/sql_corpus.py builds the view.
+record of its own block's prefix files (`chain_after`: their paths, sizes, mtimes and rows); `ts
+sql` reads the parts that chain from block 0, each fresh and each naming its predecessor's value
+(`chained`), and for the blocks after the first break it reads ngram_keys (made per block, without
+the dependency) instead. A block redone by hand therefore costs time until the next compaction
+rewrites the chain from it, never a wrong count. store/compaction.py writes the parts;
+store/sql_corpus.py builds the view.
 
-Plain text, schemas and hashing only, like store/rollups.py: the SQL runs over relations the caller names.
+Plain text, schemas and hashing only, like store/rollups.py: the SQL runs over relations the caller
+names.
 """
 
 from __future__ import annotations
