@@ -42,12 +42,13 @@ def runs(tmp_path_factory):
 
 def _live_run(base, compacting: bool) -> RunDir:
     """Iterations as the stages write them (metrics, the prefix file and its aggregates, manifests);
-    with `compacting`, each iteration's start calls compact_behind as the loop does."""
+    with `compacting`, each iteration's start calls compact_behind as the loop does: before its first
+    stage runs, so before iteration k has any manifest (pipeline/loop.stage_outcome)."""
     run = RunDir.for_run("live", base)
     for k in range(ITERATIONS):
-        run.write_manifest(Manifest("snapshot", k, "h"))
         if compacting:
             compact_behind(run.root, k)
+        run.write_manifest(Manifest("snapshot", k, "h"))
         write_table_atomic(
             with_derived_prefix_columns(_prefix_table("live", k)), run.prefixes(k), schema=PREFIX_FILE_SCHEMA
         )

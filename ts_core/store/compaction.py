@@ -143,10 +143,11 @@ def last_started(run_dir: Path) -> int:
     return done
 
 
-def finished_blocks(run_dir: Path) -> list[int]:
+def finished_blocks(run_dir: Path, started: int = -1) -> list[int]:
     """First iterations of the run's finished blocks of BLOCK iterations (the next iteration has
-    started): what `compact` works on."""
-    done = last_started(Path(run_dir))
+    started: it has a manifest, or it is `started`, the iteration the loop is starting now and that
+    has none yet): what `compact` works on."""
+    done = max(last_started(Path(run_dir)), started)
     # iteration `done` has started, so every iteration before it is over
     return [first for first in range(0, done - BLOCK + 1, BLOCK)]
 
@@ -177,13 +178,16 @@ _SQL: dict[str, tuple[pa.Schema, Callable[[str], str]]] = {
 _ROWS = {"corpus/prefixes": prefix_rows, "rollouts": _rollout_rows}
 
 
-def compact(run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: list[int] | None = None) -> list[Path]:
+def compact(
+    run_dir: Path, views: tuple[str, ...] = tuple(PATTERNS), blocks: list[int] | None = None, started: int = -1
+) -> list[Path]:
     """Write the missing or stale parts of `views` for the finished blocks of the run at `run_dir`
-    (only those of `blocks`, first iterations, when given); returns the parts written (none when
-    everything is up to date)."""
+    (only those of `blocks`, first iterations, when given; `started`: an iteration that has started
+    though it has no manifest yet, `finished_blocks`); returns the parts written (none when everything
+    is up to date)."""
     run_dir = Path(run_dir)
     written = []
-    finished = finished_blocks(run_dir)
+    finished = finished_blocks(run_dir, started)
     have = {view: {p.first: p for p in parts(run_dir, view)} for view in views}
     for first in finished if blocks is None else [b for b in finished if b in blocks]:
         made = [view for view in views if view != "ngram_pairs"]  # after the others: _compact_pairs
@@ -334,7 +338,8 @@ def compact_behind(run_dir: Path, k: int) -> threading.Thread | None:
 
     def work() -> None:
         try:
-            compact(run_dir, blocks=[k - BLOCK])
+            # k has no manifest yet (its first stage calls this before it runs): k - 1 is over all the same
+            compact(run_dir, blocks=[k - BLOCK], started=k)
         except Exception:  # noqa: BLE001 - a cache: `ts compact` or the next block's compaction retries
             pass
 
