@@ -74,7 +74,7 @@ def test_a_runs_close_waits_for_its_background_compaction(tmp_path, monkeypatch)
 
     done: list[int] = []
 
-    def slow_compact(run_dir, blocks):  # a block of a long run: seconds of DuckDB
+    def slow_compact(run_dir, blocks, started):  # a block of a long run: seconds of DuckDB
         time.sleep(1.0)
         done.extend(blocks)
 
