@@ -35,6 +35,7 @@ from thinking_seeds.experiments.spec import DEFAULT_METHODS
 from thinking_seeds.pipeline.checkpoint_eval import EQUAL_ITERATIONS_STAGE, FINAL_TEST_STAGE
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.sql import connect, query
+from thinking_seeds.store.sql_files import literals
 
 __all__ = [
     "ACTOR",
@@ -65,7 +66,7 @@ EQUAL = "equal/"  # by seed source age (thinking_seeds.train.trainer): how off-p
 
 
 def _sql_list(ids: Sequence[str]) -> str:
-    return ", ".join("'" + i.replace("'", "''") + "'" for i in ids)
+    return literals(ids)
 
 
 def _finite(v: Any) -> bool:

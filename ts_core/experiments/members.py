@@ -198,11 +198,11 @@ def train_seconds(run_ids: Sequence[str], runs_dir: Path) -> dict[str, float]:
     if not run_ids:
         return {}
     from thinking_seeds.store.sql import connect, query
+    from thinking_seeds.store.sql_files import literals
 
     con = connect(runs_dir=runs_dir)
     try:
-        ids = ", ".join("'" + r.replace("'", "''") + "'" for r in run_ids)
-        res = query(con, training_seconds_sql(f"(SELECT * FROM metrics WHERE run_id IN ({ids}))"))
+        res = query(con, training_seconds_sql(f"(SELECT * FROM metrics WHERE run_id IN ({literals(run_ids)}))"))
     finally:
         con.close()
     return {r: float(s) for r, s in res.rows}

@@ -162,14 +162,14 @@ def parts(run_dir: Path, view: str, skip: Collection[int] = ()) -> list[Part]:
         if path.is_symlink() or link_out(run_dir, path) is not None:  # never read through a link out of the run
             continue
         try:
-            if skip and int(path.name.split("=", 1)[1].split("-", 1)[0]) in skip:
+            first = int(path.name.split("=", 1)[1].split("-", 1)[0])
+            if first in skip:
                 continue
             footer = pq.read_metadata(path)
             meta = footer.metadata or {}
             recorded = meta[_SOURCES_KEY]
             folders = _folders(meta.get(_FOLDERS_KEY, b"{}"))
             holding = int(meta.get(_HOLDING_KEY, b"-1"))
-            first = int(path.name.split("=", 1)[1].split("-", 1)[0])
             schema = footer.schema.to_arrow_schema()
             chain = meta[CHAIN_KEY].decode() if CHAIN_KEY in meta else None
         except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):

@@ -221,8 +221,6 @@ def _compact_pairs(run_dir: Path, finished: list[int], blocks: list[int] | None)
     after it, is made again from the block's ngram_keys against the pairs of the parts before it.
     With `blocks`, only those blocks' parts are written (a run compacting behind itself: its new
     block); a chain broken before them is left for `ts compact`, and `ts sql` reads ngram_keys there."""
-    import duckdb  # here: only compaction needs it
-
     old = {p.first: p for p in parts(run_dir, "ngram_pairs")}
     keys = {p.first: p for p in parts(run_dir, "ngram_keys")}
     previous, seen, written = "", [NGRAM_PAIRS_SCHEMA.empty_table()], []
@@ -239,17 +237,9 @@ def _compact_pairs(run_dir: Path, finished: list[int], blocks: list[int] | None)
             if (blocks is not None and first not in blocks) or k is None or k.sources != sources:
                 break  # made from the block's ngram_keys part of the same files, or not at all
             chain = chain_after(previous, k.recorded)  # the same files: the same record as the part will hold
-            con = duckdb.connect(":memory:")
-            try:
-                con.execute("SET threads = 1")  # one core beside a run's stages, as run_sql
-                con.execute("SET enable_progress_bar = false")
-                con.register("keys", pq.read_table(k.path))
-                con.register("seen", pa.concat_tables(seen))
-                table = (
-                    con.sql(f"{new_pairs_sql('keys', 'seen')} ORDER BY ALL").to_arrow_table().cast(NGRAM_PAIRS_SCHEMA)
-                )
-            finally:
-                con.close()
+            sql = f"{new_pairs_sql('src', 'seen')} ORDER BY ALL"
+            (table,) = run_sql(pq.read_table(k.path), sql, seen=pa.concat_tables(seen))
+            table = table.cast(NGRAM_PAIRS_SCHEMA)
             meta = {CHAIN_KEY: chain.encode()}
             written.append(_write_part(run_dir, "ngram_pairs", first, table, sources, folders, meta, k.recorded))
         seen.append(table)

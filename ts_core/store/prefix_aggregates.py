@@ -108,16 +108,17 @@ def prefix_rows(files: list[Path]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def run_sql(src: pa.Table, *queries: str) -> list[pa.Table]:
-    """Each query's rows over the table `src` (named `src` in them), by one DuckDB thread: deterministic,
-    and one core beside a run's stages."""
+def run_sql(src: pa.Table, *queries: str, **tables: pa.Table) -> list[pa.Table]:
+    """Each query's rows over the table `src` (named `src` in them, and `tables` by their names), by
+    one DuckDB thread: deterministic, and one core beside a run's stages."""
     import duckdb  # here: only the seeds stage, compaction and the views need it
 
     con = duckdb.connect(":memory:")
     try:
         con.execute("SET threads = 1")
         con.execute("SET enable_progress_bar = false")  # compaction runs behind a live run: no bar on its terminal
-        con.register("src", src)
+        for name, table in {"src": src, **tables}.items():
+            con.register(name, table)
         return [con.sql(q).to_arrow_table() for q in queries]
     finally:
         con.close()

@@ -67,6 +67,7 @@ import duckdb
 from thinking_seeds.store.compacted_parts import checking
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import check_run_id, run_entry, runs_root
+from thinking_seeds.store.sql_files import literals
 from thinking_seeds.store.sql_guard import QueryError, check_read_only, keywords
 from thinking_seeds.store.sql_native import reading_parts
 from thinking_seeds.store.sql_queries import NAMED_QUERIES
@@ -247,11 +248,10 @@ def _seal(con: duckdb.DuckDBPyConnection, parts: list[str] = ()) -> None:
     their exact paths: store/sql_native.py), hold more than its share of the machine, or loosen these
     settings. The temp directory goes first: DuckDB keeps file access open under it even with
     external access disabled (and defaults it to ./.tmp)."""
-    allowed = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in dict.fromkeys(parts)) + "]"
     for setting in (
         "temp_directory=''",
         "allowed_directories=[]",
-        f"allowed_paths={allowed}",
+        f"allowed_paths=[{literals(dict.fromkeys(parts))}]",
         f"memory_limit='{MEMORY_LIMIT}'",
         f"threads={THREADS}",
         "python_enable_replacements=false",

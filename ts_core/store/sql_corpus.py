@@ -70,6 +70,7 @@ from thinking_seeds.store.sql_files import (
     dataset,
     file_order,
     fresh_parts,
+    literal,
     quoted,
     readable_files,
 )
@@ -148,15 +149,11 @@ def _row_group_views(
     selects = []
     for i, (run, frags) in enumerate(sorted(by_run.items())):
         con.register(f"{name}_{i}", pads.FileSystemDataset(frags, AGGREGATES_SCHEMA, fmt, fs))
-        selects.append(f"SELECT {_literal(run)} AS run_id, {cols} FROM {name}_{i}")
+        selects.append(f"SELECT {literal(run)} AS run_id, {cols} FROM {name}_{i}")
     if not selects:  # no file: the relation still has its columns
         con.register(name, AGGREGATES_SCHEMA.empty_table())
         selects.append(f"SELECT CAST(NULL AS VARCHAR) AS run_id, {cols} FROM {name}")
     return "(" + " UNION ALL ".join(selects) + ")"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 # Each view derived from the prefix files: the tag of its internal relations, its schema, the
@@ -183,9 +180,8 @@ def register_corpus_views(
     if not wanted:
         return
     pairs = "ngram_pairs" in wanted
-    wanted = (wanted - {"ngram_pairs"}) | (
-        {"ngram_keys"} if pairs else set()
-    )  # pairs: from ngram_keys' after the chain
+    # ngram_pairs is built from ngram_keys' parts and rows after its chain (_register_pairs)
+    wanted = (wanted - {"ngram_pairs"}) | ({"ngram_keys"} if pairs else set())
     pattern = PARQUET_VIEWS["prefixes"][0]
     # each view's fresh compacted parts, and the prefix files none of them stands for
     covered: dict[str, tuple[list[Part], list[Path]]] = {}

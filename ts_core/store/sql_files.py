@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -36,6 +37,8 @@ __all__ = [
     "checked_parts",
     "iteration_of",
     "listed",
+    "literal",
+    "literals",
     "quoted",
     "readable_files",
     "view_files",
@@ -184,7 +187,18 @@ def dataset(files: list[tuple[Path, pa.Schema]], contract: pa.Schema) -> pads.Da
 
 
 def quoted(name: str) -> str:
+    """An SQL identifier: `name` in double quotes."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    """An SQL string literal: `text` in single quotes."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def literals(texts: Iterable[str]) -> str:
+    """SQL string literals, comma-separated (an IN list or, in brackets, a DuckDB list)."""
+    return ", ".join(literal(t) for t in texts)
 
 
 def fresh_parts(run: Path, kind: str, pattern: str) -> tuple[list[Part], list[Path]]:

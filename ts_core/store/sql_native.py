@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from thinking_seeds.store.sql_files import dataset, quoted
+from thinking_seeds.store.sql_files import dataset, literals, quoted
 
 __all__ = ["reading_parts", "register_parts"]
 
@@ -59,6 +59,7 @@ def register_parts(
         f"CAST({quoted(f.name) if f.name in names else 'NULL'} AS {t}) AS {quoted(f.name)}"
         for f, t in zip(schema, types, strict=True)
     )
-    files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
-    con.execute(f"CREATE VIEW {quoted(name)} AS SELECT {cols} FROM read_parquet({files}, union_by_name = true)")
+    con.execute(
+        f"CREATE VIEW {quoted(name)} AS SELECT {cols} FROM read_parquet([{literals(paths)}], union_by_name = true)"
+    )
     allowed.extend(paths)
