@@ -8,9 +8,10 @@
 Building 1M prefixes at 64 per file (15,625 iterations of prefix files, aggregates, rollouts, metrics
 and manifests) takes hours on a shared 2-core box; this makes a run with that many files in minutes:
 SRC's iteration folders (corpus/prefixes, rollouts, metrics, manifests) copied N times under folders
-renumbered k + n*j (n = SRC's iterations). Copy 0 is hard-linked; every other copy's Parquet files are
-rewritten with their rows' `iteration` (and `policy_version`, and a seed's `source_step` when it is a
-snapshot's, > 0) moved by n*j, and the seeds stage's aggregates with their keys moved the same way
+renumbered k + n*j (n = SRC's iterations). Every copy's Parquet files are rewritten with their rows'
+`run_id` DST's name (as a real run's rows name it) and their `iteration` (and `policy_version`, and a
+seed's `source_step` when it is a snapshot's, > 0) moved by n*j, and the seeds stage's aggregates with
+their keys moved the same way
 (recording their new prefix file, so they stay fresh): a run of unique iterations, as a real run of
 N*n iterations has (issue 53: `entropy_accuracy` refuses repeated iterations). Only theta_0's seeds
 (source_step 0) keep the source_age of their original iteration. `--linked`: every copy hard-linked
@@ -35,9 +36,13 @@ import pyarrow.parquet as pq
 
 FOLDERS = ("corpus/prefixes", "rollouts", "metrics", "manifests")
 _AGG_OF = b"thinking_seeds.aggregates_of"  # store/prefix_aggregates.py: the prefix file's size
+_RUN_OF = b"thinking_seeds.run_id"  # store/prefix_aggregates.py: the run_id of the prefix rows
 
 
-def _moved(t: pa.Table, off: int) -> pa.Table:
+def _moved(t: pa.Table, off: int, run_id: str) -> pa.Table:
+    if "run_id" in t.column_names:  # the rows of run DST, as a real run's rows name it
+        i = t.column_names.index("run_id")
+        t = t.set_column(i, t.field("run_id"), pa.array([run_id] * len(t), t.field("run_id").type))
     for name in ("iteration", "policy_version"):
         if name in t.column_names:
             i = t.column_names.index(name)
@@ -49,25 +54,26 @@ def _moved(t: pa.Table, off: int) -> pa.Table:
     return t
 
 
-def _copy_folder(job: tuple[str, str, int]) -> None:
-    src_dir, out_dir, off = Path(job[0]), Path(job[1]), job[2]
+def _copy_folder(job: tuple[str, str, int, str]) -> None:
+    src_dir, out_dir, off, run_id = Path(job[0]), Path(job[1]), job[2], job[3]
     out_dir.mkdir(parents=True, exist_ok=True)
     names = sorted(f.name for f in src_dir.iterdir())
     # the prefix file before its aggregates: they record its size, and must not be older than it
     names.sort(key=lambda n: n == "aggregates.parquet")
     for name in names:
         f, out = src_dir / name, out_dir / name
-        if off == 0 or not name.endswith(".parquet"):
+        if run_id is None or not name.endswith(".parquet"):  # --linked
             os.link(f, out)
             continue
         pf = pq.ParquetFile(f)
         meta = dict(pf.schema_arrow.metadata or {})
         if name == "aggregates.parquet":
             meta[_AGG_OF] = json.dumps({"prefixes.parquet": (out_dir / "prefixes.parquet").stat().st_size}).encode()
+            meta[_RUN_OF] = run_id.encode()
         schema = pf.schema_arrow.with_metadata(meta)
         with pq.ParquetWriter(out, schema) as w:  # row group by row group: the aggregates' layout is kept
             for g in range(pf.num_row_groups):
-                w.write_table(_moved(pf.read_row_group(g), off).cast(schema))
+                w.write_table(_moved(pf.read_row_group(g), off, run_id).cast(schema))
 
 
 def replicate(src: Path, dst: Path, times: int, linked: bool = False, workers: int = 2) -> int:
@@ -80,7 +86,7 @@ def replicate(src: Path, dst: Path, times: int, linked: bool = False, workers: i
             k = int(d.name.split("=", 1)[1])
             for j in range(times):
                 off = 0 if linked else n * j
-                jobs.append((str(d), str(dst / sub / f"iteration={k + n * j}"), off))
+                jobs.append((str(d), str(dst / sub / f"iteration={k + n * j}"), off, None if linked else dst.name))
     with ProcessPoolExecutor(workers) as pool:
         list(pool.map(_copy_folder, jobs, chunksize=64))
     config = (src / "config.yaml").read_text()

@@ -125,11 +125,9 @@ def sql(
 
 def _check_query(sql_text: str) -> None:
     """Refuse anything but a plain query, on a connection that holds nothing (store/sql_guard.py)."""
-    import duckdb
+    from thinking_seeds.store.sql_guard import check_read_only, parser
 
-    from thinking_seeds.store.sql_guard import check_read_only
-
-    bare = duckdb.connect(":memory:")
+    bare = parser()
     try:
         check_read_only(bare, sql_text)
     finally:
@@ -146,9 +144,9 @@ def _print_query(con, sql_text, timeout, fmt, title, max_rows, max_bytes) -> Non
         res = query(con, sql_text, timeout, max_rows=MAX_TABLE_ROWS + 1)
         print_table(res.columns, res.rows, len(res.rows) > MAX_TABLE_ROWS, title)
         return
-    res = stream(con, sql_text, timeout)
+    res = stream(con, sql_text, timeout, doubles_as_text=fmt is OutputFormat.csv)  # floats formatted by DuckDB
     try:
-        print_stream(res.columns, res.batches, fmt, max_rows, max_bytes)
+        print_stream(res.columns, res.batches, fmt, max_rows, max_bytes, res.types)
     finally:
         res.close()
 

@@ -23,6 +23,13 @@ _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] 
 
 _AS_IS = frozenset({int, float, str, bool})  # what the csv writer prints as _csv_cell would (the rest: through it)
 
+# DuckDB types whose values the csv writer prints as _csv_cell would (None too: an empty cell): a batch of
+# only these is written as it comes, without a look at each cell (62,520 rows x 7: 0.07 s)
+_PLAIN_TYPES = frozenset(
+    "BOOLEAN TINYINT SMALLINT INTEGER BIGINT HUGEINT UTINYINT USMALLINT UINTEGER UBIGINT UHUGEINT".split()
+    + ["FLOAT", "DOUBLE", "VARCHAR"]
+)
+
 
 _JSON_AS_IS = frozenset({int, str, bool, type(None)})  # floats go through _jsonable: NaN is null
 
@@ -47,11 +54,18 @@ def print_table(columns: list[str], rows: list[tuple], more: bool, title: str | 
 
 
 def print_stream(
-    columns: list[str], batches: Any, fmt: OutputFormat, max_rows: int | None, max_bytes: int | None
+    columns: list[str],
+    batches: Any,
+    fmt: OutputFormat,
+    max_rows: int | None,
+    max_bytes: int | None,
+    types: list[str] | None = None,
 ) -> int:
     """Write the rows of `batches` as CSV or JSON to stdout, a batch at a time as they come; the number
     of rows. Past `max_rows` rows or `max_bytes` bytes (None: no limit; the bytes are checked after each
-    batch) the output is closed (JSON stays one valid array) and OutputLimit raised."""
+    batch) the output is closed (JSON stays one valid array) and OutputLimit raised. `types`: DuckDB's
+    type of each column, when known (CSV cells of plain types are written without a look at each)."""
+    plain = types is not None and all(t in _PLAIN_TYPES or t.startswith("DECIMAL(") for t in types)
     import csv
     import io
 
@@ -63,7 +77,7 @@ def print_stream(
         out.write(text)
         written += len(text.encode("utf-8", "replace"))
 
-    def csv_chunk(values: list[list[Any]]) -> str:
+    def csv_chunk(values: list) -> str:
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerows(values)
         return escape_controls(buf.getvalue())
@@ -82,7 +96,8 @@ def print_stream(
             batch, stopped = batch[: max_rows - rows], f"{max_rows} rows (--max-rows)"
         if batch:
             if fmt is OutputFormat.csv:
-                write(csv_chunk([[v if type(v) in _AS_IS else _csv_cell(v) for v in r] for r in batch]))
+                cells = batch if plain else [[v if type(v) in _AS_IS else _csv_cell(v) for v in r] for r in batch]
+                write(csv_chunk(cells))
             else:
                 write(("\n" if rows == 0 else ",\n") + json_chunk(batch))
             rows += len(batch)

@@ -228,3 +228,48 @@ def test_ngram_parts_count_what_the_prefixes_hold(tmp_path):
     assert now == _named(shutil_copy)  # what the files say, with no part at all
     compact(run.root)
     assert _named(tmp_path) == now
+
+
+def test_a_part_keeps_its_record_once_and_one_written_with_two_copies_is_made_again(tmp_path):
+    """A part's footer holds its record of files once (no ARROW:schema, which would hold it again,
+    base64-encoded: a footer of the 1M-prefix bench run read ~6x slower); one written so before is made
+    again by the next compaction, and every answer stays the files' answer."""
+    import pyarrow.parquet as pq
+
+    run = _run(tmp_path)
+    want = _rows(tmp_path, SORTED)
+    compact(run.root)
+    p0 = parts(run.root, "metrics")[0]
+    meta = pq.read_metadata(p0.path).metadata
+    assert b"ARROW:schema" not in meta and meta[b"thinking_seeds.compacted_from"] == p0.recorded
+    assert p0.lean and p0.schema.names == ["run_id", "iteration", "stage", "name", "value"]
+    assert _rows(tmp_path, SORTED) == want
+    # the same part as the code before wrote it: its schema metadata (the record) copied into ARROW:schema
+    table = pq.read_table(p0.path)
+    write_table_atomic(table.replace_schema_metadata(meta), p0.path)
+    old = parts(run.root, "metrics")[0]
+    assert not old.lean and b"ARROW:schema" in pq.read_metadata(old.path).metadata
+    assert old.fresh(run.root) and _rows(tmp_path, SORTED) == want  # still read while it stands
+    assert [p.name for p in compact(run.root)] == [p0.path.name]  # made again, lean
+    assert parts(run.root, "metrics")[0].lean and _rows(tmp_path, SORTED) == want
+
+
+def test_parts_are_not_read_through_links(tmp_path):
+    """A part that is a link, or a compacted folder that leads out of the run, is not read: the files
+    answer (parts are a cache of them); nothing outside the run is opened."""
+    run = _run(tmp_path)
+    want = _rows(tmp_path, SORTED)
+    compact(run.root)
+    first = parts(run.root, "metrics")[0].path
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = elsewhere / first.name
+    first.rename(moved)
+    first.symlink_to(moved)  # a part that is a link (to a real part): passed over
+    assert [p.first for p in parts(run.root, "metrics")] == [10]
+    assert _rows(tmp_path, SORTED) == want
+    folder = run.root / COMPACTED / "metrics"
+    folder.rename(elsewhere / "metrics")
+    folder.symlink_to(elsewhere / "metrics")  # the kind's folder leads out of the run: none of it is read
+    assert parts(run.root, "metrics") == []
+    assert _rows(tmp_path, SORTED) == want

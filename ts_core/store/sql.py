@@ -44,23 +44,19 @@ footer of a long run's other views is most of a small query's time); `views_in` 
 a query that names none of them but reads from anything (SHOW TABLES, information_schema, ...)
 gets them all.
 
-Here: the connection, its sealing, the read-only check and query execution. The views are built
+Here: the connection, its sealing and the read-only check; queries run in store/sql_stream.py. The views are built
 in store/sql_views.py, the named queries are the catalogue store/sql_queries.py (both re-exported).
 This module never imports prefect.
 """
 
 from __future__ import annotations
 
-import queue
 import signal
 import threading
-import time
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import duckdb
 
@@ -68,50 +64,35 @@ from thinking_seeds.store.compacted_parts import checking
 from thinking_seeds.store.parquet_io import DataError
 from thinking_seeds.store.run_dir import check_run_id, run_entry, runs_root
 from thinking_seeds.store.sql_files import literals
-from thinking_seeds.store.sql_guard import QueryError, check_read_only, keywords
+from thinking_seeds.store.sql_guard import QueryError, check_read_only, keywords, parser
 from thinking_seeds.store.sql_native import reading_parts
 from thinking_seeds.store.sql_queries import NAMED_QUERIES
+from thinking_seeds.store.sql_stream import DEFAULT_TIMEOUT_S, QueryResult, QueryStream, query, stream
 from thinking_seeds.store.sql_views import VIEWS, list_runs, register_views, view_columns
 
 __all__ = [
     "NAMED_QUERIES",  # re-exported from sql_queries
     "DamagedFileWarning",
     "QueryError",
-    "QueryResult",
+    "QueryResult",  # re-exported from sql_stream
+    "QueryStream",
     "VIEWS",  # re-exported from sql_views
     "check_read_only",
     "connect",
     "list_runs",  # re-exported from sql_views
-    "query",
+    "query",  # re-exported from sql_stream
     "run_named",
-    "stream",
+    "stream",  # re-exported from sql_stream
     "view_columns",  # re-exported from sql_views
     "views_in",
 ]
 
-DEFAULT_TIMEOUT_S = 60.0
 MEMORY_LIMIT = "2GB"  # DuckDB's own memory (Arrow scans are read by pyarrow)
 THREADS = 2
 
 
 class DamagedFileWarning(UserWarning):
     """A run file that cannot be read was left out of the views (the message names it)."""
-
-
-@dataclass
-class QueryResult:
-    columns: list[str]
-    rows: list[tuple]
-
-    def to_dicts(self) -> list[dict[str, Any]]:
-        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
-
-    def column(self, name: str) -> list[Any]:
-        i = self.columns.index(name)
-        return [r[i] for r in self.rows]
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +202,7 @@ def _tables_read(sql: str) -> set[str]:
     empty when DuckDB cannot serialise the statement (not a SELECT) or it does not parse."""
     import json
 
-    con = duckdb.connect(":memory:")
+    con = parser()
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
     except (duckdb.Error, TypeError, ValueError):
@@ -261,134 +242,6 @@ def _seal(con: duckdb.DuckDBPyConnection, parts: list[str] = ()) -> None:
         "lock_configuration=true",
     ):
         con.execute(f"SET {setting}")
-
-
-FETCH_ROWS = 10_000  # rows per batch a stream hands over (the worker holds at most two batches ahead)
-
-
-@dataclass
-class QueryStream:
-    """The columns of a query's last statement and an iterator over its rows, in batches; fetched from
-    DuckDB as they are read, so a result is never whole in Python (`close()` stops the query)."""
-
-    columns: list[str]
-    batches: Iterator[list[tuple]]
-    close: Any
-
-
-def stream(
-    con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = DEFAULT_TIMEOUT_S, batch_rows: int | None = None
-) -> QueryStream:
-    """Run read-only SQL (all statements checked before any runs) and stream the last one's rows.
-
-    The statements and every fetch run in a worker thread while this one waits, so a timeout or Ctrl-C
-    can stop them with `con.interrupt()` (DuckDB holds no Python signal handler while it computes): a
-    query that never ends comes back as a QueryError after `timeout` seconds from the start (None: no
-    limit), and KeyboardInterrupt is re-raised once the engine has stopped. The worker fetches
-    `batch_rows` (FETCH_ROWS) at a time and waits for the reader: memory holds two batches, not the result."""
-    statements = check_read_only(con, sql)
-    batch_rows = batch_rows or FETCH_ROWS
-    handover: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
-    # An Event, not Thread.join: a join cut short by KeyboardInterrupt can report a running thread
-    # as finished, and closing the connection under it then fails ("connection is busy").
-    done = threading.Event()
-
-    def put(item: tuple) -> bool:
-        while not stop.is_set():
-            try:
-                handover.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work() -> None:
-        try:
-            cur = None
-            for st in statements:
-                cur = con.execute(st)
-            assert cur is not None
-            if not put(("columns", [d[0] for d in cur.description] if cur.description else [])):
-                return
-            while cur.description and not stop.is_set():
-                rows = cur.fetchmany(batch_rows)
-                if not rows or not put(("rows", rows)):
-                    break
-            put(("end", None))
-        except BaseException as e:  # handed to the reader's thread
-            put(("error", e))
-        finally:
-            done.set()
-
-    deadline = None if not timeout else time.monotonic() + timeout
-
-    def close() -> None:
-        if not done.is_set():
-            stop.set()
-            con.interrupt()
-            done.wait(10)
-
-    def take() -> tuple:
-        try:
-            while True:
-                try:
-                    return handover.get(timeout=0.05)
-                except queue.Empty:
-                    if deadline is not None and time.monotonic() > deadline:
-                        close()
-                        raise QueryError(
-                            f"query timed out after {timeout:g} s and was stopped; narrow it (WHERE, LIMIT) "
-                            f"or allow more time with --timeout SECONDS"
-                        ) from None
-        except KeyboardInterrupt:
-            close()
-            raise
-
-    def unwrap(item: tuple) -> Any:
-        kind, value = item
-        if kind == "error":
-            done.wait(10)
-            if isinstance(value, duckdb.Error):
-                raise QueryError(f"{type(value).__name__}: {' '.join(str(value).split())}") from None
-            raise value
-        return value
-
-    threading.Thread(target=work, daemon=True, name="ts-sql").start()
-    columns = unwrap(take())
-
-    def batches() -> Iterator[list[tuple]]:
-        try:
-            while True:
-                item = take()
-                if item[0] == "end":
-                    return
-                yield unwrap(item)
-        finally:
-            close()
-
-    return QueryStream(columns, batches(), close)
-
-
-def query(
-    con: duckdb.DuckDBPyConnection,
-    sql: str,
-    timeout: float | None = DEFAULT_TIMEOUT_S,
-    max_rows: int | None = None,
-) -> QueryResult:
-    """Run read-only SQL (one or more statements, all checked before any runs); the last one's rows --
-    at most `max_rows` of them (None: all), fetched no further (see `stream`)."""
-    res = stream(con, sql, timeout)
-    rows: list[tuple] = []
-    try:
-        for batch in res.batches:
-            rows.extend(batch)
-            if max_rows is not None and len(rows) >= max_rows:
-                del rows[max_rows:]
-                break
-    finally:
-        res.close()
-    return QueryResult(res.columns, rows)
 
 
 def run_named(con: duckdb.DuckDBPyConnection, name: str, timeout: float | None = DEFAULT_TIMEOUT_S) -> QueryResult:

@@ -33,8 +33,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as pads
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from thinking_seeds.store.compacted_parts import Part
@@ -139,6 +137,9 @@ def _row_group_views(
 ) -> str:
     """A relation over one row group of each aggregates file in `aggs`: one dataset per run, its
     run_id a constant (from the files' metadata, not a column read), all runs in one UNION ALL."""
+    import pyarrow.dataset as pads  # here: a query that reads no corpus view never waits for it
+    import pyarrow.fs as pafs
+
     fmt, fs = pads.ParquetFileFormat(), pafs.LocalFileSystem()
     by_run: dict[str, list] = {}
     for a in aggs:

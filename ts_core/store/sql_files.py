@@ -14,9 +14,9 @@ import stat
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from thinking_seeds.store.compacted_parts import COMPACTED, Part
@@ -175,9 +175,12 @@ def footers(files: list[Path], contract: pa.Schema, damaged: list[str]) -> list[
     return out
 
 
-def dataset(files: list[tuple[Path, pa.Schema]], contract: pa.Schema) -> pads.Dataset:
+def dataset(files: list[tuple[Path, pa.Schema]], contract: pa.Schema) -> Any:
     """One Arrow dataset over readable `files` with the contract's columns first, plus any extra
-    column a file has (union by name); a file missing a column reads it as null."""
+    column a file has (union by name); a file missing a column reads it as null. (pyarrow.dataset is
+    imported here, not at the top: its 50 ms are most of what a query that needs none would wait for.)"""
+    import pyarrow.dataset as pads
+
     schema = contract
     for _, file_schema in files:
         extra = [fld for fld in file_schema if fld.name not in schema.names]

@@ -8,7 +8,12 @@ columns that read as the contract's: sql_files.checked_parts), and written with 
 
 The sealed connection may open exactly these files and nothing else: `reading_parts()` collects
 their paths while the views are built, and store/sql.py `_seal` puts them in DuckDB's allowed_paths
-before it turns external access off (a query is read-only anyway: store/sql_guard.py). A path with a
+before it turns external access off. DuckDB's allowed_paths cannot be made read-only: a statement that
+reached the engine unchecked could write these parts (COPY ... TO a part, USE_TMP_FILE false). Every
+query is checked first (store/sql_guard.py refuses COPY and any other statement that writes), and only
+parts are allowed, never a run's own files (a view's other files are read through pyarrow): what a
+caller who bypasses the check (con.execute) could spoil is the cache, not the run; a part it rewrote
+with a forged record would be read until its sources change. A path with a
 character read_parquet would take for a glob, or a part with a column its contract lacks, is read
 through the pyarrow dataset as before.
 """
@@ -51,7 +56,7 @@ def register_parts(
     paths = [os.fspath(p) for p, _ in parts]
     allowed = _ALLOWED.get()
     names = set().union(*(set(s.names) for _, s in parts)) if parts else set()
-    if allowed is None or not paths or any(_GLOB & set(p) for p in paths) or names - set(schema.names):
+    if allowed is None or any(_GLOB & set(p) for p in paths) or names - set(schema.names):
         con.register(name, dataset(parts, schema))
         return
     types = [str(t) for t in con.from_arrow(schema.empty_table()).types]
@@ -59,7 +64,10 @@ def register_parts(
         f"CAST({quoted(f.name) if f.name in names else 'NULL'} AS {t}) AS {quoted(f.name)}"
         for f, t in zip(schema, types, strict=True)
     )
-    con.execute(
-        f"CREATE VIEW {quoted(name)} AS SELECT {cols} FROM read_parquet([{literals(paths)}], union_by_name = true)"
-    )
+    if not paths:  # no file: the view still has the schema's columns
+        con.execute(f"CREATE VIEW {quoted(name)} AS SELECT {cols} WHERE false")
+        return
+    # hive_partitioning off: a folder named key=value on the way to the run is not a column
+    source = f"read_parquet([{literals(paths)}], union_by_name = true, hive_partitioning = false)"
+    con.execute(f"CREATE VIEW {quoted(name)} AS SELECT {cols} FROM {source}")
     allowed.extend(paths)

@@ -161,10 +161,7 @@ ORDER BY run_id,
 """
 
 _RUNS = """
-WITH ids AS (
-    SELECT run_id FROM configs UNION SELECT DISTINCT run_id FROM metrics
-),
-m AS (
+WITH m AS (
     SELECT run_id,
            count(DISTINCT iteration) FILTER (WHERE stage = 'update') AS iterations_done,
            max(iteration) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS last_eval_step,
@@ -172,6 +169,8 @@ m AS (
            max(value) FILTER (WHERE stage = 'evaluate' AND name = 'eval/accuracy') AS best_accuracy
     FROM metrics GROUP BY run_id
 ),
+-- m's run ids are the metrics' own: one scan of the metrics, not two
+ids AS (SELECT run_id FROM configs UNION SELECT run_id FROM m),
 -- row counts from the files' footers (corpus_files), not by scanning 10M rows of the corpus
 p AS (SELECT run_id, CAST(sum(rows) AS BIGINT) AS prefixes FROM corpus_files WHERE view = 'prefixes' GROUP BY run_id),
 r AS (SELECT run_id, CAST(sum(rows) AS BIGINT) AS rollouts FROM corpus_files WHERE view = 'rollouts' GROUP BY run_id),
