@@ -1,8 +1,9 @@
 """What `ts` prints: tables (rich, CSV or JSON), one-line errors and warnings on stderr, and the
 command line that produced a result (for a report to quote).
 
-Only rich's Console and Text load with this module; the table, CSV and number helpers load when
-a command prints its first table.
+rich loads when something is printed with it (a table, an error line), not with this module: `ts sql
+-f csv` prints none, and rich's import is ~0.02 s of its start; the table, CSV and number helpers load
+when a command prints its first table.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import shlex
 import sys
 from collections.abc import Callable
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MAX_TABLE_ROWS = 1000  # a rich table longer than this is unreadable anyway
 
@@ -30,6 +32,8 @@ class OutputFormat(StrEnum):
 
 def console() -> Console:
     """stdout console; when stdout is not a terminal, wide enough that tables do not wrap."""
+    from rich.console import Console
+
     c = Console(highlight=False)
     if not c.is_terminal and "COLUMNS" not in os.environ:
         c = Console(highlight=False, width=200)
@@ -38,6 +42,9 @@ def console() -> Console:
 
 def error_line(text: str, label: str = "error: ", style: str = "red") -> None:
     """One line on stderr: what was wrong, where, how to fix (no traceback)."""
+    from rich.console import Console
+    from rich.text import Text
+
     msg = Text(label, style=f"bold {style}")
     msg.append(" ".join(text.split()) or "error", style=style)
     Console(stderr=True, soft_wrap=True, highlight=False).print(msg)
@@ -45,6 +52,9 @@ def error_line(text: str, label: str = "error: ", style: str = "red") -> None:
 
 def detail_lines(text: str) -> None:
     """Supporting text under an error line (e.g. the tails of failed runs' logs), verbatim."""
+    from rich.console import Console
+    from rich.text import Text
+
     Console(stderr=True, soft_wrap=True, highlight=False).print(Text(text.rstrip("\n"), style="dim"))
 
 
@@ -133,6 +143,7 @@ def print_rich_table(
     """A rich table of `rows`, then `note` under it: the `numeric` columns (default: numeric_columns)
     right-aligned, `clean` applied to every header's and cell's text."""
     from rich.table import Table
+    from rich.text import Text
 
     if numeric is None:
         numeric = numeric_columns(columns, rows)

@@ -4,14 +4,16 @@ trainer group) and `ts check` (verify a run directory)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 
 from thinking_seeds.flows.cli.errors import writing_to
 from thinking_seeds.flows.cli.output import console, error_line
 from thinking_seeds.pipeline.ctrl_c import raise_if_interrupted
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PRESET_HELP = "Preset name (data/presets/NAME.yaml) or a YAML path."
 

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from thinking_seeds.store.contained import link_out
 from thinking_seeds.store.ngram_pairs import CHAIN_KEY
+from thinking_seeds.store.parts_index import identity, read_index
 
 __all__ = ["CHAIN_KEY", "COMPACTED", "FOLDER_SETTLED_S", "Part", "checking", "parts"]
 
@@ -101,7 +102,7 @@ class Part:
     recorded: bytes = field(repr=False)  # its sources' JSON: {path relative to the run: [size, mtime_ns, rows]}
     folders: dict[str, int] = field(default_factory=dict)  # folder relative to the run -> mtime_ns (FOLDERS)
     holding: int = -1  # how many folders its sources are in (-1: not recorded, parts written before it)
-    schema: pa.Schema | None = field(default=None, compare=False)  # its Arrow schema, from the footer read once
+    schema: pa.Schema | None = field(default=None, compare=False)  # its columns (no metadata: that is `recorded`)
     chain: str | None = None  # ngram_pairs only: its chain value (store/ngram_pairs.py)
     lean: bool = True  # its footer holds no second copy of the record (parquet_io.write_table_atomic's key_value)
 
@@ -126,12 +127,18 @@ class Part:
         root = os.fspath(run_dir) + os.sep
         same = set()
         stats = _STATS.get()
+        if stats is None:
+            stats = {}  # outside checking(): seen once, by this call
         for folder, mtime in self.folders.items():
-            # _mtime, inlined: 31k folders at 1M prefixes (corpus_files), where a call each cost 0.03 s
+            # _mtime, inlined: 47k folders at 1M prefixes (`runs`), where a call each cost 0.03 s
             path = root + folder
-            now = stats.get(path, _UNSEEN) if stats is not None else _UNSEEN
+            now = stats.get(path, _UNSEEN)
             if now is _UNSEEN:
-                now = _mtime(path)
+                try:
+                    now = os.stat(path).st_mtime_ns
+                except OSError:
+                    now = None
+                stats[path] = now
             if now is None:
                 return None  # gone: so are its files
             if now == mtime:
@@ -172,25 +179,29 @@ def parts(run_dir: Path, view: str, skip: Collection[int] = ()) -> list[Part]:
         return []
     try:  # a part that is a link is not read either; in a folder of the run, a file that is none stays in it
         with os.scandir(folder) as it:
-            names = sorted(
-                e.name
+            found = sorted(
+                (e.name, e)
                 for e in it
                 if e.name.startswith("iterations=") and e.name.endswith(".parquet") and e.is_file(follow_symlinks=False)
             )
     except OSError:  # no such folder: nothing compacted yet
         return []
-    for name in names:
+    index = read_index(folder) if found else {}  # footers read by compaction (store/parts_index.py)
+    for name, entry in found:
         path = folder / name
         try:
             first = int(name.split("=", 1)[1].split("-", 1)[0])
             if first in skip:
                 continue
-            footer = pq.read_metadata(path)
-            meta = footer.metadata or {}
+            indexed = index.get(name)
+            if indexed is not None and indexed[0] == identity(entry.stat(follow_symlinks=False)):
+                _, meta, schema = indexed  # the very file whose footer was indexed
+            else:
+                footer = pq.read_metadata(path)
+                meta, schema = footer.metadata or {}, footer.schema.to_arrow_schema().remove_metadata()
             recorded = meta[_SOURCES_KEY]
             folders = _folders(meta.get(_FOLDERS_KEY, b"{}"))
             holding = int(meta.get(_HOLDING_KEY, b"-1"))
-            schema = footer.schema.to_arrow_schema()
             chain = meta[CHAIN_KEY].decode() if CHAIN_KEY in meta else None
         except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowInvalid):
             continue

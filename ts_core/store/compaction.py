@@ -77,6 +77,7 @@ from thinking_seeds.store.compacted_parts import (
 )
 from thinking_seeds.store.ngram_pairs import NGRAM_PAIRS_SCHEMA, chain_after, new_pairs_sql
 from thinking_seeds.store.parquet_io import write_table_atomic
+from thinking_seeds.store.parts_index import write_index
 from thinking_seeds.store.prefix_aggregates import PREFIX_GROUPS_SCHEMA, prefix_groups_sql, prefix_rows, run_sql
 from thinking_seeds.store.rollups import (
     NGRAM_KEYS_SCHEMA,
@@ -212,6 +213,8 @@ def compact(
                 written.append(_write_part(run_dir, view, first, tables[view], sources, folders))
     if "ngram_pairs" in views:
         written += _compact_pairs(run_dir, finished, blocks)
+    for view in views:  # after the parts: an index older than a part is read around, never trusted
+        write_index(run_dir / COMPACTED / view)
     return written
 
 

@@ -6,6 +6,7 @@ Each is one Arrow table, registered by store/sql_views.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from datetime import UTC, datetime
@@ -64,17 +65,19 @@ _COUNTED_BY = {"prefixes": ("prefix_groups",), "rollouts": ("rollout_groups", "r
 def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
     """The corpus_files view: each readable prefixes/rollouts file with its rows (footer, or the fresh
     compacted part that recorded them) and size; by view, run, iteration and file name."""
-    keyed: list[tuple] = []  # (view's place, run, iteration, file name, rows, bytes)
-    for place, view in enumerate(("prefixes", "rollouts")):
+    run_ids: list[str] = []
+    views: list[str] = []
+    rows: list[tuple[int, str, int, int]] = []  # (iteration, file name, rows, bytes): _file_row
+    for view in ("prefixes", "rollouts"):
         pattern, contract = PARQUET_VIEWS[view]
-        for run in runs:
+        for run in sorted(runs, key=lambda r: r.name):
             root = os.fspath(run) + os.sep
-            known: dict[str, tuple[int, int]] = {}  # file relative to the run -> (rows, bytes)
+            known: dict[str, tuple[int, str, int, int]] = {}  # file relative to the run -> its row
             fresh, skip, _ = fresh_parts_of(run, _COUNTED_BY[view])
             for part in fresh:
-                counts, sources = part.rows, part.sources  # decoded once (properties)
-                if counts.keys() == sources.keys():
-                    known.update({r: (counts[r], sources[r][0]) for r in sources})
+                counted = _counted(part.recorded)
+                if counted is not None:
+                    known.update(counted)
                 else:  # a part from before rows were recorded: its folders are listed, their footers read
                     skip -= {root + rel.rpartition(os.sep)[0] for rel in part.sources}
             # strings: most files are counted by a part (94k Paths at 1M prefixes of 64 per file: ~0.5 s)
@@ -84,24 +87,40 @@ def corpus_files(runs: list[Path], damaged: list[str]) -> pa.Table:
                 PREFIX_FILE_SCHEMA if view == "prefixes" else contract,
                 damaged,
             )
-            known.update({os.fspath(f)[len(root) :]: (n, f.stat().st_size) for f, _, n in read})
-            for rel, (n, size) in known.items():
-                folder, _, name = rel.rpartition(os.sep)  # <view's folder>/iteration=K, the file's name
-                keyed.append((place, run.name, _iteration(folder.rpartition(os.sep)[2], rel), name, n, size))
-    keyed.sort()
-    place, run_id, iteration, _, rows, size = zip(*keyed, strict=True) if keyed else [()] * 6
-    views = ("prefixes", "rollouts")
-    columns = [run_id, [views[i] for i in place], iteration, rows, size]  # columns, not 31k dicts at 1M prefixes
+            for f, _, n in read:
+                rel = os.fspath(f)[len(root) :]
+                known[rel] = _file_row(rel, n, f.stat().st_size)
+            rows += sorted(known.values())  # by iteration, then file name
+            run_ids += [run.name] * len(known)
+            views += [view] * len(known)
+    iteration, _, counts, size = zip(*rows, strict=True) if rows else [()] * 4
+    columns = [run_ids, views, iteration, counts, size]  # columns, not 31k dicts at 1M prefixes
     return pa.table(
         [pa.array(c, f.type) for c, f in zip(columns, CORPUS_FILES_SCHEMA, strict=True)], schema=CORPUS_FILES_SCHEMA
     )
 
 
-def _iteration(folder: str, rel: str) -> int:
-    """K of a file's folder `iteration=K`; an archived run's corpus is one `iteration=all` file: -1, as
-    iteration_of says."""
+@functools.lru_cache(maxsize=1024)
+def _counted(recorded: bytes) -> dict[str, tuple[int, str, int, int]] | None:
+    """{file relative to the run: its corpus_files row} from a compacted part's record of its sources
+    ({path: [size, mtime_ns, rows]}); None for a part written before rows were recorded. One pass over
+    the record: at 1M prefixes of 64 per file `runs` reads 31k of them, and each step per file shows."""
+    out = {}
+    for rel, (size, _, *n) in json.loads(recorded).items():
+        if not n:
+            return None
+        out[rel] = _file_row(rel, n[0], size)
+    return out
+
+
+def _file_row(rel: str, rows: int, size: int) -> tuple[int, str, int, int]:
+    """(iteration, file name, rows, bytes) of the file `rel` (<view's folder>/iteration=K/<name>). K of
+    its folder; an archived run's corpus is one `iteration=all` file: -1, as iteration_of says."""
+    folder, _, name = rel.rpartition(os.sep)
+    folder = folder.rpartition(os.sep)[2]
     tail = folder[10:]
-    return int(tail) if folder.startswith("iteration=") and tail.lstrip("-").isdigit() else iteration_of(rel)
+    k = int(tail) if folder.startswith("iteration=") and tail.lstrip("-").isdigit() else iteration_of(rel)
+    return k, name, int(rows), int(size)
 
 
 def _parse_time(text: Any) -> datetime | None:
