@@ -16,8 +16,9 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 
+from tests.unit import test_sql_folder_index as folder_index
 from tests.unit.test_sql_aggregates import _same
-from tests.unit.test_sql_folder_index import _answers, _copy, _files_say, _iteration, _run, _settle
+from tests.unit.test_sql_folder_index import _answers, _copy, _files_say, _iteration, _settle
 from thinking_seeds.store import compacted_parts, compaction, parts_index
 from thinking_seeds.store.compaction import COMPACTED, compact, parts
 from thinking_seeds.store.parts_index import INDEX, read_index, write_index
@@ -32,16 +33,8 @@ def small_blocks():
         yield
 
 
-@pytest.fixture(scope="module")
-def compacted(tmp_path_factory):
-    """A run of 5 iterations (blocks 0-1 and 2-3 finished), its folders settled, compacted; and what
-    its files say (as tests/unit/test_sql_folder_index.py builds it)."""
-    base = tmp_path_factory.mktemp("indexed")
-    run = _run(base, 5)
-    want = _files_say(run, base)
-    _settle(run.root)
-    assert compact(run.root)
-    return run, want
+# the compacted run of tests/unit/test_sql_folder_index.py (5 iterations, blocks of 2), built in this module
+compacted = folder_index.compacted
 
 
 def _indexed_copy(compacted, tmp_path):
