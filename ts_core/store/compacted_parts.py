@@ -63,25 +63,12 @@ def checking() -> Iterator[None]:
 _UNSEEN = object()  # a folder not stat'ed yet in this checking() block
 
 
-def _mtime(path: str) -> int | None:
-    stats = _STATS.get()
-    if stats is not None and path in stats:
-        return stats[path]
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except OSError:
-        mtime = None
-    if stats is not None:
-        stats[path] = mtime
-    return mtime
-
-
 @functools.lru_cache(maxsize=1024)
-def _decoded(recorded: bytes) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
-    """(sources, rows) of a part's record of its files, decoded once per distinct record (the kinds
-    made from one block's prefix files record the same files). Shared between Parts: read-only."""
-    files = json.loads(recorded)
-    return {k: (int(v[0]), int(v[1])) for k, v in files.items()}, {k: int(v[2]) for k, v in files.items() if len(v) > 2}
+def _decoded(recorded: bytes) -> dict[str, tuple[int, int]]:
+    """{source: (size, mtime_ns)} of a part's record of its files, decoded once per distinct record (the
+    kinds made from one block's prefix files record the same files). Shared between Parts: read-only.
+    (The rows each source holds are read by corpus_files, store/sql_tables.py, from the same record.)"""
+    return {k: (int(v[0]), int(v[1])) for k, v in json.loads(recorded).items()}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -93,7 +80,7 @@ def _folders(recorded: bytes) -> dict[str, int]:
 class Part:
     """One compacted file and the originals it replaces while they are unchanged.
 
-    What it records of its files (`sources`: path -> (size, mtime_ns), `rows`) is decoded only when
+    What it records of its files (`sources`: path -> (size, mtime_ns)) is decoded only when
     asked: a part whose sources all sit in folders it vouches for (FOLDERS) is checked by those
     folders alone (`holding`), and at 1M prefixes of 64 per iteration its metrics parts record 94k files."""
 
@@ -108,12 +95,7 @@ class Part:
 
     @property
     def sources(self) -> dict[str, tuple[int, int]]:
-        return _decoded(self.recorded)[0]
-
-    @property
-    def rows(self) -> dict[str, int]:
-        """Each source's rows (parts written since rows were recorded; else empty)."""
-        return _decoded(self.recorded)[1]
+        return _decoded(self.recorded)
 
     def fresh(self, run_dir: Path) -> bool:
         """Whether every file the part copies is still exactly what it copied."""
@@ -130,7 +112,7 @@ class Part:
         if stats is None:
             stats = {}  # outside checking(): seen once, by this call
         for folder, mtime in self.folders.items():
-            # _mtime, inlined: 47k folders at 1M prefixes (`runs`), where a call each cost 0.03 s
+            # a stat per folder, inline: 47k folders at 1M prefixes (`runs`), where a call each cost 0.03 s
             path = root + folder
             now = stats.get(path, _UNSEEN)
             if now is _UNSEEN:
