@@ -31,10 +31,12 @@ prefilled once (`rollout.unique_contexts`); the part of a long context that its 
 room for fed through the decode steps (`rollout.prefill_width`)), `prefill_each` (ours, but every
 row prefilled on its own: before identical contexts were shared), `prefill_all` (ours, but every
 context prefilled whole: before prefixes were fed) and `plain` (transformers' DynamicCache and one
-prefill of the whole left-padded batch: HFEngine before its own cache; `_kv_cache` patched to
-None). `plain` and `prefill_all` sample the same tokens, and so do `ours` and `prefill_each`
-(checked); where there are prefixes, the engines that feed them compute their keys and values in
-decode steps (other float rounding), so their samples are other draws of the same distribution.
+prefill of the whole left-padded batch: HFEngine before its own cache; `growing_cache` patched to
+None) and `no_shed` (ours, but finished rows kept in the batch to its last step: HFEngine before it shed
+them, `rollout.SHED_DONE_FRACTION`). `plain` and `prefill_all` sample the same tokens, and so do `ours`,
+`prefill_each` and `no_shed` (checked); where there are prefixes, the engines that feed them compute
+their keys and values in decode steps (other float rounding), so their samples are other draws of the
+same distribution.
 
 Every variant samples with the stage's seed, so its samples (hence decode steps and tokens) are the
 same in every round (checked). Forward hooks on the model time each call: the prefill (contexts,
@@ -65,7 +67,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-OVERRIDES = ["eval.prompts=1", "eval.samples=1", "eval.seeded=false"]
+# checkpoint.every=1: the stage of iteration k samples with θ_k, which must be on disk for the engine to load
+OVERRIDES = ["eval.prompts=1", "eval.samples=1", "eval.seeded=false", "checkpoint.every=1"]
 
 
 class _Captured(Exception):
@@ -92,7 +95,7 @@ def stage_batch(run, cfg, k: int) -> dict:
     raise RuntimeError("the continuation stage did not generate")
 
 
-ENGINE_MODES = ("ours", "plain", "prefill_all", "prefill_each")
+ENGINE_MODES = ("ours", "plain", "prefill_all", "prefill_each", "no_shed")
 
 
 @contextmanager
@@ -105,9 +108,11 @@ def engine_mode(mode: str):
 
     if mode not in ENGINE_MODES:
         raise SystemExit(f"unknown engine {mode!r}: choose from {', '.join(ENGINE_MODES)}")
-    kept = rollout._kv_cache, rollout.prefill_width, rollout.unique_contexts
+    kept = rollout.growing_cache, rollout.prefill_width, rollout.unique_contexts, rollout.SHED_DONE_FRACTION
     if mode == "plain":
-        rollout._kv_cache = lambda *a: None
+        rollout.growing_cache = lambda *a: None
+    if mode == "no_shed":
+        rollout.SHED_DONE_FRACTION = 2.0
     if mode in ("plain", "prefill_all"):
         rollout.prefill_width = lambda lengths, limits: max(lengths)
     if mode == "prefill_each":
@@ -115,7 +120,7 @@ def engine_mode(mode: str):
     try:
         yield
     finally:
-        rollout._kv_cache, rollout.prefill_width, rollout.unique_contexts = kept
+        rollout.growing_cache, rollout.prefill_width, rollout.unique_contexts, rollout.SHED_DONE_FRACTION = kept
 
 
 class CallClock:
@@ -364,7 +369,7 @@ def main() -> None:
         for v, rs in res[m].items():
             if any([g.token_ids for g in x["gens"]] != [g.token_ids for g in rs[0]["gens"]] for x in rs):
                 raise RuntimeError(f"{m}/{v}: samples differ between rounds")
-    for kind in (("plain", "prefill_all"), ("ours", "prefill_each")):  # whole prefills; prefixes fed
+    for kind in (("plain", "prefill_all"), ("ours", "prefill_each", "no_shed")):  # whole prefills; prefixes fed
         same_kind = [m for m in modes if m in kind]
         for m in same_kind[1:]:
             for v in variants:

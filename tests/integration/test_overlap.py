@@ -68,7 +68,7 @@ def test_seeds_sampled_ahead_by_other_pool_members_are_not_used(tiny_run, tmp_pa
 def test_budget_seeds_keep_the_draft_tokens_up_to_the_cut(tiny_run, tmp_path):
     """ratio_of=budget (the default since issue 53: the tiny run's) against ratio_of=draft on
     iteration 1 of a copy of the tiny run: every seed starts with the seed the draft mode cut from
-    the same draft (same tokens, same behaviour log-probs) and is at most ⌊λ·T⌋ long; the drafts stop
+    the same draft (same tokens, behaviour log-probs equal to float rounding) and is at most ⌊λ·T⌋ long; the drafts stop
     there, so fewer tokens are sampled, and none is scored."""
     cfg = load_config("tiny", tiny_run.overrides)
     assert cfg.prefix.ratio_of == "budget"
@@ -85,7 +85,9 @@ def test_budget_seeds_keep_the_draft_tokens_up_to_the_cut(tiny_run, tmp_path):
     longer = 0
     for b, d in zip(got, want, strict=True):
         n = len(d.prefix_token_ids)
-        assert b.prefix_token_ids[:n] == d.prefix_token_ids and b.behaviour_logprobs[:n] == d.behaviour_logprobs
+        assert b.prefix_token_ids[:n] == d.prefix_token_ids
+        # the two batches shed their finished rows at other steps: other float rounding, the same tokens
+        assert all(abs(x - y) < 1e-5 for x, y in zip(b.behaviour_logprobs[:n], d.behaviour_logprobs, strict=True))
         assert n <= len(b.prefix_token_ids) <= int(b.prefix_ratio * T)
         assert b.draft_reward is None and b.draft_len <= d.draft_len
         longer += len(b.prefix_token_ids) > n

@@ -124,10 +124,13 @@ def test_prefill_groups_partition_rows_by_length():
 def test_grouped_prefill_and_preallocated_cache_sample_the_same(tiny, monkeypatch, seed, prefix_repeats):
     """The engine's own KV cache and its prefill by groups of similar length sample what one prefill of
     the whole left-padded batch with transformers' cache samples: the same tokens, and under 192
-    positions (the tiny preset's: 77) the same log-probs bit for bit; wider, equal to float rounding."""
+    positions (the tiny preset's: 77) the same log-probs bit for bit; wider, equal to float rounding.
+    (Finished rows are kept, as transformers' cache keeps them: shedding changes the batch's shape, and
+    with it the float rounding; test_shedding_finished_rows_samples_the_same checks that on its own.)"""
     import thinking_seeds.engine.rollout as rollout
     from thinking_seeds.engine.rollout import prefill_groups
 
+    monkeypatch.setattr(rollout, "SHED_DONE_FRACTION", 2.0)  # never
     model, tok = tiny
     eng = HFEngine(model, tok, batch_size=64)
     short = contexts(tok)
@@ -137,7 +140,7 @@ def test_grouped_prefill_and_preallocated_cache_sample_the_same(tiny, monkeypatc
     p = SamplingParams(temperature=1.0, max_new_tokens=16, seed=seed)
     caps = [16, 9, 3, 16, 0, 7] * 8
     ours = eng.generate(ctx, p, max_new=caps)
-    monkeypatch.setattr(rollout, "_kv_cache", lambda *a: None)  # transformers' DynamicCache, one prefill
+    monkeypatch.setattr(rollout, "growing_cache", lambda *a: None)  # transformers' DynamicCache, one prefill
     plain = eng.generate(ctx, p, max_new=caps)
     assert [g.token_ids for g in ours] == [g.token_ids for g in plain]
     assert [g.finished for g in ours] == [g.finished for g in plain]
@@ -145,6 +148,45 @@ def test_grouped_prefill_and_preallocated_cache_sample_the_same(tiny, monkeypatc
         assert [g.logprobs for g in ours] == [g.logprobs for g in plain]
     for g, h in zip(ours, plain, strict=True):
         assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(h.logprobs), atol=1e-5)
+
+
+def test_shedding_finished_rows_samples_the_same(tiny, monkeypatch):
+    """A batch that drops its finished rows samples the tokens one that keeps them all to the end samples,
+    with log-probs equal to float rounding, and computes fewer rows: seeds' continuations (short caps)
+    beside on-policy rows (the whole budget)."""
+    import thinking_seeds.engine.rollout as rollout
+
+    model, tok = tiny
+    eng = HFEngine(model, tok, batch_size=64)
+    short = contexts(tok)
+    ctx = (short + [c + tok("12+34-5+6=")["input_ids"] for c in short]) * 8
+    caps = [24, 24, 24, 3, 5, 9] * 8
+    p = SamplingParams(temperature=1.0, max_new_tokens=24, seed=4)
+    rows = []  # rows of every forward pass, prefill and decode steps
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda **k: rows.append(k["input_ids"].shape[0]) or forward(**k))
+    shed = eng.generate(ctx, p, max_new=caps)
+    shed_rows, rows[:] = sum(rows), []
+    monkeypatch.setattr(rollout, "SHED_DONE_FRACTION", 2.0)  # never
+    kept = eng.generate(ctx, p, max_new=caps)
+    assert [g.token_ids for g in shed] == [g.token_ids for g in kept]
+    assert [g.finished for g in shed] == [g.finished for g in kept]
+    for g, h in zip(shed, kept, strict=True):
+        assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(h.logprobs), atol=1e-5)
+    assert shed_rows < 0.75 * sum(rows), (shed_rows, sum(rows))
+
+
+def test_a_rows_samples_do_not_depend_on_the_other_rows(tiny):
+    """Row i's tokens follow from its context, its cap and the seed alone: changing the other rows' caps
+    (so that they leave the batch at other steps) leaves them as they were."""
+    model, tok = tiny
+    eng = HFEngine(model, tok, batch_size=64)
+    ctx = contexts(tok) * 10
+    p = SamplingParams(temperature=1.0, max_new_tokens=20, seed=9)
+    a = eng.generate(ctx, p, max_new=[20] * 30)
+    b = eng.generate(ctx, p, max_new=[20 if i % 2 else 2 for i in range(30)])
+    assert [g.token_ids for g in a][1::2] == [g.token_ids for g in b][1::2]
+    assert [g.token_ids[:2] for g in a][::2] == [g.token_ids for g in b][::2]
 
 
 def test_prefill_width_adds_no_decode_step():
