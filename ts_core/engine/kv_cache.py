@@ -3,8 +3,9 @@ that leave the batch when they are done.
 
 transformers' DynamicLayer `torch.cat`s the whole cache every decode step: a fresh batch x heads x
 positions x head_dim tensor per layer per step, so a step costs more the longer the contexts. Here each
-step writes its position in place. `keep` drops the rows that have finished (the decode loop calls it
-when a quarter of the batch is done), so a step costs what its live rows cost.
+step writes its position in place. `batch_select_indices` (transformers' name, called through the cache)
+drops the rows that have finished (the decode loop does so when a quarter of the batch is done), so a step
+costs what its live rows cost.
 """
 
 from __future__ import annotations
@@ -60,15 +61,16 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self._k[:, :, : n + m], self._v[:, :, : n + m]
         return self.keys, self.values
 
-    def keep(self, rows: torch.Tensor) -> None:
-        """Keep only batch rows `rows` (in that order). Only the filled positions are copied."""
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only batch rows `indices` (in that order): transformers' Cache.batch_select_indices calls it
+        on every layer. Only the filled positions are copied, into a cache of the same capacity."""
         n = self._n
         for name in ("_k", "_v"):
             old = getattr(self, name)
-            new = old.new_empty((len(rows), *old.shape[1:]))
-            new[:, :, :n] = old[:, :, :n].index_select(0, rows)
+            new = old.new_empty((len(indices), *old.shape[1:]))
+            new[:, :, :n] = old[:, :, :n].index_select(0, indices)
             setattr(self, name, new)
-        self.batch = len(rows)
+        self.batch = len(indices)
         self.filled(n)
 
 

@@ -301,8 +301,7 @@ class HFEngine:
                 rows, tok, attn, next_pos, done, n_forced, limit_t, forced = (
                     x[keep] for x in (rows, tok, attn, next_pos, done, n_forced, limit_t, forced)
                 )
-                for layer in past.layers:
-                    layer.keep(keep)
+                past.batch_select_indices(keep)
             attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
             res = self.model(
                 input_ids=tok[:, None],
