@@ -7,8 +7,8 @@
         continuation  θ_k continues every seed; on-policy samples (θ_{k-s}: pipeline.max_staleness)
         verify        rewards, statuses, group advantages     -> rollouts
         update        loss of docs/algorithm.md §3                         -> θ_{k+1}
-                      (pipeline.overlap: seeds k+1 sampled meanwhile, seeds_ahead task;
-                       pipeline.max_staleness: groups k+1 too, groups_ahead task)
+                      (pipeline.overlap: seeds k+1 sampled meanwhile in a thread;
+                       pipeline.max_staleness: groups k+1 too; pipeline/run_lifecycle.sampled_ahead)
         evaluate      held-out accuracy, pass@k of θ_{k+1}    (every eval.every)
 
 Re-running with the same run id resumes: a stage whose manifest is on disk, with the same config,
@@ -34,16 +34,14 @@ from thinking_seeds.flows.prefect_logs import prefect_console
 from thinking_seeds.flows.run_errors import user_errors_in_one_line
 from thinking_seeds.pipeline.graph import STAGES
 from thinking_seeds.pipeline.progress_lines import evaluation_line, prepare_done_line, prepare_start_line, summary
-from thinking_seeds.pipeline.run_lifecycle import run_opened, work_ahead
+from thinking_seeds.pipeline.run_lifecycle import run_opened, sampled_ahead
 from thinking_seeds.pipeline.session import session_for
 from thinking_seeds.pipeline.trainer_client import prelaunch_trainer
 from thinking_seeds.store.run_dir import RunDir
 from thinking_seeds.tasks import (
     continuation_task,
     evaluate_task,
-    groups_ahead_task,
     prepare_task,
-    seeds_ahead_task,
     seeds_task,
     snapshot_task,
     update_task,
@@ -51,10 +49,6 @@ from thinking_seeds.tasks import (
 )
 from thinking_seeds.tasks.artifacts import artifact_key
 from thinking_seeds.tasks.stage_task import call_stage
-
-# the task that runs each kind of work ahead (pipeline/run_lifecycle.work_ahead names it)
-AHEAD_TASKS = {"groups-ahead": groups_ahead_task, "seeds-ahead": seeds_ahead_task}
-
 
 class TrainProgress(AbstractContextManager):
     """A rich progress bar on stderr over prepare, the θ_0 evaluation and iterations x stages, plus a
@@ -160,14 +154,9 @@ def train_flow(preset: str = "tiny", run_id: str = "demo", overrides: list[str] 
                 gen = stage(continuation_task, k, theta, seeds)  # θ_k continues every seed
                 rollouts = stage(verify_task, k, gen)  # rewards, group advantages
                 # seeds k+1 (pipeline.overlap), and groups k+1 by θ_{k+1-s} (pipeline.max_staleness), sampled in
-                # a task-runner thread while θ_{k+1} trains in this one (a task run only when there is work)
-                work = work_ahead(session_for(run), k)
-                ahead = None if work is None else AHEAD_TASKS[work[0]].submit(str(run.root), k + 1)
-                try:
+                # a thread of this process while θ_{k+1} trains (no task run: run_lifecycle.sampled_ahead)
+                with sampled_ahead(session_for(run), k):
                     theta = stage(update_task, k, theta, rollouts)  # θ_{k+1}
-                finally:
-                    if ahead is not None:
-                        ahead.wait()  # the engine is evaluate's again
                 ev = stage(evaluate_task, k, theta)  # held-out accuracy of θ_{k+1}
                 report_iteration(run, k, [snap, seeds, gen, rollouts, theta, ev], publish=k in ran)
                 bar.iteration_done(k)

@@ -1,8 +1,8 @@
-"""Prefect tasks: one per stage of docs/algorithm.md §2 (made by `stage_task`), the work sampled ahead
-(pipeline.overlap, pipeline.max_staleness), and the checkpoint evaluation."""
+"""Prefect tasks: one per stage of docs/algorithm.md §2 (made by `stage_task`), and the checkpoint evaluation.
+The work sampled ahead beside an update (pipeline.overlap, pipeline.max_staleness) is no task: a thread of
+the flow (pipeline/run_lifecycle.sampled_ahead)."""
 
 from .checkpoint_eval import evaluate_checkpoint_task
-from .seeds_ahead import groups_ahead_task, seeds_ahead_task
 from .stage_task import stage_task
 
 prepare_task = stage_task("prepare")  # config.yaml, data splits, θ_0 (once per run)
@@ -22,7 +22,5 @@ __all__ = [
     "update_task",
     "evaluate_task",
     "evaluate_checkpoint_task",
-    "seeds_ahead_task",
-    "groups_ahead_task",
     "stage_task",
 ]

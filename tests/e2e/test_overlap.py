@@ -3,7 +3,7 @@ of tests/helpers/resume.py: the killed run, started again with overlap on, reuse
 stage and ends with the results of the uninterrupted reference run (the shared tiny run, and a
 persistent-trainer run with overlap off; the switch is not in the config hash). Killed in update 0
 (while seeds 1 are sampled ahead) and in seeds 1 (writing the seeds sampled ahead), with the plain
-loop and under Prefect (the seeds-ahead task), in process and with the persistent accelerate
+loop and under Prefect (a thread of the flow), in process and with the persistent accelerate
 trainer (killed inside it).
 
 Slow: two driver processes a case, a temporary Prefect server for the flow, a trainer launch for

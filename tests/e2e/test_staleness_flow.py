@@ -1,7 +1,7 @@
 """Resume after `kill -9` with pipeline.max_staleness=1 (groups k+1 sampled by θ_k while update k runs:
 pipeline/groups_ahead.py), the check of tests/helpers/resume.py, where the default suite does not go:
 
-- under Prefect (the groups-ahead task), in process, killed in update 1 while groups 2 are sampled;
+- under Prefect (the groups sampled in a thread of the flow), in process, killed in update 1 while groups 2 are sampled;
 - with the persistent accelerate trainer, killed inside it (the plain loop and Prefect): the groups
   are sampled in the pipeline's process from θ_k's bytes while the trainer computes θ_{k+1}.
 
@@ -50,7 +50,7 @@ def _sampled_ahead(runs_dir, k: int) -> bool:
 
 def test_prefect_kill_in_update_while_sampling_ahead(stale_in_process, runs_dir, subprocess_env, tmp_path):
     kill_and_resume("flow", "update:1", stale_in_process, runs_dir, subprocess_env, tmp_path, iterations=3)
-    assert _sampled_ahead(runs_dir, 1), "groups 1 were not sampled ahead: the groups-ahead task did not run"
+    assert _sampled_ahead(runs_dir, 1), "groups 1 were not sampled ahead beside update 0 in the flow"
 
 
 @pytest.mark.parametrize("mode", ["loop", "flow"])

@@ -11,7 +11,7 @@
   run's.
 - The key is part of the config hash when non-zero, and the combinations it cannot honour are refused.
 
-Kill -9 and resume under Prefect (the groups-ahead task): e2e/test_staleness_flow.py.
+Kill -9 and resume under Prefect (groups sampled ahead in a thread of the flow): e2e/test_staleness_flow.py.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ What the iteration does beyond the stage bodies' own docstrings:
 - pipeline.overlap (unset: on where it was measured to help: BENCHMARKS.md) samples the seeds of k+1
   beside update k; the rows wait in memory until seeds stage k+1 writes them and its manifest in its
   usual turn: the same files and manifests, in the same order, as without it (the switch is not in the
-  config hash). The plain loop samples in a thread (`loop.update_outcome`), the flow in a submitted task
-  (tasks/seeds_ahead.py); the update stays in the calling thread.
+  config hash). The plain loop and the flow both sample in a thread (`run_lifecycle.sampled_ahead`); the
+  update stays in the calling thread.
 - pipeline.max_staleness = s > 0 (hashed when non-zero): the groups of k are θ_{k-s}'s, and the thread
   beside update k samples the groups of k+1 too. The ratio is taken against the engine log-probs of the
   policy that wrote the sample (π_old), or, with update.recompute_old_logprobs, against θ_k with

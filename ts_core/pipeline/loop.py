@@ -14,7 +14,6 @@ the Prefect tasks call it too.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -23,7 +22,7 @@ from thinking_seeds.pipeline.ctrl_c import raise_if_interrupted
 from thinking_seeds.pipeline.graph import STAGES, upstream_of
 from thinking_seeds.pipeline.policy_chain import update_output_ok
 from thinking_seeds.pipeline.progress_lines import summary
-from thinking_seeds.pipeline.run_lifecycle import run_opened, work_ahead
+from thinking_seeds.pipeline.run_lifecycle import run_opened, sampled_ahead
 from thinking_seeds.pipeline.session import Session
 from thinking_seeds.pipeline.stage_prepare import prepare
 from thinking_seeds.pipeline.stages import STAGE_FUNCS
@@ -77,23 +76,10 @@ def stage_outcome(s: Session, stage: str, k: int) -> Outcome:
 
 
 def update_outcome(s: Session, k: int) -> Outcome:
-    """The update stage k, with the work ahead of iteration k+1 (run_lifecycle.work_ahead: seeds with
-    pipeline.overlap, groups too with pipeline.max_staleness) sampled meanwhile in another thread.
-
-    The update stays in this thread: the persistent trainer it may launch dies with the thread that
-    started it (PR_SET_PDEATHSIG), and it must outlive the iteration. The join comes before the next
-    stage, which needs the engine the drafts are sampled on.
-    """
-    work = work_ahead(s, k)
-    if work is None:
+    """The update stage k, with the work ahead of iteration k+1 (run_lifecycle.sampled_ahead: seeds with
+    pipeline.overlap, groups too with pipeline.max_staleness) sampled meanwhile in another thread."""
+    with sampled_ahead(s, k):
         return stage_outcome(s, "update", k)
-    name, body = work
-    ahead = threading.Thread(target=body, args=(s, k + 1), name=f"{name}-{k + 1}", daemon=True)
-    ahead.start()
-    try:
-        return stage_outcome(s, "update", k)
-    finally:
-        ahead.join()
 
 
 def run_prepare(run: RunDir, cfg: RunConfig) -> Manifest:

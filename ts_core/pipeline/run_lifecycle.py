@@ -3,17 +3,18 @@
 
     with run_opened(run, cfg) as cfg:      # inputs checked, the lock, the run's own config (resume)
         prepare; prelaunch_trainer; evaluate θ_0
-        for k: ...; ahead = work_ahead(s, k) beside update k; ...
+        for k: ...; with sampled_ahead(s, k): update k; ...
     # closed, whatever happened: the run's RunResources (work held ahead, in-memory policies, the shared
     # session, trackers, and its processes: trainer (at once on Ctrl-C), engine, Ray and verifier pools), the lock
 
-The two callers differ only in how they run a stage (a function call, or a Prefect task) and how they run
-the work ahead (a thread, or a submitted task); what is opened, sampled ahead and closed is decided here.
+The two callers differ only in how they run a stage (a function call, or a Prefect task); what is opened,
+sampled ahead (in a thread of this process, `sampled_ahead`) and closed is decided here.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -29,7 +30,7 @@ from thinking_seeds.pipeline.stage_prepare import check_inputs
 from thinking_seeds.pipeline.stage_seeds import draft_ahead
 from thinking_seeds.store.run_dir import RunDir
 
-# what is sampled beside update k: its name (the thread's, the task's) and its body
+# what is sampled beside update k: its name (the thread's) and its body
 WorkAhead = tuple[str, Callable[[Session, int], bool]]
 
 
@@ -70,3 +71,27 @@ def work_ahead(s: Session, k: int) -> WorkAhead | None:
     if overlap_due(cfg, k) and not s.run.manifest_path(k + 1, "seeds").exists():
         return "seeds-ahead", draft_ahead
     return None
+
+
+@contextmanager
+def sampled_ahead(s: Session, k: int) -> Iterator[str | None]:
+    """Run update k inside this: the work ahead of iteration k+1 (`work_ahead`) is sampled meanwhile in a
+    thread, joined before the next stage, which needs the engine it samples on. Yields the thread's name
+    (None: nothing to sample).
+
+    A plain thread in the flow too, not a Prefect task: a task run costs ~45 ms of CPU (the flow's and
+    its server's, measured on the tiny preset), spent on the cores the update and the drafts share, and
+    the work is no stage (no manifest): its seconds are the seeds stage's `time/seeds/*`. Its failures
+    are its own: the stage k+1 then samples the work itself. The update stays in the caller's thread:
+    the persistent trainer it may launch dies with the thread that started it (PR_SET_PDEATHSIG)."""
+    work = work_ahead(s, k)
+    if work is None:
+        yield None
+        return
+    name, body = work
+    ahead = threading.Thread(target=body, args=(s, k + 1), name=f"{name}-{k + 1}", daemon=True)
+    ahead.start()
+    try:
+        yield ahead.name
+    finally:
+        ahead.join()

@@ -10,8 +10,8 @@ must wait: no snapshot is older than θ_0 there, and θ_0 writes its own seeds.
 them (`take_ahead`) instead of sampling, and writes them and its manifest as always, after update
 k-1, evaluate and snapshot k. Nothing is written ahead, so the manifests stay the only record of
 what is done: a run killed while sampling ahead loses the drafts and samples them again in its seeds
-stage. The plain loop samples in a thread beside update k (`loop.update_outcome`), the Prefect flow
-in a submitted task (`tasks.seeds_ahead_task`).
+stage. The plain loop and the Prefect flow sample in a thread beside update k
+(`run_lifecycle.sampled_ahead`).
 """
 
 from __future__ import annotations
