@@ -50,6 +50,7 @@ from thinking_seeds.tasks import (
 from thinking_seeds.tasks.artifacts import artifact_key
 from thinking_seeds.tasks.stage_task import call_stage
 
+
 class TrainProgress(AbstractContextManager):
     """A rich progress bar on stderr over prepare, the θ_0 evaluation and iterations x stages, plus a
     Prefect progress artifact updated after every iteration."""
