@@ -373,17 +373,10 @@ def _uptime() -> str:
 
 
 def before_tree(root: Path, commit: str) -> Path:
-    """The project's code at `commit`, extracted (git archive: the repository is only read)."""
-    out = root / f"code-{commit}"
-    if not (out / "ts_core").is_dir():
-        out.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", commit, "ts_core", "flows", "tasks", "data"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
-    return out
+    """The project's code at `commit`, extracted under `root` (bench/_code_at.py: git archive)."""
+    from _code_at import code_at
+
+    return code_at(commit, root)
 
 
 def measured(base: Path, args: list[str], tree: Path | None = None) -> tuple[float, float, float]:

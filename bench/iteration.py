@@ -5,6 +5,11 @@
         [--set KEY=VALUE ...]
 
     .venv-vllm/bin/python bench/iteration.py --preset smollm2 --launchers accelerate   # vLLM, SmolLM2
+    python bench/iteration.py --before COMMIT --rounds 6 --methods grpo,thinking_seeds --launchers accelerate
+
+With `--before COMMIT`, each round runs once with the code at COMMIT and once with this checkout (the
+order turned each round; bench/_code_at.py), each in a process of its own, and the ratio of every method
+to grpo is printed per round for both codes: a change measured before and after in the same run.
 
 A method may carry config overrides after `+` (a variant measured beside the others, interleaved):
 `--methods grpo,thinking_seeds,thinking_seeds+pipeline.overlap=true`; `--set` applies to every run.
@@ -41,6 +46,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -172,6 +178,43 @@ def pooled(rows: list[dict]) -> dict:
     return out
 
 
+def before_and_after(a: argparse.Namespace) -> None:
+    """--before COMMIT: one round at a time in a child process, with the code at COMMIT and with this
+    checkout in turn (the order turned each round); each method's ratio to grpo per round, both codes."""
+    from _code_at import code_at, code_env
+
+    tree = code_at(a.before)
+    # the child's arguments: this run's, one round at a time, no --before
+    child = ["--iterations", str(a.iterations), "--rounds", "1", "--methods", a.methods, "--launchers", a.launchers]
+    child += ["--preset", a.preset, *(["--no-prefect"] if a.no_prefect else [])]
+    child += [x for o in a.overrides for x in ("--set", o)]
+    ratios: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="ts-bench-ab-") as tmp:
+        for r in range(a.rounds):
+            for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                script = tree / "bench" / "iteration.py" if side == "before" else Path(__file__).resolve()
+                out = Path(tmp) / f"{side}-{r}.json"
+                env = code_env(tree) if side == "before" else dict(os.environ)
+                done = subprocess.run(
+                    [sys.executable, str(script), *child, "--json", str(out)], env=env, capture_output=True, text=True
+                )
+                if done.returncode:  # the child's own lines are quiet; its error is not
+                    sys.exit(f"round {r} {side} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+                res = json.loads(out.read_text())
+                for key, row in res.items():
+                    m, launcher = key.split("/")
+                    if m != "grpo" and f"grpo/{launcher}" in res:
+                        base = median(res[f"grpo/{launcher}"]["iteration_wall"])
+                        ratios.setdefault((side, key), []).append(median(row["iteration_wall"]) / base)
+                        print(f"round {r} {side:6s} {key}: {ratios[(side, key)][-1]:.3f}x grpo", flush=True)
+    print(
+        f"\nbefore = the code at {a.before}, after = this checkout; {a.rounds} rounds, interleaved, "
+        f"{'plain loop' if a.no_prefect else 'Prefect flow'}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    for (side, key), xs in sorted(ratios.items(), key=lambda kv: (kv[0][1], kv[0][0] != "before")):
+        print(f"{key} / grpo, {side:6s}: median {median(xs):.3f}x (per round: {', '.join(f'{x:.3f}' for x in xs)})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=5)
@@ -180,6 +223,7 @@ def main() -> None:
     ap.add_argument("--launchers", default="in_process,accelerate,accelerate_per_update")
     ap.add_argument("--no-prefect", action="store_true", help="plain loop instead of the Prefect flow")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--before", metavar="COMMIT", help="also run each round with the code at COMMIT, interleaved")
     ap.add_argument(
         "--breakdown", action="store_true", help="also print each stage's wall and timed parts (medians, s)"
     )
@@ -190,6 +234,8 @@ def main() -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override, every run"
     )
     a = ap.parse_args()
+    if a.before:
+        return before_and_after(a)
     methods, launchers = a.methods.split(","), a.launchers.split(",")
     base = Path(tempfile.mkdtemp(prefix="ts-bench-"))
     runs: dict[tuple[str, str], list[dict]] = {}
