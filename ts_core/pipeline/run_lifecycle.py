@@ -79,8 +79,8 @@ def sampled_ahead(s: Session, k: int) -> Iterator[str | None]:
     thread, joined before the next stage, which needs the engine it samples on. Yields the thread's name
     (None: nothing to sample).
 
-    A plain thread in the flow too, not a Prefect task: a task run costs ~45 ms of CPU (the flow's and
-    its server's, measured on the tiny preset), spent on the cores the update and the drafts share, and
+    A plain thread in the flow too, not a Prefect task: a task run costs ~36 ms of CPU (the flow's and
+    its server's: bench/prefect_task_cost.py), spent on the cores the update and the drafts share, and
     the work is no stage (no manifest): its seconds are the seeds stage's `time/seeds/*`. Its failures
     are its own: the stage k+1 then samples the work itself. The update stays in the caller's thread:
     the persistent trainer it may launch dies with the thread that started it (PR_SET_PDEATHSIG)."""
