@@ -101,6 +101,18 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def median_interval(xs: list[float], resamples: int = 2000) -> str:
+    """The 95% bootstrap interval of the median of `xs` (the rounds resampled with replacement): how far
+    a run's median ratio can be trusted on a noisy machine ("n/a" under 3 rounds)."""
+    if len(xs) < 3:
+        return "95% interval n/a"
+    import random
+
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(resamples))
+    return f"95% interval {meds[int(0.025 * resamples)]:.3f}-{meds[int(0.975 * resamples) - 1]:.3f}"
+
+
 def iteration_walls(run, n: int) -> list[float]:
     """Wall seconds of iterations 0..n-1 (iteration 0 from the end of θ_0's evaluation)."""
     ends = [run.manifest_path(k, "evaluate").stat().st_mtime for k in range(-1, n)]
@@ -212,7 +224,10 @@ def before_and_after(a: argparse.Namespace) -> None:
         f"{'plain loop' if a.no_prefect else 'Prefect flow'}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     for (side, key), xs in sorted(ratios.items(), key=lambda kv: (kv[0][1], kv[0][0] != "before")):
-        print(f"{key} / grpo, {side:6s}: median {median(xs):.3f}x (per round: {', '.join(f'{x:.3f}' for x in xs)})")
+        print(
+            f"{key} / grpo, {side:6s}: median {median(xs):.3f}x, {median_interval(xs)} "
+            f"(per round: {', '.join(f'{x:.3f}' for x in xs)})"
+        )
 
 
 def main() -> None:
@@ -312,8 +327,8 @@ def main() -> None:
                     for x, y in zip(runs[(m, launcher)], runs[("grpo", launcher)], strict=True)
                 ]
                 print(
-                    f"{m}/grpo with {launcher}: ratio {median(per_round):.3f}x, median of per-round ratios "
-                    f"(per round: {', '.join(f'{x:.3f}' for x in per_round)})"
+                    f"{m}/grpo with {launcher}: ratio {median(per_round):.3f}x, median of per-round ratios, "
+                    f"{median_interval(per_round)} (per round: {', '.join(f'{x:.3f}' for x in per_round)})"
                 )
     startups = ", ".join(f"{m}/{launcher} {median(r['startup']):.1f}" for (m, launcher), r in results.items())
     print("one-off startup per run, median (s): " + startups)
