@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FINDER = "__editable___thinking_seeds_0_1_0_finder"  # written by `pip install -e .` (setuptools)
 
 
-def code_at(commit: str, cache: Path = Path("/tmp/ts-bench-code")) -> Path:
-    """The project's code at `commit`, extracted once into `cache`/code-<commit>."""
+def code_at(commit: str, cache: Path) -> Path:
+    """The project's code at `commit`, extracted once into `cache`/code-<commit> (the caller's folder: a
+    benchmark's temporary one, or its --root, which it removes or keeps)."""
     sha = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", commit], check=True, capture_output=True, text=True
     ).stdout.strip()

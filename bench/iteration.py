@@ -195,13 +195,13 @@ def before_and_after(a: argparse.Namespace) -> None:
     checkout in turn (the order turned each round); each method's ratio to grpo per round, both codes."""
     from _code_at import code_at, code_env
 
-    tree = code_at(a.before)
     # the child's arguments: this run's, one round at a time, no --before
     child = ["--iterations", str(a.iterations), "--rounds", "1", "--methods", a.methods, "--launchers", a.launchers]
     child += ["--preset", a.preset, *(["--no-prefect"] if a.no_prefect else [])]
     child += [x for o in a.overrides for x in ("--set", o)]
     ratios: dict[tuple[str, str], list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="ts-bench-ab-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ts-bench-ab-") as tmp:  # the old code's copy too: removed after
+        tree = code_at(a.before, Path(tmp))
         for r in range(a.rounds):
             for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
                 script = tree / "bench" / "iteration.py" if side == "before" else Path(__file__).resolve()
