@@ -8,8 +8,12 @@ there for minutes. `ApiWatch` probes the server's /health once a second in a dae
 
 - the temporary server (no PREFECT_API_URL): connection refused twice in a row means its process is
   gone, and it never comes back: lost;
-- a server of the user's (a deployment's): any failure, refused included (a restart), is ridden out
-  for `OUTAGE_S`; still failing after that: lost.
+- a server of the user's (a deployment's): no connection (refused: a restart; or unreachable) is ridden
+  out for `OUTAGE_S`; still none after that: lost;
+- either server: one that takes the connection but does not answer /health in time is alive and busy,
+  and is ridden out for `BUSY_S`. Prefect's SQLite-backed server can stop answering for up to its
+  SQLite busy timeout (60 s): seen after a restart, its event loop held while a write waited for the
+  database lock (issue 53's CI failure); its own client waits for it, so the run does too.
 
 The training flow (decorated with `stops_when_api_lost`) asks `stop_if_api_lost` at the end of every
 stage, and makes its API calls between stages (artifacts) through `while_api_answers`; once the server
@@ -24,13 +28,14 @@ from __future__ import annotations
 import contextvars
 import errno
 import functools
+import http.client
 import inspect
 import logging
 import os
 import sys
 import threading
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 
 __all__ = ["ApiLost", "ApiWatch", "stop_if_api_lost", "stops_when_api_lost", "while_api_answers"]
@@ -38,11 +43,52 @@ __all__ = ["ApiLost", "ApiWatch", "stop_if_api_lost", "stops_when_api_lost", "wh
 PROBE_EVERY_S = 1.0
 PROBE_TIMEOUT_S = 2.0
 REFUSED_PROBES = 2  # consecutive refused connections to the temporary server: nothing listens any more
-OUTAGE_S = 30.0  # a user's server failing for this long (a restart takes ~10-20 s): lost
+OUTAGE_S = 30.0  # a user's server taking no connection for this long (a restart takes ~10-20 s): lost
+BUSY_S = 120.0  # a server taking connections but answering none for this long (> SQLite's 60 s wait): lost
 
 
 class ApiLost(Exception):
     """The Prefect server stopped answering; the message is the line to print."""
+
+
+class _NoAnswer(Exception):
+    """The server took the probe's connection but sent no answer within PROBE_TIMEOUT_S."""
+
+
+def _get_health(api_url: str) -> None:
+    """GET `api_url`/health: returns on a 2xx answer; raises _NoAnswer when connected but not answered in
+    time, OSError when no connection was made (refused, unreachable, connect timeout) or the answer was an
+    error. The connect and the answer are timed apart: only the second says the server is alive. Through
+    the proxy the environment names for the URL, as Prefect's client (and urllib) would go."""
+    url = urllib.parse.urlsplit(f"{api_url}/health")
+    https = url.scheme == "https"
+    port = url.port or (443 if https else 80)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        via = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if https:  # CONNECT through the proxy, then TLS to the server
+            conn = http.client.HTTPSConnection(via.hostname, via.port or 80, timeout=PROBE_TIMEOUT_S)
+            conn.set_tunnel(url.hostname, port)
+            target = url.path
+        else:
+            conn = http.client.HTTPConnection(via.hostname, via.port or 80, timeout=PROBE_TIMEOUT_S)
+            target = urllib.parse.urlunsplit(url)
+    else:
+        cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+        conn, target = cls(url.hostname, port, timeout=PROBE_TIMEOUT_S), url.path
+    try:
+        conn.connect()
+        try:
+            conn.request("GET", target)
+            status = conn.getresponse().status
+        except TimeoutError as exc:
+            raise _NoAnswer(f"no answer in {PROBE_TIMEOUT_S:.0f} s") from exc
+        except http.client.HTTPException as exc:  # a garbled or cut answer: not an answer
+            raise OSError(f"/health: {exc!r}") from exc
+        if not 200 <= status < 300:
+            raise OSError(f"/health answered HTTP {status}")
+    finally:
+        conn.close()
 
 
 def _refused(exc: BaseException) -> bool:
@@ -64,13 +110,19 @@ class ApiWatch:
         self._thread.start()
 
     def _probe(self) -> None:
-        refused, failing_since = 0, None
+        refused, failing_since, busy_since = 0, None, None
         while not self._stop.wait(PROBE_EVERY_S):
             try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=PROBE_TIMEOUT_S):
-                    refused, failing_since = 0, None
-                    continue
-            except (OSError, urllib.error.URLError) as exc:
+                _get_health(self.api_url)
+                refused, failing_since, busy_since = 0, None, None
+                continue
+            except _NoAnswer as exc:  # connected: the server lives, and is busy
+                refused, failing_since = 0, None
+                busy_since = busy_since or time.monotonic()
+                if time.monotonic() - busy_since >= BUSY_S:
+                    self._set_lost(f"takes connections but has not answered for {BUSY_S:.0f} s ({exc})")
+            except OSError as exc:  # no connection, or an error answer
+                busy_since = None
                 failing_since = failing_since or time.monotonic()
                 refused = refused + 1 if _refused(exc) else 0
                 if self.temporary and refused >= REFUSED_PROBES:

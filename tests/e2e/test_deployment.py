@@ -89,8 +89,9 @@ def api_post(api: str, path: str, body: dict) -> list | dict:
 
 class Stack(NamedTuple):
     """What `_deployed` yields: `run(*prefect args)` (asserts exit 0, returns stdout), the logs folder,
-    the API's URL, the workers started so far (the current one last), `start_worker(extra_env)` and
-    `restart_server()` (kill -9, start again on the same port and database; returns the seconds it was down)."""
+    the API's URL, the workers started so far (the current one last), `start_worker(extra_env)`,
+    `restart_server()` (kill -9, start again on the same port and database; returns the seconds it was down)
+    and the server processes started so far (the current one last)."""
 
     run: Callable[..., str]
     logs: Path
@@ -98,6 +99,7 @@ class Stack(NamedTuple):
     workers: list[subprocess.Popen]
     start_worker: Callable[[dict[str, str] | None], subprocess.Popen]
     restart_server: Callable[[], float]
+    servers: list[subprocess.Popen]
 
 
 @contextmanager
@@ -180,7 +182,7 @@ def _deployed(
         for name in ("train/train", "evaluate/nightly", "report/corpus-report"):
             assert f"Deployment '{name}' successfully created" in out, out
         start_worker(worker_env)
-        yield Stack(run, logs, api, workers, start_worker, restart_server)
+        yield Stack(run, logs, api, workers, start_worker, restart_server, servers)
     finally:
         for worker in workers:
             _stop(worker, signal.SIGINT)

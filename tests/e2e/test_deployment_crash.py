@@ -90,11 +90,19 @@ def test_a_server_restart_under_a_deployment_run_is_ridden_out(tmp_path, tiny_ov
     """Issue 50, item 6, a deployment's server: kill -9 of the server after iteration 1 and a restart
     on the same port and database. An outage shorter than flows/api_watch.OUTAGE_S (30 s) is ridden out:
     the flow's calls wait for the server, and the run goes on to Completed; a longer one (a very busy
-    machine) stops the run at a stage's end with the one line of docs/deployments.md."""
-    from thinking_seeds.flows.api_watch import OUTAGE_S
+    machine) stops the run at a stage's end with the one line of docs/deployments.md.
 
+    Then the restarted server freezes (SIGSTOP) for longer than OUTAGE_S: it takes connections and
+    answers none, as Prefect's server does when its event loop waits on its SQLite lock (up to 60 s; what
+    failed CI once, issue 53: the restarted server's garbage collector, on the event loop, reset a cursor
+    of a connection that another thread held in SQLite's busy wait). A server that takes connections is
+    alive: the run waits for it (flows/api_watch.BUSY_S) and ends Completed."""
+    from thinking_seeds.flows.api_watch import BUSY_S, OUTAGE_S
+
+    freeze_s = OUTAGE_S + 10
+    assert freeze_s < BUSY_S
     run = RunDir.for_run("restart", tmp_path / "runs")
-    overrides = [*tiny_overrides, "iterations=6"]
+    overrides = [*tiny_overrides, "iterations=8"]
     with _deployed(tmp_path) as stack:
         out = stack.run(
             "deployment",
@@ -112,14 +120,26 @@ def test_a_server_restart_under_a_deployment_run_is_ridden_out(tmp_path, tiny_ov
             time.sleep(0.3)
         down = stack.restart_server()
         print(f"the server was down {down:.1f} s")
+        froze_mid_run = None
+        if down < OUTAGE_S:  # the run goes on: freeze the restarted server under it, at its next stage
+            next_stage = run.manifest_path(2, "evaluate")
+            while not next_stage.exists() and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert next_stage.exists(), (stack.logs / "worker.log").read_text()[-3000:]
+            os.kill(stack.servers[-1].pid, signal.SIGSTOP)
+            froze_mid_run = run.read_manifest(7, "evaluate") is None
+            time.sleep(freeze_s)
+            os.kill(stack.servers[-1].pid, signal.SIGCONT)
+            print(f"the server was frozen {freeze_s:.0f} s")
         deadline = time.monotonic() + 300
         while (state := _state(stack.api, flow_run_id, patient_until=deadline))["type"] in ("PENDING", "RUNNING"):
             assert time.monotonic() < deadline, (stack.logs / "worker.log").read_text()[-3000:]
             time.sleep(1)
         log = (stack.logs / "worker.log").read_text()
     if down < OUTAGE_S:
+        assert froze_mid_run, "the run ended before the server froze: the freeze tested nothing"
         assert state["type"] == "COMPLETED", (state, log[-3000:])
-        assert run.read_manifest(5, "evaluate") is not None
+        assert run.read_manifest(7, "evaluate") is not None
         assert "error: the Prefect server" not in log
     else:  # the restart outlasted the ride-out: the run stopped at a stage's end, in one line
         assert re.search(r"error: the Prefect server at \S+ has not answered for 30 s .*run_id=restart to resume", log)
