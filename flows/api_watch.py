@@ -106,6 +106,9 @@ class ApiWatch:
         self.last_stage = "its start"  # the last stage that ended (stop_if_api_lost), for the line
         self.lost: str | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # `_set_lost` (the probe's thread) against `close` (the flow's)
+        self._closed = False
+        self._silenced: list[tuple[logging.Handler, object]] = []
         self._thread = threading.Thread(target=self._probe, name="ts-api-watch", daemon=True)
         self._thread.start()
 
@@ -131,26 +134,45 @@ class ApiWatch:
                     self._set_lost(f"has not answered for {OUTAGE_S:.0f} s ({getattr(exc, 'reason', exc)})")
 
     def _set_lost(self, why: str) -> None:
-        self.lost = f"the Prefect server at {self.api_url} {why}"
-        self._stop.set()
-        _silence_prefect_logs()
+        with self._lock:
+            if self._closed:  # a probe under way when the flow ended: its run is over
+                return
+            self.lost = f"the Prefect server at {self.api_url} {why}"
+            self._stop.set()
+            self._silenced = _silence_prefect_logs()
 
-    def close(self) -> None:
-        self._stop.set()
+    def close(self, restore_logs: bool = True) -> None:
+        """Stop probing; `restore_logs`: let Prefect's loggers speak again, for a caller that goes on (a
+        test, a notebook). A flow leaves them silent: after a lost server its process only ends, and
+        Prefect's engine would spend its ~80 s of retries on the flow's final state printing failures."""
+        with self._lock:
+            self._closed = True
+            self._stop.set()
+            if restore_logs:
+                for handler, drop in self._silenced:
+                    handler.removeFilter(drop)
+                self._silenced = []
 
 
-def _silence_prefect_logs() -> None:
+def _drop(record: logging.LogRecord) -> bool:
+    return False
+
+
+def _silence_prefect_logs() -> list[tuple[logging.Handler, object]]:
     """Drop every record Prefect's loggers would print or send from now on: its events client reports
     a failure every 7 s, and its log handler would send to the dead API; the flow's one line says what
-    happened. On the handlers: Prefect's internal loggers ignore levels (SafeLogger.isEnabledFor)."""
+    happened. On the handlers: Prefect's internal loggers ignore levels (SafeLogger.isEnabledFor).
+    Returns the (handler, filter) pairs added, for `ApiWatch.close` to take off."""
     manager = logging.Logger.manager
     loggers = [logging.getLogger()] + [
         lg
         for name, lg in list(manager.loggerDict.items())
         if name.startswith("prefect") and isinstance(lg, logging.Logger)
     ]
-    for handler in {h for lg in loggers for h in lg.handlers}:
-        handler.addFilter(lambda record: False)
+    handlers = {h for lg in loggers for h in lg.handlers}
+    for handler in handlers:
+        handler.addFilter(_drop)
+    return [(h, _drop) for h in handlers]
 
 
 _watch: ApiWatch | None = None  # the flow run's in this process (one at a time: a flow run holds its run's lock)
@@ -178,7 +200,7 @@ def stops_when_api_lost(fn):
             # a Prefect call the flow made outside while_api_answers gave up retrying the lost server
             _leave(ApiLost(f"{_watch.lost}: the run stopped after {_watch.last_stage}; {_watch.resume}"))
         finally:
-            _watch.close()
+            _watch.close(restore_logs=False)
             _watch = None
 
     return watched

@@ -7,6 +7,7 @@ exit: tests/e2e/test_ctrl_c_prefect.py."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -119,4 +120,31 @@ def test_an_error_answer_counts_as_an_outage_not_as_busy():
         assert "has not answered for 1 s (/health answered HTTP 404)" in watch.lost
     finally:
         watch.close()
+        _stop(server)
+
+
+def test_a_lost_server_silences_the_logs_until_close_and_a_probe_after_close_sets_nothing(caplog, monkeypatch):
+    log = logging.getLogger("api_watch_test")
+    server = _serve()
+    watch = ApiWatch(f"http://127.0.0.1:{server.server_port}/api", temporary=True)
+    _stop(server)
+    try:
+        assert _lost_within(watch, 2.0)
+        log.warning("while lost")  # dropped: the flow's one line says what happened
+    finally:
+        watch.close()
+    log.warning("after close")  # the process goes on: its logs are its own again
+    assert [r.getMessage() for r in caplog.records] == ["after close"]
+
+    monkeypatch.setattr(api_watch, "BUSY_S", 0.25)
+    server = _serve()
+    HUNG.set()
+    watch = ApiWatch(f"http://127.0.0.1:{server.server_port}/api", temporary=False)
+    try:
+        time.sleep(0.5)  # the second hung probe under way, the busy clock running since the first
+        watch.close()
+        time.sleep(0.6)  # past BUSY_S: the probe that ends now must not report a lost server
+        assert watch.lost is None
+    finally:
+        HUNG.clear()
         _stop(server)
