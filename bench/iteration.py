@@ -16,7 +16,7 @@ A method may carry config overrides after `+` (a variant measured beside the oth
 
 For each round and method it runs `train_flow` (Prefect, no server) once per update launcher --
 in process, the persistent `accelerate launch` trainer (`accelerate`), a fresh `accelerate launch`
-per update (`accelerate_per_update`) -- interleaved, the launchers' order turned every round, then
+per update (`accelerate_per_update`) -- interleaved, the methods' and the launchers' order turned every round, then
 reads the stage timings each run wrote:
 
   generation      sampling time of the seeds and continuation stages (model forward passes); seeds
@@ -207,8 +207,12 @@ def before_and_after(a: argparse.Namespace) -> None:
                 script = tree / "bench" / "iteration.py" if side == "before" else Path(__file__).resolve()
                 out = Path(tmp) / f"{side}-{r}.json"
                 env = code_env(tree) if side == "before" else dict(os.environ)
+                # the round's number, by which the child turns its methods' order (a COMMIT older than
+                # the option runs grpo first in every round)
+                turns = side == "after" or "--first-round" in script.read_text()
+                args = [*child, *(["--first-round", str(r)] if turns else [])]
                 done = subprocess.run(
-                    [sys.executable, str(script), *child, "--json", str(out)], env=env, capture_output=True, text=True
+                    [sys.executable, str(script), *args, "--json", str(out)], env=env, capture_output=True, text=True
                 )
                 if done.returncode:  # the child's own lines are quiet; its error is not
                     sys.exit(f"round {r} {side} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -234,6 +238,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds: every launcher once per round")
+    ap.add_argument(
+        "--first-round", type=int, default=0, help="the first round's number (methods and launchers turn by it)"
+    )
     ap.add_argument("--methods", default="grpo,thinking_seeds")
     ap.add_argument("--launchers", default="in_process,accelerate,accelerate_per_update")
     ap.add_argument("--no-prefect", action="store_true", help="plain loop instead of the Prefect flow")
@@ -255,10 +262,11 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="ts-bench-"))
     runs: dict[tuple[str, str], list[dict]] = {}
     try:
-        for r in range(a.rounds):
-            for method in methods:
-                # Interleaved, and the order turned each round: a drift of the machine's load (or a
-                # warm cache) spreads over every launcher instead of landing on one.
+        for r in range(a.first_round, a.first_round + a.rounds):
+            # Interleaved, and the order of the methods and of the launchers turned each round: a drift of
+            # the machine's load (or what the run before leaves behind) spreads over every side instead of
+            # landing on one (before 2026-12-07 the methods ran in one order: grpo always first).
+            for method in methods[r % len(methods) :] + methods[: r % len(methods)]:
                 order = launchers[r % len(launchers) :] + launchers[: r % len(launchers)]
                 for launcher in order:
                     row = bench(
