@@ -28,15 +28,14 @@ from __future__ import annotations
 import contextvars
 import errno
 import functools
-import http.client
 import inspect
 import logging
 import os
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
+
+import httpx
 
 __all__ = ["ApiLost", "ApiWatch", "stop_if_api_lost", "stops_when_api_lost", "while_api_answers"]
 
@@ -57,43 +56,26 @@ class _NoAnswer(Exception):
 
 def _get_health(api_url: str) -> None:
     """GET `api_url`/health: returns on a 2xx answer; raises _NoAnswer when connected but not answered in
-    time, OSError when no connection was made (refused, unreachable, connect timeout) or the answer was an
-    error. The connect and the answer are timed apart: only the second says the server is alive. Through
-    the proxy the environment names for the URL, as Prefect's client (and urllib) would go."""
-    url = urllib.parse.urlsplit(f"{api_url}/health")
-    https = url.scheme == "https"
-    port = url.port or (443 if https else 80)
-    proxy = urllib.request.getproxies().get(url.scheme)
-    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
-        via = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        if https:  # CONNECT through the proxy, then TLS to the server
-            conn = http.client.HTTPSConnection(via.hostname, via.port or 80, timeout=PROBE_TIMEOUT_S)
-            conn.set_tunnel(url.hostname, port)
-            target = url.path
-        else:
-            conn = http.client.HTTPConnection(via.hostname, via.port or 80, timeout=PROBE_TIMEOUT_S)
-            target = urllib.parse.urlunsplit(url)
-    else:
-        cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
-        conn, target = cls(url.hostname, port, timeout=PROBE_TIMEOUT_S), url.path
+    time, OSError (from httpx's error) when no connection was made (refused, unreachable, connect
+    timeout) or the answer was an error or cut. httpx times the connect apart from the answer (only the
+    second says the server is alive) and goes through the environment's proxy, as Prefect's client does."""
     try:
-        conn.connect()
-        try:
-            conn.request("GET", target)
-            status = conn.getresponse().status
-        except TimeoutError as exc:
-            raise _NoAnswer(f"no answer in {PROBE_TIMEOUT_S:.0f} s") from exc
-        except http.client.HTTPException as exc:  # a garbled or cut answer: not an answer
-            raise OSError(f"/health: {exc!r}") from exc
-        if not 200 <= status < 300:
-            raise OSError(f"/health answered HTTP {status}")
-    finally:
-        conn.close()
+        status = httpx.get(f"{api_url}/health", timeout=PROBE_TIMEOUT_S).status_code
+    except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+        raise _NoAnswer(f"no answer in {PROBE_TIMEOUT_S:.0f} s") from exc
+    except httpx.HTTPError as exc:
+        raise OSError(str(exc) or type(exc).__name__) from exc
+    if not 200 <= status < 300:
+        raise OSError(f"/health answered HTTP {status}")
 
 
-def _refused(exc: BaseException) -> bool:
-    reason = getattr(exc, "reason", exc)
-    return isinstance(reason, ConnectionRefusedError) or getattr(reason, "errno", None) == errno.ECONNREFUSED
+def _refused(exc: BaseException | None) -> bool:
+    """A refused connection anywhere in `exc`'s chain (httpx wraps the OSError)."""
+    while exc is not None:
+        if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class ApiWatch:
@@ -131,7 +113,7 @@ class ApiWatch:
                 if self.temporary and refused >= REFUSED_PROBES:
                     self._set_lost("refuses connections (its process is gone)")
                 elif time.monotonic() - failing_since >= OUTAGE_S:
-                    self._set_lost(f"has not answered for {OUTAGE_S:.0f} s ({getattr(exc, 'reason', exc)})")
+                    self._set_lost(f"has not answered for {OUTAGE_S:.0f} s ({exc})")
 
     def _set_lost(self, why: str) -> None:
         with self._lock:
