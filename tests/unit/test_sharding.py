@@ -130,7 +130,7 @@ class _Recording:
     """An engine that records its calls; each token encodes (checkpoint, seed, row): what it was asked for."""
 
     def __init__(self, batches: bool) -> None:
-        self.lora_requests = batches
+        self.batches_checkpoints = batches
         self.calls: list[tuple] = []
         self.loaded = None
 
@@ -152,7 +152,8 @@ class _Recording:
 
 def test_many_calls_in_one_engine_call_keep_shards_and_seeds():
     """generate_sharded_many = generate_sharded per call (same shards, seeds, order), in ONE engine call when
-    the engine serves several checkpoints at once (vLLM with LoRA adapters per request), else call by call."""
+    the engine serves several checkpoints at once (vLLM with LoRA adapters per request, the HF engine's stacked
+    weights), else call by call."""
     calls = [
         ("ck0", [[1]] * 5, SamplingParams(max_new_tokens=4, seed=1), None),
         ("ck1", [[2]] * 2, SamplingParams(max_new_tokens=4, seed=2), [1, 3]),

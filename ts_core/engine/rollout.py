@@ -13,7 +13,7 @@ the same interface.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +24,7 @@ from thinking_seeds.engine.kv_cache import growing_cache
 from thinking_seeds.engine.lora import is_adapter, merged_state_dict
 from thinking_seeds.engine.prefill import group_width, prefill_groups, prefill_width, unique_contexts
 from thinking_seeds.engine.sampling import sample_rows, top_p_filter
+from thinking_seeds.engine.stacked import StackedModel, model_params
 from thinking_seeds.engine.turn_end import model_eos_ids
 from thinking_seeds.store.weights_check import check_shapes, model_shapes
 from thinking_seeds.transports import live_weights
@@ -90,6 +91,16 @@ def refuse_overlong(contexts: Sequence[Sequence[int]], limits: Sequence[int], ma
             )
 
 
+# One job of `generate_many`: (checkpoint, contexts, params, max_new).
+Job = tuple[str | Path, Sequence[Sequence[int]], SamplingParams, Sequence[int] | None]
+
+# The most weights `HFEngine.generate_many` stacks, held copies included (engine/stacked.py): a step of a
+# small model costs its count of operations, not its size, so stacking pays there; a large model's step
+# costs its weights' bytes, which stacking does not save, and M copies of it would not fit.
+MAX_STACKED_BYTES = 256 * 2**20
+
+LENGTH_FIX = "the model's max_position_embeddings; lower rollout.max_new_tokens or use shorter prompts"
+
 # A decode batch drops its finished rows once this fraction of them are done. Lower sheds more often, each
 # time copying the live rows' KV cache; a quarter bounds the sheddings of a 128-row batch at ~17.
 SHED_DONE_FRACTION = 0.25
@@ -120,26 +131,35 @@ class HFEngine:
         self.eos_ids = model_eos_ids(model, tokenizer)  # every id that ends the model's turn (turn_end.py)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.loaded_from: str | None = None
+        self._stacked: StackedModel | bool | None = None  # engine/stacked.py: False if the model does not stack
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @staticmethod
+    def _source(checkpoint_dir: Path):
+        """The identity of the weights at `checkpoint_dir`, and θ handed over in memory if it is (its policy
+        id), else None and the files on disk (names, mtimes, sizes: a re-run may rewrite a directory)."""
+        live = live_weights.lookup(checkpoint_dir)
+        if live is not None:
+            return f"live|{checkpoint_dir}|{live.policy_id}", live
+        files = [f for f in sorted(checkpoint_dir.glob("*.safetensors")) if f.name != "optimizer.safetensors"]
+        return str(checkpoint_dir) + "|" + ",".join(
+            f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files
+        ), None
+
     def load_weights(self, checkpoint_dir: str | Path) -> None:
         """Swap in another checkpoint's weights (same architecture) without rebuilding the model."""
         checkpoint_dir = Path(checkpoint_dir)
-        live = live_weights.lookup(checkpoint_dir)
-        if live is not None:  # θ handed over by the trainer (transports/live_weights.py): no file is read
-            tag = f"live|{checkpoint_dir}|{live.policy_id}"
-            if self.loaded_from != tag:
-                self._load_state(live.state, checkpoint_dir)
-                self.loaded_from = tag
-            return
-        files = [f for f in sorted(checkpoint_dir.glob("*.safetensors")) if f.name != "optimizer.safetensors"]
-        # Identity of the weights on disk, not just the path: a re-run may rewrite a directory.
-        tag = str(checkpoint_dir) + "|" + ",".join(f"{f.name}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
+        tag, live = self._source(checkpoint_dir)
         if self.loaded_from == tag:
             return
+        if live is not None:  # θ handed over by the trainer (transports/live_weights.py): no file is read
+            self._load_state(live.state, checkpoint_dir)
+            self.loaded_from = tag
+            return
+        files = [f for f in sorted(checkpoint_dir.glob("*.safetensors")) if f.name != "optimizer.safetensors"]
         if (checkpoint_dir / "manifest.json").is_file():  # never swap in weights its manifest does not vouch for
             from thinking_seeds.store.checkpoints import verified
 
@@ -178,23 +198,67 @@ class HFEngine:
         """`progress(n)`: called with the requests done so far after each batch (evaluation's progress lines)."""
         limits = token_limits(contexts, params, max_new)
         # Past max_position_embeddings the positions are ones the model never saw: refuse, as vLLM's engine does.
-        refuse_overlong(
-            contexts,
-            limits,
-            getattr(self.model.config, "max_position_embeddings", None),
-            "the model's max_position_embeddings; lower rollout.max_new_tokens or use shorter prompts",
-        )
+        refuse_overlong(contexts, limits, getattr(self.model.config, "max_position_embeddings", None), LENGTH_FIX)
         # The same (contexts, params.seed) give the same samples. Each engine batch draws from its own
         # generator, seeded by (params.seed, its first request), so its samples do not depend on how many
         # decode steps the batches before it ran (a draft stopped at its cut ends its batch sooner).
         out: list[Generation] = []
-        for start in range(0, len(contexts), self.batch_size):
-            end = start + self.batch_size
-            gen = torch.Generator(device=self.device).manual_seed((params.seed * 1_000_003 + start) % 2**63)
-            out.extend(self._generate_batch(contexts[start:end], limits[start:end], params, gen))
+        for batch, caps, gen in self._batches(contexts, limits, params):
+            out.extend(self._decode(self.model, [(batch, caps, gen)], params)[0])
             if progress is not None:
                 progress(len(out))
         return out
+
+    def _batches(self, contexts, limits, params: SamplingParams):
+        """The engine batches of one call: (contexts, caps, the batch's own generator, seeded by its first request)."""
+        for start in range(0, len(contexts), self.batch_size):
+            end = start + self.batch_size
+            gen = torch.Generator(device=self.device).manual_seed((params.seed * 1_000_003 + start) % 2**63)
+            yield contexts[start:end], limits[start:end], gen
+
+    # `generate_many` takes every pool member's drafts in one call (engine/sharding.py's LocalRollout.run_many)
+    batches_checkpoints = True
+
+    @torch.no_grad()
+    def generate_many(self, jobs: Sequence[Job]) -> list[list[Generation]]:
+        """`[generate(contexts, params, max_new) under checkpoint, for each job]`, in job order (the seeds
+        stage: one job per pool member). When the model stacks (engine/stacked.py) and the jobs' batches
+        share their sampling settings, every job's engine batches decode together, one forward per step
+        for all of them, up to MAX_STACKED_BYTES of stacked weights at a time; else one weight swap and
+        call per job. The same samples either way, up to float rounding (a batched matrix product)."""
+        first = jobs[0][2] if jobs else None
+        same = first is not None and all(replace(p, seed=0) == replace(first, seed=0) for _, _, p, _ in jobs)
+        stacker = self._stacker() if len(jobs) > 1 and same and not first.feed_context else None
+        per_decode = MAX_STACKED_BYTES // (2 * stacker.model_bytes) if stacker else 0  # held copies, stacked ones
+        if per_decode < 2:
+            out = []
+            for checkpoint, contexts, params, max_new in jobs:
+                self.load_weights(checkpoint)
+                out.append(self.generate(contexts, params, max_new))
+            return out
+        batches = []  # (job, checkpoint, contexts, caps, generator) per engine batch of every job
+        for j, (checkpoint, contexts, params, max_new) in enumerate(jobs):
+            limits = token_limits(contexts, params, max_new)
+            refuse_overlong(contexts, limits, getattr(self.model.config, "max_position_embeddings", None), LENGTH_FIX)
+            batches += [(j, Path(checkpoint), *b) for b in self._batches(contexts, limits, params)]
+        out = [[] for _ in jobs]
+        for at in range(0, len(batches), per_decode):
+            part = batches[at : at + per_decode]
+            model = stacker.holding([(self._source(b[1])[0], b[1]) for b in part], self._params_of)
+            for (j, *_), gens in zip(part, self._decode(model, [b[2:] for b in part], first), strict=True):
+                out[j].extend(gens)
+        return out
+
+    def _stacker(self) -> StackedModel | None:
+        """The engine's stacked model, built (and checked) on first use; None if this model does not stack."""
+        if self._stacked is None:
+            built = StackedModel.build(self.model) if growing_cache(self.model, 1, 1) is not None else None
+            self._stacked = built or False
+        return self._stacked or None
+
+    def _params_of(self, checkpoint: Path) -> dict[str, torch.Tensor]:
+        self.load_weights(checkpoint)  # its checks (manifest, shapes, adapters) and its read, as a swap's
+        return model_params(self.model)
 
     def _left_padded(self, contexts, width: int):
         """Ids, attention mask and positions of `contexts` left-padded to `width`, on the model's device
@@ -207,22 +271,27 @@ class HFEngine:
         ids, attn = ids.to(self.device), attn.to(self.device)
         return ids, attn, (attn.cumsum(-1) - 1).clamp(min=0)
 
-    def _grouped_prefill(self, contexts, L: int, cache) -> torch.Tensor:
+    def _grouped_prefill(self, model, contexts, L: int, cache, whole: bool = False) -> torch.Tensor:
         """Prefill the batch in groups of similar context length (`prefill_groups`), each padded only
         to its own widest context, into `cache` at the positions the whole batch left-padded to L
         would give them; the logits of each row's last context token. A batch mixing prompts with
         prompt + prefix contexts (the continuation stage) computes no padding wider than its group.
         Identical contexts (a group's samples of one prompt) are prefilled once and their keys,
-        values and logits copied to every row that has them."""
+        values and logits copied to every row that has them. `whole`: every row in one forward, as
+        a stacked model needs its row groups whole (engine/stacked.py)."""
         B = len(contexts)
-        uniq, rows_of = unique_contexts(contexts)
+        if whole:
+            uniq, rows_of, groups = list(contexts), [[i] for i in range(B)], [list(range(B))]
+        else:
+            uniq, rows_of = unique_contexts(contexts)
+            groups = prefill_groups([len(c) for c in uniq])
         logits = None
-        for group in prefill_groups([len(c) for c in uniq]):
+        for group in groups:
             w = group_width(max(len(uniq[u]) for u in group), L)
             ids, attn, pos = self._left_padded([uniq[u] for u in group], w)
             # logits_to_keep=1: only the last position is sampled from; the (rows, width, V) logits of the
             # whole context would be ~20 GB for 128 rows x 256 tokens at a 152k vocabulary
-            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
+            res = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
             # every row of the batch whose context is one of this group's, and where its prefill sits
             src = torch.tensor(
                 [j for j, u in enumerate(group) for _ in rows_of[u]], dtype=torch.long, device=self.device
@@ -238,13 +307,17 @@ class HFEngine:
             layer.filled(L)
         return logits
 
-    def _generate_batch(
-        self, contexts, limits: list[int], params: SamplingParams, gen: torch.Generator
-    ) -> list[Generation]:
+    def _decode(self, model, batches: list[tuple[list, list[int], torch.Generator]], params: SamplingParams):
+        """Sample every engine batch of `batches` (contexts, caps, generator) in one decode: one batch on the
+        engine's model, or several on a stacked model (engine/stacked.py), batch j in row group j. Groups
+        are padded to one size with rows that sample nothing, so every forward sees equal groups."""
         dev = self.device
+        J, S = len(batches), max(len(c) for c, _, _ in batches)
+        contexts = [c for ctx, _, _ in batches for c in [*ctx, *[ctx[0]] * (S - len(ctx))]]
+        limits = [n for ctx, lim, _ in batches for n in [*lim, *[0] * (S - len(ctx))]]
         B = len(contexts)
         if max(limits) <= 0:
-            return [Generation([], [], False) for _ in contexts]
+            return [[Generation([], [], False) for _ in ctx] for ctx, _, _ in batches]
         steps = max(limits)
         if min(len(c) for c in contexts) == 0:
             raise ValueError("empty context: every prompt needs at least one token")
@@ -258,13 +331,13 @@ class HFEngine:
         forced = forced.to(dev)
         n_forced = torch.tensor([len(t) for t in tails], dtype=torch.long, device=dev)
         ids, attn, pos = self._left_padded(heads, L)  # the whole batch's mask and positions: every step's
-        past = growing_cache(self.model, L + steps, B)
+        past = growing_cache(model, L + steps, B)
         sheds = past is not None  # the model's own cache (sliding windows...): every row to the last step
         if past is None:  # the model's own cache: one prefill of the whole padded batch
-            res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
+            res = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
             past, logits = res.past_key_values, res.logits[:, -1, :]
         else:
-            logits = self._grouped_prefill(heads, L, past)
+            logits = self._grouped_prefill(model, heads, L, past, whole=J > 1)
         next_pos = pos[:, -1] + 1
 
         tokens = torch.full((B, steps), self.pad_id, dtype=torch.long, device=dev)
@@ -273,16 +346,23 @@ class HFEngine:
         done = limit_t <= 0
         lengths = limit_t.clamp(min=0)  # sampled tokens per request, until EOS says otherwise
         eos = torch.tensor(self.eos_ids, dtype=torch.long, device=dev)
+        group = torch.arange(B, device=dev) // S  # the row group (engine batch) of each request
         # The batch sheds its finished rows once SHED_DONE_FRACTION of them are done (each shedding copies
         # the live rows' cache), so a step costs what its live rows cost: a seed's continuation, with its
         # shorter cap, leaves early. `rows`: the request each slot now holds; per-slot state is cut with it.
         rows = torch.arange(B, device=dev)
+        zeros = {S - len(c): torch.zeros(S - len(c), device=dev, dtype=torch.float64) for c, _, _ in batches}
         for t in range(steps):
             logp_all = torch.log_softmax(logits.float() / params.temperature, dim=-1)
             probs = top_p_filter(logp_all.exp(), params.top_p)
-            # one uniform per request of the batch, live or not: a row's sample never depends on which
-            # rows are left (sampling.py)
-            tok = sample_rows(probs, torch.rand(B, generator=gen, device=dev, dtype=torch.float64)[rows])
+            # one uniform per request of its batch, from the batch's generator, live or not: a row's sample
+            # never depends on which rows are left, nor on the batches decoded beside its own (sampling.py)
+            u = []
+            for ctx, _, g in batches:
+                u.append(torch.rand(len(ctx), generator=g, device=dev, dtype=torch.float64))
+                if len(ctx) < S:  # a padding row samples nothing
+                    u.append(zeros[S - len(ctx)])
+            tok = sample_rows(probs, (u[0] if len(u) == 1 else torch.cat(u))[rows])
             forcing = n_forced > t  # still feeding its context: that token, not a sample
             if t < forced.shape[1]:
                 tok = torch.where(forcing, forced[:, t], tok)
@@ -296,14 +376,14 @@ class HFEngine:
             live = int((~done).sum())
             if live == 0 or t == steps - 1:
                 break
-            if sheds and len(rows) - live >= SHED_DONE_FRACTION * len(rows):
-                keep = (~done).nonzero().squeeze(-1)
+            keep = _kept_rows(group[rows] if J > 1 else None, done, J, live) if sheds else None
+            if keep is not None:
                 rows, tok, attn, next_pos, done, n_forced, limit_t, forced = (
                     x[keep] for x in (rows, tok, attn, next_pos, done, n_forced, limit_t, forced)
                 )
                 past.batch_select_indices(keep)
             attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
-            res = self.model(
+            res = model(
                 input_ids=tok[:, None],
                 attention_mask=attn,
                 position_ids=next_pos[:, None],
@@ -314,12 +394,31 @@ class HFEngine:
             next_pos = next_pos + 1
 
         tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
-        gens = []
-        for i in range(B):
-            a = len(tails[i])
-            n = int(lengths[i])
-            ids_i = tokens[i, a : a + n].tolist()
-            gens.append(
-                Generation(ids_i, logps[i, a : a + n].tolist(), finished=bool(ids_i) and ids_i[-1] in self.eos_ids)
-            )
-        return gens
+        out = []
+        for j, (ctx, _, _) in enumerate(batches):
+            gens = []
+            for i in range(j * S, j * S + len(ctx)):
+                a, n = len(tails[i]), int(lengths[i])
+                ids_i = tokens[i, a : a + n].tolist()
+                gens.append(
+                    Generation(ids_i, logps[i, a : a + n].tolist(), finished=bool(ids_i) and ids_i[-1] in self.eos_ids)
+                )
+            out.append(gens)
+        return out
+
+
+def _kept_rows(group: torch.Tensor | None, done: torch.Tensor, groups: int, live: int) -> torch.Tensor | None:
+    """The slots a shedding keeps, or None while fewer than SHED_DONE_FRACTION of the slots would go: in
+    each row group its live rows, then as many of its finished rows as make every group as large as the
+    liveliest one (one group: exactly the live rows), groups in order."""
+    n = len(done)
+    if groups == 1:
+        return (~done).nonzero().squeeze(-1) if n - live >= SHED_DONE_FRACTION * n else None
+    size = int(torch.bincount(group[~done], minlength=groups).max())
+    if n - groups * size < SHED_DONE_FRACTION * n:
+        return None
+    order = torch.argsort(group * 2 + done.long(), stable=True)  # by group, live first, slots in order
+    slots = torch.bincount(group, minlength=groups)
+    start = torch.cumsum(slots, 0) - slots
+    rank = torch.arange(n, device=done.device) - start[group[order]]
+    return order[rank < size]

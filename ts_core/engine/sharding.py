@@ -14,8 +14,8 @@ stages) samples exactly what one engine call with that seed samples.
 
 `generate_sharded_many` is several such calls, each under its own checkpoint (the seeds stage: one per
 pool member), cut into the same shards with the same seeds; a runner with `run_many` (`LocalRollout` on
-a VLLMEngine serving LoRA adapters per request) samples all of them in one engine call, any other runs
-the calls one after the other (one weight swap each).
+a VLLMEngine serving LoRA adapters per request, or on an HFEngine, which stacks the checkpoints' weights)
+samples all of them in one engine call, any other runs the calls one after the other (one weight swap each).
 """
 
 from __future__ import annotations
@@ -130,8 +130,9 @@ class LocalRollout:
 
     @property
     def batches_checkpoints(self) -> bool:
-        """Whether the engine samples several checkpoints in one call (vLLM, LoRA adapters per request)."""
-        return bool(getattr(self.engine, "lora_requests", False)) and hasattr(self.engine, "generate_many")
+        """Whether the engine samples several checkpoints in one call (vLLM: LoRA adapters per request; the
+        HF engine: stacked weights, engine/stacked.py)."""
+        return bool(getattr(self.engine, "batches_checkpoints", False)) and hasattr(self.engine, "generate_many")
 
     def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
         with timer("weight_swap"):

@@ -305,6 +305,11 @@ class VLLMEngine(VLLMAdapters):
         """One sample per context under the loaded checkpoint (lora_requests: its adapter)."""
         return self._sample([(self._current, contexts, params, max_new)])[0]
 
+    @property
+    def batches_checkpoints(self) -> bool:
+        """Whether `generate_many` samples several checkpoints in one call: with a LoRA adapter per request."""
+        return self.lora_requests
+
     def generate_many(
         self, jobs: Sequence[tuple[str | Path, Sequence[Sequence[int]], SamplingParams, Sequence[int] | None]]
     ) -> list[list[Generation]]:
