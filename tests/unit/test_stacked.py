@@ -33,13 +33,15 @@ def _qwen2(tok):  # q/k/v projections with a bias: the stacked Linear's bias pat
 
 def _checkpoints(model, root, n):
     """n checkpoints of `model`'s shapes with weights of their own (tied ones saved once, as ours are)."""
-    base = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight" or not model.config.tie_word_embeddings}
+    tied = model.config.tie_word_embeddings
+    base = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight" or not tied}
     out = []
     for j in range(n):
         g = torch.Generator().manual_seed(j)
         d = root / f"m{j}"
         d.mkdir()
-        save_file({k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in base.items()}, str(d / "model.safetensors"))
+        weights = {k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in base.items()}
+        save_file(weights, str(d / "model.safetensors"))
         out.append(d)
     return out
 

@@ -271,17 +271,25 @@ class HFEngine:
         ids, attn = ids.to(self.device), attn.to(self.device)
         return ids, attn, (attn.cumsum(-1) - 1).clamp(min=0)
 
-    def _grouped_prefill(self, model, contexts, L: int, cache, whole: bool = False) -> torch.Tensor:
+    def _grouped_prefill(self, model, contexts, L: int, cache, row_groups: int = 1) -> torch.Tensor:
         """Prefill the batch in groups of similar context length (`prefill_groups`), each padded only
         to its own widest context, into `cache` at the positions the whole batch left-padded to L
         would give them; the logits of each row's last context token. A batch mixing prompts with
         prompt + prefix contexts (the continuation stage) computes no padding wider than its group.
         Identical contexts (a group's samples of one prompt) are prefilled once and their keys,
-        values and logits copied to every row that has them. `whole`: every row in one forward, as
-        a stacked model needs its row groups whole (engine/stacked.py)."""
+        values and logits copied to every row that has them. `row_groups` > 1: a stacked model's batch
+        (engine/stacked.py), one forward whose row groups stay whole and equal: each row group's
+        distinct contexts, padded to the most any group has."""
         B = len(contexts)
-        if whole:
-            uniq, rows_of, groups = list(contexts), [[i] for i in range(B)], [list(range(B))]
+        if row_groups > 1:
+            S = B // row_groups
+            per = [unique_contexts(contexts[j * S : (j + 1) * S]) for j in range(row_groups)]
+            U = max(len(u) for u, _ in per)
+            uniq, rows_of = [], []
+            for j, (u, rows) in enumerate(per):
+                uniq += [*u, *[u[0]] * (U - len(u))]
+                rows_of += [[j * S + i for i in r] for r in rows] + [[]] * (U - len(u))
+            groups = [list(range(len(uniq)))]
         else:
             uniq, rows_of = unique_contexts(contexts)
             groups = prefill_groups([len(c) for c in uniq])
@@ -337,7 +345,7 @@ class HFEngine:
             res = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
             past, logits = res.past_key_values, res.logits[:, -1, :]
         else:
-            logits = self._grouped_prefill(model, heads, L, past, whole=J > 1)
+            logits = self._grouped_prefill(model, heads, L, past, row_groups=J)
         next_pos = pos[:, -1] + 1
 
         tokens = torch.full((B, steps), self.pad_id, dtype=torch.long, device=dev)
