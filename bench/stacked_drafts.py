@@ -31,7 +31,9 @@ def trained_run(root: Path, iterations: int) -> Path:
     ts = Path(sys.executable).with_name("ts")
     cmd = [str(ts), "--runs-dir", str(root), "train", "-r", "drafts", "--no-prefect"]
     cmd += ["-s", f"iterations={iterations}", "-s", "eval.every=1000"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"training the run failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
     return root / "drafts"
 
 
