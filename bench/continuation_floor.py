@@ -27,13 +27,13 @@ seconds.
 
 and this under engines (`--engines`), interleaved in the same rounds: `ours` (HFEngine as it is:
 its own preallocated KV cache; prefill in groups of similar context length, identical contexts
-prefilled once (`rollout.unique_contexts`); the part of a long context that its short cap leaves
-room for fed through the decode steps (`rollout.prefill_width`)), `prefill_each` (ours, but every
+prefilled once (`decode.unique_contexts`); the part of a long context that its short cap leaves
+room for fed through the decode steps (`decode.prefill_width`)), `prefill_each` (ours, but every
 row prefilled on its own: before identical contexts were shared), `prefill_all` (ours, but every
 context prefilled whole: before prefixes were fed) and `plain` (transformers' DynamicCache and one
 prefill of the whole left-padded batch: HFEngine before its own cache; `growing_cache` patched to
 None) and `no_shed` (ours, but finished rows kept in the batch to its last step: HFEngine before it shed
-them, `rollout.SHED_DONE_FRACTION`). `plain` and `prefill_all` sample the same tokens, and so do `ours`,
+them, `decode.SHED_DONE_FRACTION`). `plain` and `prefill_all` sample the same tokens, and so do `ours`,
 `prefill_each` and `no_shed` (checked); where there are prefixes, the engines that feed them compute
 their keys and values in decode steps (other float rounding), so their samples are other draws of the
 same distribution.
@@ -102,25 +102,25 @@ ENGINE_MODES = ("ours", "plain", "prefill_all", "prefill_each", "no_shed")
 def engine_mode(mode: str):
     """`plain`: transformers' own DynamicCache and one padded prefill (HFEngine before its own cache);
     `prefill_all`: our cache, but every context prefilled whole (HFEngine before prefixes were fed
-    through the decode steps, `rollout.prefill_width`); `prefill_each`: ours, but every row prefilled
-    on its own (before identical contexts were prefilled once, `rollout.unique_contexts`)."""
-    import thinking_seeds.engine.rollout as rollout
+    through the decode steps, `decode.prefill_width`); `prefill_each`: ours, but every row prefilled
+    on its own (before identical contexts were prefilled once, `decode.unique_contexts`)."""
+    import thinking_seeds.engine.decode as decode
 
     if mode not in ENGINE_MODES:
         raise SystemExit(f"unknown engine {mode!r}: choose from {', '.join(ENGINE_MODES)}")
-    kept = rollout.growing_cache, rollout.prefill_width, rollout.unique_contexts, rollout.SHED_DONE_FRACTION
+    kept = decode.growing_cache, decode.prefill_width, decode.unique_contexts, decode.SHED_DONE_FRACTION
     if mode == "plain":
-        rollout.growing_cache = lambda *a: None
+        decode.growing_cache = lambda *a: None
     if mode == "no_shed":
-        rollout.SHED_DONE_FRACTION = 2.0
+        decode.SHED_DONE_FRACTION = 2.0
     if mode in ("plain", "prefill_all"):
-        rollout.prefill_width = lambda lengths, limits: max(lengths)
+        decode.prefill_width = lambda lengths, limits: max(lengths)
     if mode == "prefill_each":
-        rollout.unique_contexts = lambda contexts: (list(contexts), [[i] for i in range(len(contexts))])
+        decode.unique_contexts = lambda contexts: (list(contexts), [[i] for i in range(len(contexts))])
     try:
         yield
     finally:
-        rollout.growing_cache, rollout.prefill_width, rollout.unique_contexts, rollout.SHED_DONE_FRACTION = kept
+        decode.growing_cache, decode.prefill_width, decode.unique_contexts, decode.SHED_DONE_FRACTION = kept
 
 
 class CallClock:

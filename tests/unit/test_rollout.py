@@ -108,7 +108,7 @@ def test_per_row_caps(tiny):
 
 
 def test_prefill_groups_partition_rows_by_length():
-    from thinking_seeds.engine.rollout import group_width, prefill_groups
+    from thinking_seeds.engine.prefill import group_width, prefill_groups
 
     lengths = [60, 4, 61, 5, 4, 60, 6, 62] * 4
     groups = prefill_groups(lengths)
@@ -127,10 +127,10 @@ def test_grouped_prefill_and_preallocated_cache_sample_the_same(tiny, monkeypatc
     positions (the tiny preset's: 77) the same log-probs bit for bit; wider, equal to float rounding.
     (Finished rows are kept, as transformers' cache keeps them: shedding changes the batch's shape, and
     with it the float rounding; test_shedding_finished_rows_samples_the_same checks that on its own.)"""
-    import thinking_seeds.engine.rollout as rollout
-    from thinking_seeds.engine.rollout import prefill_groups
+    import thinking_seeds.engine.decode as decode
+    from thinking_seeds.engine.prefill import prefill_groups
 
-    monkeypatch.setattr(rollout, "SHED_DONE_FRACTION", 2.0)  # never
+    monkeypatch.setattr(decode, "SHED_DONE_FRACTION", 2.0)  # never
     model, tok = tiny
     eng = HFEngine(model, tok, batch_size=64)
     short = contexts(tok)
@@ -140,7 +140,7 @@ def test_grouped_prefill_and_preallocated_cache_sample_the_same(tiny, monkeypatc
     p = SamplingParams(temperature=1.0, max_new_tokens=16, seed=seed)
     caps = [16, 9, 3, 16, 0, 7] * 8
     ours = eng.generate(ctx, p, max_new=caps)
-    monkeypatch.setattr(rollout, "growing_cache", lambda *a: None)  # transformers' DynamicCache, one prefill
+    monkeypatch.setattr(decode, "growing_cache", lambda *a: None)  # transformers' DynamicCache, one prefill
     plain = eng.generate(ctx, p, max_new=caps)
     assert [g.token_ids for g in ours] == [g.token_ids for g in plain]
     assert [g.finished for g in ours] == [g.finished for g in plain]
@@ -154,7 +154,7 @@ def test_shedding_finished_rows_samples_the_same(tiny, monkeypatch):
     """A batch that drops its finished rows samples the tokens one that keeps them all to the end samples,
     with log-probs equal to float rounding, and computes fewer rows: seeds' continuations (short caps)
     beside on-policy rows (the whole budget)."""
-    import thinking_seeds.engine.rollout as rollout
+    import thinking_seeds.engine.decode as decode
 
     model, tok = tiny
     eng = HFEngine(model, tok, batch_size=64)
@@ -167,7 +167,7 @@ def test_shedding_finished_rows_samples_the_same(tiny, monkeypatch):
     monkeypatch.setattr(model, "forward", lambda **k: rows.append(k["input_ids"].shape[0]) or forward(**k))
     shed = eng.generate(ctx, p, max_new=caps)
     shed_rows, rows[:] = sum(rows), []
-    monkeypatch.setattr(rollout, "SHED_DONE_FRACTION", 2.0)  # never
+    monkeypatch.setattr(decode, "SHED_DONE_FRACTION", 2.0)  # never
     kept = eng.generate(ctx, p, max_new=caps)
     assert [g.token_ids for g in shed] == [g.token_ids for g in kept]
     assert [g.finished for g in shed] == [g.finished for g in kept]
@@ -190,7 +190,7 @@ def test_a_rows_samples_do_not_depend_on_the_other_rows(tiny):
 
 
 def test_prefill_width_adds_no_decode_step():
-    from thinking_seeds.engine.rollout import prefill_width
+    from thinking_seeds.engine.prefill import prefill_width
 
     assert prefill_width([4, 7, 2], [16, 16, 16]) == 7  # equal caps: the longest context, nothing forced
     # prompts of 4 and 7 tokens at cap 16, a prompt + 13-token prefix (20) at cap 3: prefill 7, force 13
@@ -203,7 +203,7 @@ def test_prefixes_fed_through_the_decode_steps_condition_the_samples(tiny):
     """Seeded rows (prompt + prefix, cap T - len(prefix)) beside on-policy rows (cap T): the batch
     prefills the prompts' width only and feeds each prefix through the first decode steps; every
     sampled token's log-prob is the one a forward pass over prompt + prefix + the sample gives."""
-    from thinking_seeds.engine.rollout import prefill_width
+    from thinking_seeds.engine.prefill import prefill_width
 
     model, tok = tiny
     eng = HFEngine(model, tok, batch_size=64)

@@ -8,8 +8,9 @@ from torch import nn
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from thinking_seeds.engine import rollout
+from thinking_seeds.engine.decode import kept_rows
 from thinking_seeds.engine.models import char_tokenizer, tiny_llama
-from thinking_seeds.engine.rollout import HFEngine, SamplingParams, _kept_rows
+from thinking_seeds.engine.rollout import HFEngine, SamplingParams
 from thinking_seeds.engine.stacked import StackedModel
 
 
@@ -140,8 +141,8 @@ def test_stacked_members_are_read_once_and_restacked_on_a_change(tmp_path, monke
 def test_a_shedding_keeps_every_row_group_live_first_and_equal():
     group = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
     done = torch.tensor([1, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1], dtype=torch.bool)
-    keep = _kept_rows(group, done, 3, int((~done).sum()))
+    keep = kept_rows(group, done, 3, int((~done).sum()))
     # the liveliest group has 2 live rows: every group keeps 2, its live rows first, in slot order
     assert keep.tolist() == [1, 0, 4, 5, 8, 10]
-    assert _kept_rows(group, torch.zeros(12, dtype=torch.bool), 3, 12) is None  # nothing done: no shedding
-    assert _kept_rows(None, done, 1, 3).tolist() == [1, 8, 10]  # one group: exactly its live rows
+    assert kept_rows(group, torch.zeros(12, dtype=torch.bool), 3, 12) is None  # nothing done: no shedding
+    assert kept_rows(None, done, 1, 3).tolist() == [1, 8, 10]  # one group: exactly its live rows
