@@ -192,11 +192,11 @@ class VLLMEngine(VLLMAdapters):
         if block_size is not None:
             engine_kw["block_size"] = block_size
         # LoRA (model.lora): adapters per request on θ_0 (rollout.lora_requests), or merged weights swapped in.
-        rollout = cfg.rollout
-        lora = cfg.model.lora
+        rollout, lora = cfg.rollout, cfg.model.lora
         if lora_requests is None:
             lora_requests = bool(rollout.lora_requests)
         self.lora_requests = bool(lora_requests and lora is not None)
+        self.batches_checkpoints = self.lora_requests  # generate_many: every checkpoint in one call
         lora_kw: dict = {}
         if self.lora_requests:
             # One batch holds θ_k and every pool member: pool.size adapters + θ_k (θ_0 is the base, no slot).
@@ -304,11 +304,6 @@ class VLLMEngine(VLLMAdapters):
     ) -> list[Generation]:
         """One sample per context under the loaded checkpoint (lora_requests: its adapter)."""
         return self._sample([(self._current, contexts, params, max_new)])[0]
-
-    @property
-    def batches_checkpoints(self) -> bool:
-        """Whether `generate_many` samples several checkpoints in one call: with a LoRA adapter per request."""
-        return self.lora_requests
 
     def generate_many(
         self, jobs: Sequence[tuple[str | Path, Sequence[Sequence[int]], SamplingParams, Sequence[int] | None]]
