@@ -112,12 +112,13 @@ def test_a_model_too_large_to_stack_swaps_weights(tmp_path, monkeypatch):
     eng = HFEngine(_llama(tok), tok, batch_size=4)
     jobs = _jobs(tok, _checkpoints(eng.model, tmp_path, 2))
     monkeypatch.setattr(rollout, "MAX_STACKED_BYTES", 3 * StackedModel(eng.model).model_bytes)  # < 2 x 2 copies
+    monkeypatch.setattr(StackedModel, "build", lambda model: pytest.fail("a model too large is never copied"))
     swaps = []
     load = eng.load_weights
     monkeypatch.setattr(eng, "load_weights", lambda ck: (swaps.append(ck), load(ck)))
     got = eng.generate_many(jobs)
     assert swaps == [jobs[0][0], jobs[1][0]]  # a swap and a call per checkpoint
-    assert eng._stacked is not None and eng._stacked.skeleton is not None and not eng._stacked.tags  # built, unused
+    assert eng._stacked is False  # not even built: two copies would not fit, and nothing was copied
     assert [len(x) for x in got] == [3, 7]
 
 
@@ -146,3 +147,21 @@ def test_a_shedding_keeps_every_row_group_live_first_and_equal():
     assert keep.tolist() == [1, 0, 4, 5, 8, 10]
     assert kept_rows(group, torch.zeros(12, dtype=torch.bool), 3, 12) is None  # nothing done: no shedding
     assert kept_rows(None, done, 1, 3).tolist() == [1, 8, 10]  # one group: exactly its live rows
+
+
+def test_batches_beyond_the_stacking_budget_decode_in_turns(tmp_path, monkeypatch):
+    """With room for two stacked copies only, five engine batches decode two at a time, the last one alone
+    on the stacked model: the same samples as a swap per checkpoint."""
+    tok = _tok()
+    eng = HFEngine(_llama(tok), tok, batch_size=6)
+    monkeypatch.setattr(rollout, "MAX_STACKED_BYTES", 4 * StackedModel(eng.model).model_bytes)
+    jobs = _jobs(tok, _checkpoints(eng.model, tmp_path, 3))  # 1 + 2 + 2 engine batches of up to 6 rows
+    decodes = []
+    decode = eng._decode
+    monkeypatch.setattr(
+        eng, "_decode", lambda model, batches, p: (decodes.append(len(batches)), decode(model, batches, p))[1]
+    )
+    got = eng.generate_many(jobs)
+    assert decodes == [2, 2, 1]
+    want = _swapped(eng, jobs)
+    assert [[g.token_ids for g in x] for x in got] == [[g.token_ids for g in x] for x in want]

@@ -247,8 +247,10 @@ class HFEngine(LockstepDecode):
     def _stacker(self) -> StackedModel | None:
         """The engine's stacked model, built (and checked) on first use; None if this model does not stack."""
         if self._stacked is None:
-            built = StackedModel.build(self.model) if growing_cache(self.model, 1, 1) is not None else None
-            self._stacked = built or False
+            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            # two members, held and stacked, must fit before anything is copied (a 7B model never is)
+            fits = 4 * size <= MAX_STACKED_BYTES and growing_cache(self.model, 1, 1) is not None
+            self._stacked = (StackedModel.build(self.model) if fits else None) or False
         return self._stacked or None
 
     def _params_of(self, checkpoint: Path) -> dict[str, torch.Tensor]:
