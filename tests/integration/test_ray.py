@@ -129,6 +129,55 @@ def test_workers_give_the_single_process_samples_and_weights(
     assert not (run.policy(1) / "model.safetensors").exists() and "weight_ship" in m.seconds
 
 
+@pytest.mark.slow  # starts a local Ray cluster: CI's second step (make test-slow)
+def test_stacked_drafts_on_workers_are_the_single_process_drafts(ray_cluster, sharded_reference, tmp_path):
+    """Several checkpoints' calls (the seeds stage's, one per pool member), 2 shards each: the HF engine
+    in this process stacks shard i of every call (engine/stacked.py); 2 Ray workers run the same groups
+    and sample the same tokens and log-probs, bit for bit."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from thinking_seeds.config import load_config
+    from thinking_seeds.data.ray_pool import connect
+    from thinking_seeds.engine.ray_workers import RayRolloutPool
+    from thinking_seeds.engine.rollout import SamplingParams
+    from thinking_seeds.engine.sharding import LocalRollout, build_engine, generate_sharded_many
+    from thinking_seeds.engine.stacked import StackedModel
+
+    theta0 = sharded_reference.run.policy(0)
+    checkpoints = []
+    for j in range(3):  # θ_0 and two copies with weights of their own
+        ck = tmp_path / f"member{j}"
+        shutil.copytree(theta0, ck, ignore=shutil.ignore_patterns("manifest.json", "optimizer.safetensors"))
+        weights = load_file(str(ck / "model.safetensors"))
+        g = torch.Generator().manual_seed(j)
+        save_file(
+            {k: v + 0.05 * j * torch.randn(v.shape, generator=g) for k, v in weights.items()},
+            str(ck / "model.safetensors"),
+        )
+        checkpoints.append(ck)
+    cfg = load_config("tiny", sharded_reference.overrides)
+    prompts = [[5 + (i * 7 + j) % 20 for i in range(6 + j)] for j in range(12)]
+    calls = [
+        (ck, prompts, SamplingParams(max_new_tokens=20, seed=j), [4 + (3 * i + j) % 17 for i in range(12)])
+        for j, ck in enumerate(checkpoints)
+    ]  # 12 requests each: 2 shards of rollout.batch_size=8
+    engine = build_engine(theta0, cfg)
+    here = generate_sharded_many(LocalRollout(engine), calls, cfg.rollout.batch_size)
+    assert isinstance(engine._stacked, StackedModel) and len(engine._stacked.tags) == 3  # stacked here
+    ray_cfg = load_config("tiny", sharded_reference.overrides + ray_overrides(ray_cluster.address, 2))
+    pool = RayRolloutPool(connect(ray_cluster.address), theta0, ray_cfg, 2)
+    try:
+        there = generate_sharded_many(pool, calls, cfg.rollout.batch_size)
+    finally:
+        pool.close()
+    assert [[g.token_ids for g in x] for x in there] == [[g.token_ids for g in x] for x in here]
+    assert [[g.logprobs for g in x] for x in there] == [[g.logprobs for g in x] for x in here]
+    assert [[g.token_ids for g in x] for x in here][0] != [[g.token_ids for g in x] for x in here][2]
+
+
 def _killing(real, killed: list[int]):
     """fan_out that SIGKILLs the actor it has just given the first item of its first call to."""
 

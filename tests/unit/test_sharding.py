@@ -151,9 +151,9 @@ class _Recording:
 
 
 def test_many_calls_in_one_engine_call_keep_shards_and_seeds():
-    """generate_sharded_many = generate_sharded per call (same shards, seeds, order), in ONE engine call when
-    the engine serves several checkpoints at once (vLLM with LoRA adapters per request, the HF engine's stacked
-    weights), else call by call."""
+    """generate_sharded_many = generate_sharded per call (same shards, seeds, order), a shard group per
+    engine call when the engine serves several checkpoints at once (vLLM with LoRA adapters per request,
+    the HF engine's stacked weights), else call by call."""
     calls = [
         ("ck0", [[1]] * 5, SamplingParams(max_new_tokens=4, seed=1), None),
         ("ck1", [[2]] * 2, SamplingParams(max_new_tokens=4, seed=2), [1, 3]),
@@ -166,5 +166,14 @@ def test_many_calls_in_one_engine_call_keep_shards_and_seeds():
     assert [[g.token_ids for g in x] for x in batched] == [[g.token_ids for g in x] for x in by_call]
     assert [[g.token_ids for g in x] for x in looped] == [[g.token_ids for g in x] for x in by_call]
     assert [len(x) for x in batched] == [5, 2, 0]
-    assert one.calls == [("generate_many", 4)]  # 3 + 1 shards, one engine call
+    # shard i of every call in one engine call (sharding.shard_groups): ck0's 3 shards beside ck1's 1
+    assert one.calls == [("generate_many", 2), ("generate_many", 1), ("generate_many", 1)]
     assert [c for c in swaps.calls if c[0] == "swap"] == [("swap", "ck0"), ("swap", "ck1")]
+
+
+def test_shard_groups_hold_shard_i_of_every_call():
+    from thinking_seeds.engine.sharding import shard_groups
+
+    plans = [("a", [1, 2, 3]), ("b", []), ("c", [1]), ("d", [1, 2])]
+    assert shard_groups(plans) == [[(0, 0), (2, 0), (3, 0)], [(0, 1), (3, 1)], [(0, 2)]]
+    assert shard_groups([]) == []

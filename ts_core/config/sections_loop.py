@@ -113,11 +113,12 @@ class RolloutConfig(_Section):
     lora_requests: bool = Field(
         LORA_REQUESTS_DEFAULT,
         description="vLLM with model.lora: true serves every checkpoint as its LoRA adapter on θ_0 (vLLM "
-        "enable_lora, one adapter per request), so the seeds stage samples all pool members in ONE engine call; "
-        "false merges each adapter into full weights (peft) and swaps them in, one call per checkpoint. Same "
-        "seeds either way; samples equal up to float rounding. Ignored with rollout.engine=hf or without "
-        "model.lora. Default false: on vLLM's CPU backend the swaps were 2.1x faster (BENCHMARKS.md, 'vLLM: "
-        "per-request LoRA adapters vs weight swaps'); on a GPU (punica kernels) measure with bench/vllm_lora.py.",
+        "enable_lora, one adapter per request), so the seeds stage samples all pool members in one engine "
+        "call per shard group; false merges each adapter into full weights (peft) and swaps them in, one call "
+        "per checkpoint. Same seeds either way; samples equal up to float rounding. Ignored with "
+        "rollout.engine=hf or without model.lora. Default false: on vLLM's CPU backend the swaps were 2.1x "
+        "faster (BENCHMARKS.md, 'vLLM: per-request LoRA adapters vs weight swaps'); on a GPU (punica kernels) "
+        "measure with bench/vllm_lora.py.",
     )
 
     @model_validator(mode="after")

@@ -38,7 +38,7 @@ from pathlib import Path
 from thinking_seeds.config.placement import ray_worker_gpus
 from thinking_seeds.data.ray_pool import actor_options, fan_out, wait_started
 from thinking_seeds.engine.rollout import Generation
-from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine
+from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine, shard_groups
 from thinking_seeds.transports import live_weights
 from thinking_seeds.transports.ray_objects import (
     KEEP_CHECKPOINTS,
@@ -115,10 +115,18 @@ class RolloutWorker:
         """The shard's generations under `checkpoint` (object_store: `shipped` = (tag, [ref to its files])),
         with the seconds spent swapping (fetching included) and generating."""
         t0 = time.perf_counter()
+        self.engine.load_weights(self._checkpoint(checkpoint, shipped))
+        t1 = time.perf_counter()
+        gens = self.engine.generate(shard.contexts, shard.params, shard.max_new)
+        return gens, t1 - t0, time.perf_counter() - t1
+
+    def _checkpoint(self, checkpoint: str, shipped: tuple[str, list] | None) -> str:
+        """Where this worker's engine reads `checkpoint`: held in memory (live), its local copy
+        (object_store) or the shared filesystem's path."""
         if shipped is not None and is_live(shipped[0]):
             self._hold_live(checkpoint, *shipped)
         elif shipped is not None:
-            checkpoint = str(self._local_copy(*shipped))
+            return str(self._local_copy(*shipped))
         elif not Path(checkpoint).is_dir():
             import socket
 
@@ -127,9 +135,17 @@ class RolloutWorker:
                 "put the runs directory (TS_RUNS_DIR) on a filesystem every node mounts at the same path "
                 "(docs/scaling.md)"
             )
-        self.engine.load_weights(checkpoint)
+        return checkpoint
+
+    def run_group(
+        self, jobs: list[tuple[str, Shard, tuple[str, list] | None]]
+    ) -> tuple[list[list[Generation]], float, float]:
+        """A shard group (sharding.shard_groups): each (checkpoint, shard, shipped) as in `run_shard`, all
+        in one `generate_many` call, as LocalRollout.run_many calls it: the same numbers, bit for bit."""
+        t0 = time.perf_counter()
+        calls = [(self._checkpoint(ck, shipped), s.contexts, s.params, s.max_new) for ck, s, shipped in jobs]
         t1 = time.perf_counter()
-        gens = self.engine.generate(shard.contexts, shard.params, shard.max_new)
+        gens = self.engine.generate_many(calls)
         return gens, t1 - t0, time.perf_counter() - t1
 
     def close(self) -> None:
@@ -158,6 +174,8 @@ class RayRolloutPool:
         cls = ray.remote(RolloutWorker).options(**opts)
         self.actors = [cls.remote(str(initial_checkpoint), cfg, gpus, longest_prompt) for _ in range(workers)]
         self.object_store = c.weights == "object_store"
+        # run_many: a shard group per worker call, stacked as this process's HF engine stacks it (sharding.py)
+        self.batches_checkpoints = cfg.rollout.engine == "hf"
         self._shipped: OrderedDict[str, list] = OrderedDict()  # tag -> [ref]: put once per checkpoint
         self._live: OrderedDict[str, list] = OrderedDict()  # the same for policies held in memory
         self._live_keep = live_weights.keep_for(cfg.pipeline.max_staleness)
@@ -195,15 +213,42 @@ class RayRolloutPool:
         in-process trainer's next update, which changes them in place, does not reach the copy)."""
         return self._put_once(self._live, live_tag(live.policy_id), lambda: live_state(live), self._live_keep)
 
-    def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
-        shipped = None
+    def _shipped_for(self, checkpoint: Path, timer: TimerLike) -> tuple[str, list] | None:
+        """How the workers get `checkpoint`: θ held in memory or (object_store) its files, put once; None:
+        from the shared filesystem."""
         live = live_weights.lookup(checkpoint)
         if live is not None:  # θ from the trainer in memory: no file to share or copy
             with timer("weight_ship"):
-                shipped = self._ship_live(live)
-        elif self.object_store:
+                return self._ship_live(live)
+        if self.object_store:
             with timer("weight_ship"):
-                shipped = self._ship(Path(checkpoint))
+                return self._ship(Path(checkpoint))
+        return None
+
+    def run_many(
+        self, plans: list[tuple[Path, list[Shard]]], timer: TimerLike = _no_timer
+    ) -> list[list[list[Generation]]]:
+        """Every shard of every (checkpoint, shards): each shard group (sharding.shard_groups) on one worker
+        in one engine call, the groups fanned out over the workers."""
+        shipped = [self._shipped_for(ck, timer) for ck, _ in plans]
+        groups = shard_groups(plans)
+        units = [[(str(plans[p][0]), plans[p][1][i], shipped[p]) for p, i in g] for g in groups]
+        with timer("generation"):
+            outs, retried = fan_out(self.ray, self.actors, lambda a, u: a.run_group.remote(u), units, self.retries)
+        self.retried += retried
+        out: list[list] = [[None] * len(shards) for _, shards in plans]
+        for group, (gens, swap_s, gen_s) in zip(groups, outs, strict=True):
+            self._count(swap_s, gen_s)
+            for (p, i), g in zip(group, gens, strict=True):
+                out[p][i] = g
+        return out
+
+    def _count(self, swap_s: float, gen_s: float) -> None:
+        self.worker_seconds["weight_swap"] = self.worker_seconds.get("weight_swap", 0.0) + swap_s
+        self.worker_seconds["generation"] = self.worker_seconds.get("generation", 0.0) + gen_s
+
+    def run(self, checkpoint: Path, shards: list[Shard], timer: TimerLike = _no_timer) -> list[list[Generation]]:
+        shipped = self._shipped_for(checkpoint, timer)
         with timer("generation"):  # the fan-out's wall time; each worker's own swap/generation seconds below
             outs, retried = fan_out(
                 self.ray,
@@ -214,8 +259,7 @@ class RayRolloutPool:
             )
         self.retried += retried
         for _, swap_s, gen_s in outs:
-            self.worker_seconds["weight_swap"] = self.worker_seconds.get("weight_swap", 0.0) + swap_s
-            self.worker_seconds["generation"] = self.worker_seconds.get("generation", 0.0) + gen_s
+            self._count(swap_s, gen_s)
         return [gens for gens, _, _ in outs]
 
     def close(self) -> None:

@@ -14,8 +14,9 @@ stages) samples exactly what one engine call with that seed samples.
 
 `generate_sharded_many` is several such calls, each under its own checkpoint (the seeds stage: one per
 pool member), cut into the same shards with the same seeds; a runner with `run_many` (`LocalRollout` on
-a VLLMEngine serving LoRA adapters per request, or on an HFEngine, which stacks the checkpoints' weights)
-samples all of them in one engine call, any other runs the calls one after the other (one weight swap each).
+a VLLMEngine serving LoRA adapters per request or on an HFEngine, which stacks the checkpoints' weights;
+`RayRolloutPool` on HF workers) samples each group of shards (`shard_groups`: shard i of every call) in
+one engine call, any other runs the calls one after the other (one weight swap each).
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ Call = tuple[Path, Sequence[Sequence[int]], SamplingParams, Sequence[int] | None
 def generate_sharded_many(
     runner: ShardRunner, calls: Sequence[Call], shard_size: int = 128, timer: TimerLike = _no_timer
 ) -> list[list[Generation]]:
-    """`[generate_sharded(runner, *call, shard_size) for call in calls]`: the same shards and seeds, in one
-    engine call when the runner samples several checkpoints at once (`run_many`), else call after call."""
+    """`[generate_sharded(runner, *call, shard_size) for call in calls]`: the same shards and seeds, one
+    engine call per shard group when the runner samples several checkpoints at once (`run_many`,
+    `shard_groups`), else call after call."""
     many = getattr(runner, "run_many", None)
     if many is None or not getattr(runner, "batches_checkpoints", False):
         return [generate_sharded(runner, ck, ctx, p, mn, shard_size, timer) for ck, ctx, p, mn in calls]
@@ -143,11 +145,24 @@ class LocalRollout:
     def run_many(
         self, plans: list[tuple[Path, list[Shard]]], timer: TimerLike = _no_timer
     ) -> list[list[list[Generation]]]:
-        """Every shard of every (checkpoint, shards) in ONE `generate_many` call (one job per shard)."""
-        jobs = [(ck, s.contexts, s.params, s.max_new) for ck, shards in plans for s in shards]
+        """Every shard of every (checkpoint, shards), one `generate_many` call per shard group
+        (`shard_groups`: one job per shard), as each Ray worker runs a group (engine/ray_workers.py)."""
+        out: list[list] = [[None] * len(shards) for _, shards in plans]
         with timer("generation"):
-            flat = iter(self.engine.generate_many(jobs))
-        return [[next(flat) for _ in shards] for _, shards in plans]
+            for group in shard_groups(plans):
+                jobs = [(plans[p][0], s.contexts, s.params, s.max_new) for p, i in group for s in [plans[p][1][i]]]
+                for (p, i), gens in zip(group, self.engine.generate_many(jobs), strict=True):
+                    out[p][i] = gens
+        return out
+
+
+def shard_groups(plans: Sequence[tuple[Path, Sequence[Shard]]]) -> list[list[tuple[int, int]]]:
+    """The shards of several calls (the seeds stage: one per pool member) grouped for `generate_many`:
+    group i holds shard i of every call that has one, as (call, shard) indices. A group is what an engine
+    samples at once (the HF engine: stacked weights, engine/stacked.py), so one process or N Ray workers
+    run the same groups and sample the same numbers, bit for bit."""
+    n = max((len(shards) for _, shards in plans), default=0)
+    return [[(p, i) for p, (_, shards) in enumerate(plans) if i < len(shards)] for i in range(n)]
 
 
 def build_engine(

@@ -166,21 +166,33 @@ class Session:
             pool = self.rollout_pool()
             before = dict(pool.worker_seconds)
             out = generate_sharded(pool, checkpoint, contexts, params, max_new, self.cfg.rollout.batch_size, t)
-            for name, sec in pool.worker_seconds.items():  # the workers' own seconds, summed over workers
-                t.seconds[f"workers_{name}"] = t.seconds.get(f"workers_{name}", 0.0) + sec - before.get(name, 0.0)
+            self._add_worker_seconds(pool, before, t)
             return out
         runner = LocalRollout(self.engine(t))
         return generate_sharded(runner, checkpoint, contexts, params, max_new, self.cfg.rollout.batch_size, t)
 
     def generate_many(self, calls: list[Call], timer: Timer | None = None) -> list[list[Generation]]:
         """`[self.generate(*call) for call in calls]`, each call under its own checkpoint, the same shards
-        and seeds; in ONE engine call when the engine serves LoRA adapters per request (rollout.engine=vllm,
-        model.lora, rollout.lora_requests), else one weight swap and call per checkpoint."""
+        and seeds; each group of shards (shard i of every call) in one engine call when the engine samples
+        several checkpoints at once (the HF engine's stacked weights; vLLM with LoRA adapters per request,
+        rollout.lora_requests), else one weight swap and call per checkpoint; on this process's engine or,
+        the same groups, on the Ray workers (engine/sharding.py)."""
         t = timer or Timer()
-        if self.cfg.cluster.kind == "ray":
-            return [self.generate(ck, ctx, p, mn, timer=t) for ck, ctx, p, mn in calls]
-        # The local runner knows whether its engine batches checkpoints (LocalRollout.batches_checkpoints).
-        return generate_sharded_many(LocalRollout(self.engine(t)), calls, self.cfg.rollout.batch_size, t)
+        size = self.cfg.rollout.batch_size
+        if self.cfg.cluster.kind != "ray":
+            # The local runner knows whether its engine batches checkpoints (LocalRollout.batches_checkpoints).
+            return generate_sharded_many(LocalRollout(self.engine(t)), calls, size, t)
+        pool = self.rollout_pool()
+        before = dict(pool.worker_seconds)
+        out = generate_sharded_many(pool, calls, size, t)
+        self._add_worker_seconds(pool, before, t)
+        return out
+
+    @staticmethod
+    def _add_worker_seconds(pool, before: dict[str, float], t: Timer) -> None:
+        """The Ray workers' own seconds (weight swaps, generation) since `before`, summed over workers."""
+        for name, sec in pool.worker_seconds.items():
+            t.seconds[f"workers_{name}"] = t.seconds.get(f"workers_{name}", 0.0) + sec - before.get(name, 0.0)
 
     def rollout_pool(self):
         """This process's Ray rollout workers for this run (cluster=ray), started on first use."""

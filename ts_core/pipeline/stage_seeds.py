@@ -1,9 +1,10 @@
 """seeds k: offline prefix generation (docs/algorithm.md §2.2). Historical checkpoints write drafts, each cut at
 λ·|z|, into corpus/prefixes/iteration=k/prefixes.parquet; on-policy methods write nothing.
 
-All the drafts of one pool member are one engine call over every prompt (`Session.generate_many`,
-cut into shards of rollout.batch_size); with vLLM serving LoRA adapters per request
-(rollout.lora_requests) all members' drafts are ONE call. With prefix.ratio_of=budget a draft is
+Every pool member's drafts over every prompt are one call of `Session.generate_many`, cut into shards of
+rollout.batch_size; shard i of every member is one engine call where the engine samples several checkpoints
+at once (the HF engine stacks their weights, engine/stacked.py; vLLM with LoRA adapters per request,
+rollout.lora_requests), else one weight swap and call per member. With prefix.ratio_of=budget a draft is
 generated only up to its cut (algo/seeding.py). With pipeline.overlap the drafts may have been
 sampled ahead, while update k-1 ran (`draft_ahead`, pipeline/seeds_ahead.py); the stage then only
 writes them."""
@@ -161,8 +162,8 @@ def historical_rows(
     members: list[CheckpointInfo],
     t: Timer,
 ) -> list[PrefixRow]:
-    """Pool `members` write drafts (one engine call per member over all prompts, or one for all of them
-    with rollout.lora_requests), scored, then cut at λ; with prefix.ratio_of=budget each draft stops at
+    """Pool `members` write drafts (every member's in one engine call per shard group, or one call per
+    member: module doc), scored, then cut at λ; with prefix.ratio_of=budget each draft stops at
     its cut and is not scored. With pipeline.seeds_block the seeds stage's own call drafts the seeds of
     the next iterations of the block too and keeps them for their seeds stages (`put_ahead`).
     (prefixes_for drafts for one iteration's further prompts alone: block_rows with its own tag.)"""
@@ -191,8 +192,9 @@ def block_rows(
     calls = [(c.source_step, j, c) for j in ks for c in plans[j][1]]
     calls.sort(key=lambda c: (c[0], c[1]))  # member first: consecutive calls share its weights
     sources = {c.step: c.path for c in members}
-    # Sharded by rollout.batch_size (Session.generate_many): one weight swap and call per member, on this
-    # process's engine or the Ray rollout workers; or, vLLM serving LoRA adapters per request, ONE call.
+    # Sharded by rollout.batch_size (Session.generate_many): shard i of every member in one engine call (the
+    # HF engine's stacked weights, vLLM's LoRA adapters per request), else a weight swap and call per member;
+    # on this process's engine or the Ray rollout workers.
     engine_calls = [
         (sources.get(step) or s.policy(j), c.contexts, c.params, c.caps) for step, j, c in calls
     ]  # no member: θ_j writes its own seeds
