@@ -177,3 +177,5 @@ def test_shard_groups_hold_shard_i_of_every_call():
     plans = [("a", [1, 2, 3]), ("b", []), ("c", [1]), ("d", [1, 2])]
     assert shard_groups(plans) == [[(0, 0), (2, 0), (3, 0)], [(0, 1), (3, 1)], [(0, 2)]]
     assert shard_groups([]) == []
+    # keyed (a block of iterations' seeds, keyed by iteration): only calls of one key share a group
+    assert shard_groups(plans, [1, 1, 2, 2]) == [[(0, 0)], [(0, 1)], [(0, 2)], [(2, 0), (3, 0)], [(3, 1)]]

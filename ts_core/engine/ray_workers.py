@@ -38,7 +38,7 @@ from pathlib import Path
 from thinking_seeds.config.placement import ray_worker_gpus
 from thinking_seeds.data.ray_pool import actor_options, fan_out, wait_started
 from thinking_seeds.engine.rollout import Generation
-from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine, shard_groups
+from thinking_seeds.engine.sharding import Shard, TimerLike, _no_timer, build_engine
 from thinking_seeds.transports import live_weights
 from thinking_seeds.transports.ray_objects import (
     KEEP_CHECKPOINTS,
@@ -226,12 +226,11 @@ class RayRolloutPool:
         return None
 
     def run_many(
-        self, plans: list[tuple[Path, list[Shard]]], timer: TimerLike = _no_timer
+        self, plans: list[tuple[Path, list[Shard]]], groups: list[list[tuple[int, int]]], timer: TimerLike = _no_timer
     ) -> list[list[list[Generation]]]:
-        """Every shard of every (checkpoint, shards): each shard group (sharding.shard_groups) on one worker
-        in one engine call, the groups fanned out over the workers."""
+        """Every shard of every (checkpoint, shards): each group of sharding.shard_groups on one worker in
+        one engine call, the groups fanned out over the workers."""
         shipped = [self._shipped_for(ck, timer) for ck, _ in plans]
-        groups = shard_groups(plans)
         units = [[(str(plans[p][0]), plans[p][1][i], shipped[p]) for p, i in g] for g in groups]
         with timer("generation"):
             outs, retried = fan_out(self.ray, self.actors, lambda a, u: a.run_group.remote(u), units, self.retries)

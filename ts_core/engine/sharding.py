@@ -22,7 +22,7 @@ one engine call, any other runs the calls one after the other (one weight swap e
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -112,16 +112,21 @@ Call = tuple[Path, Sequence[Sequence[int]], SamplingParams, Sequence[int] | None
 
 
 def generate_sharded_many(
-    runner: ShardRunner, calls: Sequence[Call], shard_size: int = 128, timer: TimerLike = _no_timer
+    runner: ShardRunner,
+    calls: Sequence[Call],
+    shard_size: int = 128,
+    timer: TimerLike = _no_timer,
+    keys: Sequence[Hashable] | None = None,
 ) -> list[list[Generation]]:
     """`[generate_sharded(runner, *call, shard_size) for call in calls]`: the same shards and seeds, one
     engine call per shard group when the runner samples several checkpoints at once (`run_many`,
-    `shard_groups`), else call after call."""
+    `shard_groups`; `keys`: a key per call, only calls of one key share a group), else call after call."""
     many = getattr(runner, "run_many", None)
     if many is None or not getattr(runner, "batches_checkpoints", False):
         return [generate_sharded(runner, ck, ctx, p, mn, shard_size, timer) for ck, ctx, p, mn in calls]
     plans = [(Path(ck), make_shards(ctx, p, mn, shard_size)) for ck, ctx, p, mn in calls]
-    return [_joined(shards, gens) for (_, shards), gens in zip(plans, many(plans, timer), strict=True)]
+    groups = shard_groups(plans, keys)
+    return [_joined(shards, gens) for (_, shards), gens in zip(plans, many(plans, groups, timer), strict=True)]
 
 
 class LocalRollout:
@@ -143,26 +148,33 @@ class LocalRollout:
             return [self.engine.generate(s.contexts, s.params, s.max_new) for s in shards]
 
     def run_many(
-        self, plans: list[tuple[Path, list[Shard]]], timer: TimerLike = _no_timer
+        self, plans: list[tuple[Path, list[Shard]]], groups: list[list[tuple[int, int]]], timer: TimerLike = _no_timer
     ) -> list[list[list[Generation]]]:
-        """Every shard of every (checkpoint, shards), one `generate_many` call per shard group
-        (`shard_groups`: one job per shard), as each Ray worker runs a group (engine/ray_workers.py)."""
+        """Every shard of every (checkpoint, shards), one `generate_many` call per group of `shard_groups`
+        (one job per shard), as each Ray worker runs a group (engine/ray_workers.py)."""
         out: list[list] = [[None] * len(shards) for _, shards in plans]
         with timer("generation"):
-            for group in shard_groups(plans):
+            for group in groups:
                 jobs = [(plans[p][0], s.contexts, s.params, s.max_new) for p, i in group for s in [plans[p][1][i]]]
                 for (p, i), gens in zip(group, self.engine.generate_many(jobs), strict=True):
                     out[p][i] = gens
         return out
 
 
-def shard_groups(plans: Sequence[tuple[Path, Sequence[Shard]]]) -> list[list[tuple[int, int]]]:
+def shard_groups(
+    plans: Sequence[tuple[Path, Sequence[Shard]]], keys: Sequence[Hashable] | None = None
+) -> list[list[tuple[int, int]]]:
     """The shards of several calls (the seeds stage: one per pool member) grouped for `generate_many`:
-    group i holds shard i of every call that has one, as (call, shard) indices. A group is what an engine
-    samples at once (the HF engine: stacked weights, engine/stacked.py), so one process or N Ray workers
-    run the same groups and sample the same numbers, bit for bit."""
-    n = max((len(shards) for _, shards in plans), default=0)
-    return [[(p, i) for p, (_, shards) in enumerate(plans) if i < len(shards)] for i in range(n)]
+    shard i of every call with the same key (default: one key for all), as (call, shard) indices, calls
+    in order. A group is what an engine samples at once (the HF engine: stacked weights, engine/stacked.py),
+    and its numbers depend on the group, so whatever is sampled in groups is grouped by this alone: one
+    process or N Ray workers, the seeds of one iteration or of a block (pipeline.seeds_block, keyed by
+    iteration), the same groups and the same numbers, bit for bit."""
+    groups: dict[tuple[Hashable, int], list[tuple[int, int]]] = {}
+    for p, (_, shards) in enumerate(plans):
+        for i in range(len(shards)):
+            groups.setdefault((keys[p] if keys is not None else None, i), []).append((p, i))
+    return list(groups.values())
 
 
 def build_engine(

@@ -171,20 +171,22 @@ class Session:
         runner = LocalRollout(self.engine(t))
         return generate_sharded(runner, checkpoint, contexts, params, max_new, self.cfg.rollout.batch_size, t)
 
-    def generate_many(self, calls: list[Call], timer: Timer | None = None) -> list[list[Generation]]:
+    def generate_many(
+        self, calls: list[Call], timer: Timer | None = None, keys: list | None = None
+    ) -> list[list[Generation]]:
         """`[self.generate(*call) for call in calls]`, each call under its own checkpoint, the same shards
         and seeds; each group of shards (shard i of every call) in one engine call when the engine samples
         several checkpoints at once (the HF engine's stacked weights; vLLM with LoRA adapters per request,
         rollout.lora_requests), else one weight swap and call per checkpoint; on this process's engine or,
-        the same groups, on the Ray workers (engine/sharding.py)."""
+        the same groups, on the Ray workers (engine/sharding.py). `keys`: only calls of one key share a group."""
         t = timer or Timer()
         size = self.cfg.rollout.batch_size
         if self.cfg.cluster.kind != "ray":
             # The local runner knows whether its engine batches checkpoints (LocalRollout.batches_checkpoints).
-            return generate_sharded_many(LocalRollout(self.engine(t)), calls, size, t)
+            return generate_sharded_many(LocalRollout(self.engine(t)), calls, size, t, keys)
         pool = self.rollout_pool()
         before = dict(pool.worker_seconds)
-        out = generate_sharded_many(pool, calls, size, t)
+        out = generate_sharded_many(pool, calls, size, t, keys)
         self._add_worker_seconds(pool, before, t)
         return out
 

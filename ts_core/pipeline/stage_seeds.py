@@ -198,7 +198,8 @@ def block_rows(
     engine_calls = [
         (sources.get(step) or s.policy(j), c.contexts, c.params, c.caps) for step, j, c in calls
     ]  # no member: θ_j writes its own seeds
-    gens = s.generate_many(engine_calls, timer=t)
+    # grouped by iteration: a block's drafts are sampled in the groups each iteration alone makes (the same numbers)
+    gens = s.generate_many(engine_calls, timer=t, keys=[j for _, j, _ in calls])
     drafts: dict[int, dict[int, Generation]] = defaultdict(dict)
     for (_, j, c), g in zip(calls, gens, strict=True):
         drafts[j].update(zip(c.draws, g, strict=True))
