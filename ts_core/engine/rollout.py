@@ -211,7 +211,7 @@ class HFEngine(LockstepDecode):
             gen = torch.Generator(device=self.device).manual_seed((params.seed * 1_000_003 + start) % 2**63)
             yield contexts[start:end], limits[start:end], gen
 
-    # `generate_many` takes every pool member's drafts in one call (engine/sharding.py's LocalRollout.run_many)
+    # `generate_many` takes a shard group, shard i of every pool member's drafts (sharding.shard_groups)
     batches_checkpoints = True
 
     @torch.no_grad()
