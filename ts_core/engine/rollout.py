@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from thinking_seeds.engine.decode import LockstepDecode
 from thinking_seeds.engine.kv_cache import growing_cache
 from thinking_seeds.engine.lora import is_adapter, merged_state_dict
-from thinking_seeds.engine.stacked import StackedModel, model_params
+from thinking_seeds.engine.stacked import StackedModel, model_params, weight_bytes
 from thinking_seeds.engine.turn_end import model_eos_ids
 from thinking_seeds.store.weights_check import check_shapes, model_shapes
 from thinking_seeds.transports import live_weights
@@ -247,9 +247,8 @@ class HFEngine(LockstepDecode):
     def _stacker(self) -> StackedModel | None:
         """The engine's stacked model, built (and checked) on first use; None if this model does not stack."""
         if self._stacked is None:
-            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
             # two members, held and stacked, must fit before anything is copied (a 7B model never is)
-            fits = 4 * size <= MAX_STACKED_BYTES and growing_cache(self.model, 1, 1) is not None
+            fits = 4 * weight_bytes(self.model) <= MAX_STACKED_BYTES and growing_cache(self.model, 1, 1) is not None
             self._stacked = (StackedModel.build(self.model) if fits else None) or False
         return self._stacked or None
 

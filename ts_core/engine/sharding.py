@@ -155,7 +155,8 @@ class LocalRollout:
         out: list[list] = [[None] * len(shards) for _, shards in plans]
         with timer("generation"):
             for group in groups:
-                jobs = [(plans[p][0], s.contexts, s.params, s.max_new) for p, i in group for s in [plans[p][1][i]]]
+                shards = [(plans[p][0], plans[p][1][i]) for p, i in group]
+                jobs = [(ck, s.contexts, s.params, s.max_new) for ck, s in shards]
                 for (p, i), gens in zip(group, self.engine.generate_many(jobs), strict=True):
                     out[p][i] = gens
         return out

@@ -29,13 +29,7 @@ from torch import nn
 _NORM_SUFFIX = "RMSNorm"
 
 
-class _Stacked(nn.Module):
-    """A module whose weights hold one leading entry per checkpoint (`jobs` of them)."""
-
-    jobs: int
-
-
-class StackedLinear(_Stacked):
+class StackedLinear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         # [jobs, in, out]: x of one group [rows, in] times its checkpoint's W^T, all groups in one bmm
@@ -51,12 +45,11 @@ class StackedLinear(_Stacked):
         return y.reshape(*shape[:-1], y.shape[-1])
 
 
-class StackedEmbedding(_Stacked):
-    def __init__(self, weight: torch.Tensor, padding_idx: int | None) -> None:
+class StackedEmbedding(nn.Module):
+    def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
         self.jobs, self.vocab = weight.shape[0], weight.shape[1]
         self.register_buffer("table", weight.reshape(-1, weight.shape[-1]), persistent=False)
-        self.padding_idx = padding_idx
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         # row group j reads checkpoint j's table: its ids shifted by j vocabularies
@@ -65,7 +58,7 @@ class StackedEmbedding(_Stacked):
         return nn.functional.embedding((grouped + offset).reshape(ids.shape), self.table)
 
 
-class StackedRMSNorm(_Stacked):
+class StackedRMSNorm(nn.Module):
     def __init__(self, weight: torch.Tensor, eps: float) -> None:
         super().__init__()
         self.register_buffer("weight", weight, persistent=False)
@@ -79,16 +72,21 @@ class StackedRMSNorm(_Stacked):
         return h.reshape(x.shape)
 
 
+def _eps(m: nn.Module) -> float | None:
+    """The epsilon of an RMS norm (transformers names it variance_epsilon or eps), None if it has none."""
+    return next((v for a in ("variance_epsilon", "eps") if isinstance(v := getattr(m, a, None), float)), None)
+
+
 def _is_norm(m: nn.Module) -> bool:
     names = {n for n, _ in m.named_parameters(recurse=False)}
-    return type(m).__name__.endswith(_NORM_SUFFIX) and names == {"weight"} and m.weight.dim() == 1
+    return (
+        type(m).__name__.endswith(_NORM_SUFFIX) and names == {"weight"} and m.weight.dim() == 1 and _eps(m) is not None
+    )
 
 
-def _eps(m: nn.Module) -> float:
-    for attr in ("variance_epsilon", "eps"):
-        if isinstance(getattr(m, attr, None), float):
-            return getattr(m, attr)
-    raise ValueError(f"{type(m).__name__} has no epsilon")
+def weight_bytes(model: nn.Module) -> int:
+    """The bytes of `model`'s parameters: one copy, what each stacked checkpoint costs."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def model_params(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -98,19 +96,8 @@ def model_params(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def stackable(model: nn.Module) -> bool:
     """Whether every module holding weights is a Linear, an Embedding or an RMS norm (structure only)."""
-    for m in model.modules():
-        if not any(True for _ in m.parameters(recurse=False)):
-            continue
-        if isinstance(m, nn.Linear | nn.Embedding):
-            continue
-        if _is_norm(m):
-            try:
-                _eps(m)
-            except ValueError:
-                return False
-            continue
-        return False
-    return True
+    holders = (m for m in model.modules() if any(True for _ in m.parameters(recurse=False)))
+    return all(isinstance(m, nn.Linear | nn.Embedding) or _is_norm(m) for m in holders)
 
 
 class StackedModel:
@@ -120,7 +107,7 @@ class StackedModel:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model  # the engine's model: the layout of every weight
-        self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.model_bytes = weight_bytes(model)
         self.skeleton: nn.Module | None = None
         self.tags: list[str] = []  # the checkpoint of each row group the skeleton holds now
         self.held: dict[str, dict[str, torch.Tensor]] = {}  # their parameters, by checkpoint
@@ -165,15 +152,14 @@ class StackedModel:
         modules = dict(self.model.named_modules())
         stacked = {}
         for name, m in modules.items():
-            own = dict(m.named_parameters(recurse=False))
-            if not own:
+            if not any(True for _ in m.parameters(recurse=False)):
                 continue
             w = torch.stack([p[f"{name}.weight" if name else "weight"] for p in params])
             if isinstance(m, nn.Linear):
                 b = torch.stack([p[f"{name}.bias"] for p in params]) if m.bias is not None else None
                 stacked[name] = StackedLinear(w, b)
             elif isinstance(m, nn.Embedding):
-                stacked[name] = StackedEmbedding(w, m.padding_idx)
+                stacked[name] = StackedEmbedding(w)  # padding_idx only masks gradients: none here
             else:
                 stacked[name] = StackedRMSNorm(w, _eps(m))
         for name, new in stacked.items():
